@@ -1,0 +1,71 @@
+"""Adversarial losses, all computed from D's raw logits with numerically stable forms.
+
+Sign convention: D's logits are high for real images. Every function returns a scalar to be
+*minimised* by the network named.
+"""
+
+from __future__ import annotations
+
+import attrs
+import torch
+import torch.nn.functional as F
+
+from gan_kit import Loss, hookimpl, option
+
+
+class Hinge(Loss):
+    """Hinge loss (Lim & Ye 2017; Miyato et al. 2018): D: relu(1 - D(x)) + relu(1 + D(G(z))); G: -D(G(z))."""
+
+    def d_loss(self, real_logits, fake_logits):
+        return F.relu(1.0 - real_logits).mean() + F.relu(1.0 + fake_logits).mean()
+
+    def g_loss(self, fake_logits, real_logits=None):
+        return -fake_logits.mean()
+
+
+class BCE(Loss):
+    """Non-saturating logistic loss (Goodfellow et al. 2014, sec. 3): D: softplus(-D(x)) + softplus(D(G(z))); G: softplus(-D(G(z)))."""
+
+    def d_loss(self, real_logits, fake_logits):
+        return F.softplus(-real_logits).mean() + F.softplus(fake_logits).mean()
+
+    def g_loss(self, fake_logits, real_logits=None):
+        return F.softplus(-fake_logits).mean()
+
+
+class BCEMinimax(BCE):
+    """Saturating minimax logistic loss (Goodfellow et al. 2014, eq. 1): G minimises -softplus(D(G(z))) = log(1 - sigmoid(D(G(z))))."""
+
+    def g_loss(self, fake_logits, real_logits=None):
+        return -F.softplus(fake_logits).mean()
+
+
+class WGAN(Loss):
+    """Wasserstein critic loss (Arjovsky et al. 2017): D: D(G(z)) - D(x); G: -D(G(z)). Pair it with a penalty."""
+
+    def d_loss(self, real_logits, fake_logits):
+        return fake_logits.mean() - real_logits.mean()
+
+    def g_loss(self, fake_logits, real_logits=None):
+        return -fake_logits.mean()
+
+
+class WGANGP(WGAN):
+    """WGAN-GP preset of the PGGAN paper (sec. A.1): wgan + gradient-penalty (weight 10) + drift (0.001)."""
+
+    @attrs.frozen
+    class Options:
+        gp_weight: float = option(10.0, help="Weight lambda of the gradient penalty (PGGAN: 10).")
+        drift_weight: float = option(0.001, help="Weight epsilon_drift of the drift term (PGGAN: 0.001).")
+
+    def implied_penalties(self):
+        return [("gradient-penalty", self.options.gp_weight, {}), ("drift", self.options.drift_weight, {})]
+
+
+@hookimpl
+def register_losses(register):
+    register("hinge", Hinge)
+    register("bce", BCE)
+    register("bce-minimax", BCEMinimax)
+    register("wgan", WGAN)
+    register("wgan-gp", WGANGP)

@@ -1,0 +1,215 @@
+"""The progressive-growing GAN architecture (Karras et al. 2018, "Progressive Growing of GANs for
+Improved Quality, Stability, and Variation", table 2 and sections 2-4).
+
+Every block, toRGB and fromRGB layer exists from construction; ``set_phase(resolution, alpha)``
+chooses how much of the network runs. Parameters therefore never change identity when the
+network grows: the optimizers keep their state and G_ema keeps averaging.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gan_kit import Architecture, hookimpl, option
+
+
+class PixelNorm(nn.Module):
+    """Pixelwise feature normalisation (sec. 4.2): x / sqrt(mean_c(x^2) + eps)."""
+
+    def __init__(self, eps: float = 1e-8):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.square().mean(dim=1, keepdim=True) + self.eps)
+
+
+class MinibatchStddev(nn.Module):
+    """Minibatch standard deviation (sec. 3): appends one feature map holding, for each sample,
+    the average over C, H, W of the feature std within the sample's group.
+
+    Grouping follows the official code: a batch of N = G * M is viewed as [G, M, ...], so sample
+    n belongs to group ``n % M`` (groups are strided, not contiguous). ``N`` must be divisible
+    by ``min(group_size, N)``; raises ValueError otherwise.
+    """
+
+    def __init__(self, group_size: int = 4):
+        super().__init__()
+        self.group_size = group_size
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        g = min(self.group_size, n)
+        if n % g:
+            raise ValueError(f"minibatch stddev: batch {n} is not divisible by group size {g}")
+        y = x.float().reshape(g, n // g, c, h, w)
+        y = y - y.mean(dim=0, keepdim=True)
+        std = torch.sqrt(y.square().mean(dim=0) + 1e-8)  # [M, C, H, W]
+        s = std.mean(dim=(1, 2, 3))  # [M]
+        s = s.repeat(g).reshape(n, 1, 1, 1).expand(n, 1, h, w).to(x.dtype)
+        return torch.cat([x, s], dim=1)
+
+
+def _conv(cin, cout, k, gain=None):
+    layer = nn.Conv2d(cin, cout, k, padding=k // 2)
+    if gain is not None:
+        layer.gankit_gain = gain
+    return layer
+
+
+def _lrelu(x):
+    return F.leaky_relu(x, 0.2)
+
+
+class Generator(nn.Module):
+    """G: ``z[N, latent_dim] -> images[N, channels, r, r]`` at the current phase's resolution r."""
+
+    def __init__(self, resolution: int, channels: int, latent_dim: int, nf, use_pixelnorm: bool = True):
+        super().__init__()
+        self.latent_dim = latent_dim
+        self.max_resolution = resolution
+        self.resolutions = [4 * 2**i for i in range(int(math.log2(resolution)) - 1)]
+        self.norm = PixelNorm() if use_pixelnorm else nn.Identity()
+        c4 = nf(4)
+        self.dense = nn.Linear(latent_dim, c4 * 16)
+        self.dense.gankit_gain = math.sqrt(2) / 4  # official code: gain sqrt(2)/4 for the 4x4 dense
+        self.conv4 = _conv(c4, c4, 3)
+        self.blocks = nn.ModuleDict()
+        self.to_rgb = nn.ModuleDict({"4": _conv(c4, channels, 1, gain=1.0)})
+        for res in self.resolutions[1:]:
+            cin, cout = nf(res // 2), nf(res)
+            self.blocks[str(res)] = nn.ModuleList([_conv(cin, cout, 3), _conv(cout, cout, 3)])
+            self.to_rgb[str(res)] = _conv(cout, channels, 1, gain=1.0)
+        self.resolution = resolution
+        # alpha lives in a tensor so a compiled graph does not depend on its value.
+        self.register_buffer("alpha", torch.ones(()))
+
+    def set_phase(self, resolution: int, alpha: float) -> None:
+        if resolution not in self.resolutions:
+            raise ValueError(f"resolution {resolution} not in {self.resolutions}")
+        self.resolution = int(resolution)
+        self.alpha.fill_(float(alpha))
+
+    def forward(self, z):
+        x = self.norm(z)
+        x = self.norm(_lrelu(self.dense(x).reshape(z.shape[0], -1, 4, 4)))
+        x = self.norm(_lrelu(self.conv4(x)))
+        prev = x
+        for res in self.resolutions[1:]:
+            if res > self.resolution:
+                break
+            prev = x
+            x = F.interpolate(x, scale_factor=2, mode="nearest")
+            conv1, conv2 = self.blocks[str(res)]
+            x = self.norm(_lrelu(conv1(x)))
+            x = self.norm(_lrelu(conv2(x)))
+        rgb = self.to_rgb[str(self.resolution)](x)
+        if self.resolution > 4:
+            # Fade-in (sec. 2, fig. 2): blend with the previous resolution's image upsampled.
+            low = F.interpolate(self.to_rgb[str(self.resolution // 2)](prev), scale_factor=2, mode="nearest")
+            rgb = torch.lerp(low, rgb, self.alpha.to(rgb.dtype))
+        return rgb
+
+
+class Discriminator(nn.Module):
+    """D: ``images[N, channels, r, r] -> logits[N]`` at the current phase's resolution r."""
+
+    def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4):
+        super().__init__()
+        self.resolutions = [4 * 2**i for i in range(int(math.log2(resolution)) - 1)]
+        self.from_rgb = nn.ModuleDict({str(r): _conv(channels, nf(r), 1) for r in self.resolutions})
+        self.blocks = nn.ModuleDict()
+        for res in self.resolutions[1:]:
+            self.blocks[str(res)] = nn.ModuleList([_conv(nf(res), nf(res), 3), _conv(nf(res), nf(res // 2), 3)])
+        c4 = nf(4)
+        self.mbstd = MinibatchStddev(mbstd_group_size) if mbstd_group_size > 0 else None
+        self.conv4 = _conv(c4 + (1 if self.mbstd else 0), c4, 3)
+        self.dense = nn.Linear(c4 * 16, c4)
+        self.out = nn.Linear(c4, 1)
+        self.out.gankit_gain = 1.0
+        self.resolution = resolution
+        self.register_buffer("alpha", torch.ones(()))
+
+    def set_phase(self, resolution: int, alpha: float) -> None:
+        if resolution not in self.resolutions:
+            raise ValueError(f"resolution {resolution} not in {self.resolutions}")
+        self.resolution = int(resolution)
+        self.alpha.fill_(float(alpha))
+
+    def forward(self, img):
+        res = self.resolution
+        x = _lrelu(self.from_rgb[str(res)](img))
+        for r in [r for r in reversed(self.resolutions[1:]) if r <= res]:
+            conv1, conv2 = self.blocks[str(r)]
+            x = _lrelu(conv2(_lrelu(conv1(x))))
+            x = F.avg_pool2d(x, 2)
+            if r == res and res > 4:
+                # Fade-in of the new fromRGB/block pair, mirrored from G (sec. 2, fig. 2).
+                low = _lrelu(self.from_rgb[str(res // 2)](F.avg_pool2d(img, 2)))
+                x = torch.lerp(low, x, self.alpha.to(x.dtype))
+        if self.mbstd is not None:
+            x = self.mbstd(x)
+        x = _lrelu(self.conv4(x))
+        x = _lrelu(self.dense(x.flatten(1)))
+        return self.out(x).squeeze(1)
+
+
+class PGGAN(Architecture):
+    """Progressive-growing G and D (Karras et al. 2018): pixel norm in G, minibatch stddev in D, toRGB/fromRGB per resolution, every block built up front."""
+
+    @attrs.frozen
+    class Options:
+        latent_dim: int = option(512, help="Size of the latent z.")
+        fmap_base: int = option(8192, help="Feature maps at resolution r: clamp(fmap_base / r, fmap_min, fmap_max).")
+        fmap_max: int = option(512, help="Largest number of feature maps.")
+        fmap_min: int = option(1, help="Smallest number of feature maps.")
+        mbstd_group_size: int = option(4, help="Minibatch-stddev group size (0 disables the layer).")
+        pixelnorm: bool = option(True, help="Pixelwise feature normalisation in G.")
+
+    @classmethod
+    def problems(cls, o, recipe):
+        if o.latent_dim < 1:
+            yield "latent_dim", f"must be >= 1, got {o.latent_dim}"
+        if o.fmap_min < 1 or o.fmap_max < o.fmap_min:
+            yield "fmap_max", f"need 1 <= fmap_min <= fmap_max, got fmap_min={o.fmap_min}, fmap_max={o.fmap_max}"
+        g = o.mbstd_group_size
+        if g < 0:
+            yield "mbstd_group_size", f"must be >= 0, got {g}"
+        elif g > 0:
+            for res, batch in _batch_sizes(recipe):
+                if batch >= g and batch % g:
+                    where = f" at resolution {res}" if res else ""
+                    yield "mbstd_group_size", (f"group size {g} does not divide the batch size {batch}{where} "
+                                               f"(choose a batch that is a multiple of {g}, or another group size)")
+                    break
+
+    def nf(self, res: int) -> int:
+        o = self.options
+        return int(min(max(o.fmap_base // res, o.fmap_min), o.fmap_max))
+
+    def build(self, resolution, channels):
+        o = self.options
+        G = Generator(resolution, channels, o.latent_dim, self.nf, o.pixelnorm)
+        D = Discriminator(resolution, channels, self.nf, o.mbstd_group_size)
+        return G, D
+
+
+def _batch_sizes(recipe):
+    """(resolution, per-process batch) pairs of the recipe's growth schedule, best effort."""
+    opts = recipe.growth.options
+    batch = getattr(opts, "batch_size", None)
+    if isinstance(batch, dict):
+        return sorted(batch.items())
+    if isinstance(batch, int):
+        return [(None, batch)]
+    return []
+
+
+@hookimpl
+def register_architectures(register):
+    register("pggan", PGGAN)

@@ -1,0 +1,275 @@
+"""The ``gankit`` command line (click + rich).
+
+Every user error (``GankitError``: recipe problems, plugin problems, bad checkpoints) prints as
+plain lines on stderr and exits with code 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+import attrs
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gan_kit import __version__
+from gan_kit.errors import GankitError
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _print_error(e: BaseException) -> None:
+    for line in str(e).splitlines() or [type(e).__name__]:
+        click.echo(f"error: {line}", err=True)
+
+
+def user_errors(fn):
+    """Add ``--debug`` and turn GankitError into one-line messages with exit code 2."""
+
+    @click.option("--debug", is_flag=True, help="Show full tracebacks.")
+    @functools.wraps(fn)
+    def wrapper(*args, debug: bool = False, **kwargs):
+        debug = debug or bool(os.environ.get("GANKIT_DEBUG"))
+        try:
+            return fn(*args, **kwargs)
+        except GankitError as e:
+            if debug:
+                raise
+            _print_error(e)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as e:  # an unexpected failure: one line, the traceback with --debug
+            if debug:
+                raise
+            click.echo(f"error: {type(e).__name__}: {e} (run again with --debug for the traceback)", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="gankit")
+def cli() -> None:
+    """Train GANs from a TOML recipe. Every component is a plugin: see `gankit list-plugins`."""
+
+
+# ------------------------------------------------------------------------------------ run ----
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Run directory (default: run.out_dir of the recipe).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a recipe value, e.g. --set run.total_kimg=2 --set loss.name=bce.")
+@click.option("--resume", is_flag=True, help="Continue from the run directory's checkpoints/latest.pt.")
+@click.option("--dry-run", is_flag=True, help="Check the recipe, build every component, print the plan; no training.")
+@click.option("--nproc", type=int, default=None, help="Start N processes through torchrun (one per GPU).")
+@user_errors
+def run(recipe: Path, out_dir: Path | None, overrides: tuple[str, ...], resume: bool, dry_run: bool,
+        nproc: int | None) -> None:
+    """Train the GAN described by RECIPE."""
+    if nproc and nproc > 1 and "LOCAL_RANK" not in os.environ:
+        from gan_kit.distributed import launch
+
+        sys.exit(launch(nproc, sys.argv[1:]))
+    from gan_kit.engine import Run, train
+    from gan_kit.recipe import load_recipe
+
+    distributed = None
+    if "LOCAL_RANK" in os.environ:
+        from gan_kit import distributed
+
+        distributed.init()
+    try:
+        r, plugins = load_recipe(recipe, list(overrides))
+        if out_dir is not None:
+            r = attrs.evolve(r, run=attrs.evolve(r.run, out_dir=str(out_dir)))
+        the_run = Run(r, plugins)
+        if dry_run:
+            _print_plan(the_run)
+            return
+        try:
+            train(the_run, resume=resume)
+        finally:
+            from gan_kit.builtin.reporting import stop_progress
+
+            stop_progress(the_run)
+    finally:
+        if distributed is not None:
+            distributed.shutdown()
+
+
+def _print_plan(run) -> None:
+    console = Console()
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    r = run.recipe
+    console.print(f"recipe {r.path}: ok")
+    console.print(f"device {run.device} ({run.precision}); data {r.data.name}: {len(run.dataset)} images "
+                  f"{run.channels}x{r.resolution}x{r.resolution}")
+    console.print(f"G {r.architecture.name}: {count(run.G):,} parameters; D: {count(run.D):,} parameters")
+    console.print(f"loss {r.loss.name}; penalties {', '.join(f'{p.name} x{p.weight:g}' for p in run.penalties) or 'none'}; "
+                  f"update {r.update.name}; init {r.init.name}")
+    table = Table("phase", "resolution", "starts at kimg", "fade kimg", "batch", "lr scale")
+    seen = set()
+    nimg = 0
+    while nimg < run.total_nimg:
+        ph = run.growth.phase_at(nimg)
+        if ph.index in seen:
+            break
+        seen.add(ph.index)
+        table.add_row(str(ph.index), f"{ph.resolution}px", f"{ph.start_nimg / 1000:g}", f"{ph.fade_nimg / 1000:g}",
+                      str(ph.batch_size), f"{ph.lr_scale:g}")
+        if ph.end_nimg == float("inf"):
+            break
+        nimg = int(ph.end_nimg)
+    console.print(table)
+    console.print(f"total {run.total_nimg / 1000:g} kimg -> {run.out_dir}")
+
+
+# ---------------------------------------------------------------------------- list-plugins ----
+
+
+def _option_rows(options_cls) -> list[dict]:
+    from gan_kit.options import describe_type, option_fields
+
+    rows = []
+    for f in option_fields(options_cls):
+        default = f.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            default = default.factory()
+        rows.append({"name": f.name, "type": describe_type(f.type),
+                     "default": default if default is not attrs.NOTHING else None,
+                     "help": f.metadata.get("help", "")})
+    return rows
+
+
+@cli.command("list-plugins")
+@click.option("--kind", type=click.Choice(["loss", "penalty", "update", "growth", "init", "architecture",
+                                           "dataset", "metric"]), default=None, help="Only this kind.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+@click.option("-v", "--verbose", is_flag=True, help="Also print every option with type, default and help.")
+@user_errors
+def list_plugins(kind: str | None, as_json: bool, verbose: bool) -> None:
+    """List every registered component and the plugin that registered it."""
+    from gan_kit.plugins import build_plugins
+
+    plugins = build_plugins()
+    comps = [c for c in plugins.registry if kind is None or c.kind == kind]
+    if as_json:
+        out = []
+        for c in comps:
+            item = {"kind": c.kind, "name": c.name, "plugin": c.plugin, "summary": c.summary}
+            if verbose:
+                item["options"] = _option_rows(c.Options)
+            out.append(item)
+        for b in plugins.broken:
+            out.append({"kind": None, "name": b.name, "plugin": b.source, "summary": "", "broken": True,
+                        "error": b.error})
+        click.echo(json.dumps(out, indent=2, default=repr))
+        return
+    console = Console()
+    table = Table(title="gankit components")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("plugin", no_wrap=True)
+    table.add_column("summary", no_wrap=True, overflow="ellipsis")
+    for c in comps:
+        table.add_row(c.kind, c.name, c.plugin, c.summary)
+    console.print(table)
+    if verbose:
+        for c in comps:
+            rows = _option_rows(c.Options)
+            if not rows:
+                continue
+            t = Table("option", "type", "default", "help", title=f"{c.kind} {c.name}", title_justify="left")
+            for row in rows:
+                t.add_row(row["name"], row["type"], repr(row["default"]), row["help"])
+            console.print(t)
+    for b in plugins.broken:
+        err_console.print(f"[bold red]BROKEN plugin[/] {b.name} ({b.source}): {b.error}", markup=True)
+
+
+# ---------------------------------------------------------------------------------- recipe ----
+
+
+@cli.group()
+def recipe() -> None:
+    """Inspect and check recipes."""
+
+
+@recipe.command("show")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value.")
+@user_errors
+def recipe_show(path: Path, overrides: tuple[str, ...]) -> None:
+    """Print the resolved recipe as TOML, every default filled in."""
+    from gan_kit.recipe import load_recipe, recipe_to_toml
+
+    r, _ = load_recipe(path, list(overrides))
+    click.echo(recipe_to_toml(r), nl=False)
+
+
+@recipe.command("check")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value.")
+@user_errors
+def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
+    """Exit 0 if the recipe is valid, else print every problem and exit 2."""
+    from gan_kit.recipe import load_recipe
+
+    load_recipe(path, list(overrides))
+    click.echo(f"{path}: ok")
+
+
+# ---------------------------------------------------------------------------------- sample ----
+
+
+@cli.command()
+@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-n", "num", type=click.IntRange(1), default=64, show_default=True, help="Number of images.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the latents.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("samples.png"),
+              show_default=True, help="PNG file for the grid.")
+@user_errors
+def sample(checkpoint: Path, num: int, seed: int, out: Path) -> None:
+    """Write a grid of images from the checkpoint's G_ema at its resolution."""
+    import math
+
+    import torch
+    import torchvision.utils as vutils
+
+    from gan_kit.engine import load_generator
+
+    G_ema, phase, _ = load_generator(checkpoint)
+    z = torch.randn(num, G_ema.latent_dim, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        images = G_ema(z).float()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    vutils.save_image(images.clamp(-1, 1), out, nrow=max(1, int(math.sqrt(num))), normalize=True,
+                      value_range=(-1, 1), padding=1)
+    click.echo(f"wrote {num} images at {phase.resolution}px (alpha {phase.alpha:.2f}) to {out}")
+
+
+def main() -> None:
+    """Console-script entry point: add plugin commands, then run the click group."""
+    try:
+        from gan_kit.plugins import build_plugins
+
+        plugins = build_plugins()
+        plugins.hook.register_commands(cli=cli)
+    except GankitError as e:
+        if "--debug" in sys.argv:
+            raise
+        _print_error(e)
+        sys.exit(e.exit_code)
+    cli(prog_name="gankit")

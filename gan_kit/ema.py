@@ -1,0 +1,50 @@
+"""The exponential moving average of G's weights, G_ema (Karras et al. 2018, section 5 / appendix
+A.1: decay 0.999; StyleGAN2-ADA's half-life in kimg with ramp-up)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+
+def make_ema(G: nn.Module) -> nn.Module:
+    """A frozen copy of G in eval mode that never receives gradients."""
+    G_ema = copy.deepcopy(G).eval()
+    G_ema.requires_grad_(False)
+    return G_ema
+
+
+def ema_beta(decay: float, half_life_kimg: float | None, rampup: float | None,
+             batch_size: int, cur_nimg: int) -> float:
+    """The per-step decay beta.
+
+    With ``half_life_kimg`` set: ``beta = 0.5 ** (batch_size / half_life_nimg)``, where
+    ``half_life_nimg = min(half_life_kimg * 1000, cur_nimg * rampup)`` when ``rampup`` is set
+    (StyleGAN2-ADA, training_loop.py). Otherwise the fixed ``decay``.
+    """
+    if half_life_kimg is None:
+        return float(decay)
+    nimg = half_life_kimg * 1000.0
+    if rampup is not None:
+        nimg = min(nimg, cur_nimg * rampup)
+    return 0.5 ** (batch_size / max(nimg, 1e-8))
+
+
+@torch.no_grad()
+def update_ema(G_ema: nn.Module, G: nn.Module, beta: float) -> None:
+    """``p_ema = beta * p_ema + (1 - beta) * p`` for every parameter; buffers are copied.
+
+    beta = 0 makes G_ema equal G; beta = 1 leaves it unchanged (both exactly).
+    """
+    ema_params = list(G_ema.parameters())
+    params = list(G.parameters())
+    if beta == 1.0:
+        pass
+    elif beta == 0.0:
+        torch._foreach_copy_(ema_params, [p.detach() for p in params])
+    else:
+        torch._foreach_lerp_(ema_params, [p.detach() for p in params], 1.0 - beta)
+    for b_ema, b in zip(G_ema.buffers(), G.buffers()):
+        b_ema.copy_(b)

@@ -1,0 +1,428 @@
+"""The training loop. It knows no specific loss, strategy, architecture or dataset: it builds the
+components a recipe names through the registry and drives them, firing the lifecycle hooks that
+reporters, samplers, metrics and checkpointers are built on."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from gan_kit import __version__
+from gan_kit import checkpoint as ckpt
+from gan_kit.components import BuildContext, StepContext, WeightedPenalty, set_phase
+from gan_kit.data import PhaseBatchSampler, make_loader
+from gan_kit.ema import ema_beta, make_ema, update_ema
+from gan_kit.errors import GankitError, TrainingError
+from gan_kit.phase import Phase, fade_real
+from gan_kit.plugins import Plugins
+from gan_kit.recipe import ComponentSpec, Recipe, recipe_to_toml
+
+__all__ = ["Run", "train", "resolve_device"]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> CUDA when present, else CPU; anything else as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise GankitError(f"run.device: {name!r} asked for but CUDA is not available (use \"auto\" or \"cpu\")")
+    return dev
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _distributed() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class Run:
+    """One training run: the recipe's components, the networks, optimizers and progress.
+
+    Attributes plugins may read: ``recipe``, ``out_dir`` (Path), ``device``, ``G``, ``D``,
+    ``G_ema``, ``opt_G``, ``opt_D``, ``phase``, ``previous_phase``, ``cur_nimg`` (real images shown),
+    ``step`` (iterations done), ``total_nimg``, ``tick``, ``is_main`` (rank 0), ``state`` (a dict
+    where plugins keep per-run state, keyed by plugin name).
+    """
+
+    def __init__(self, recipe: Recipe, plugins: Plugins, out_dir: str | Path | None = None):
+        self.recipe = recipe
+        self.plugins = plugins
+        self.hook = plugins.hook
+        self.registry = plugins.registry
+        self.options = recipe.run
+        self.out_dir = Path(out_dir or recipe.run.out_dir)
+        self.device = resolve_device(recipe.run.device)
+        self.rank, self.world_size = _distributed()
+        self.is_main = self.rank == 0
+        self.state: dict[str, Any] = {}
+        self.total_nimg = int(round(recipe.run.total_kimg * 1000))
+        self.tick_nimg = max(1, int(round(recipe.run.tick_kimg * 1000)))
+        self.cur_nimg = 0
+        self.step = 0
+        self.d_step = 0
+        self.tick = 0
+        self.skipped_steps = 0
+        self.phase: Phase | None = None
+        self.previous_phase: Phase | None = None
+        self.last_checkpoint: Path | None = None
+        self._build()
+
+    # ------------------------------------------------------------------------------ building --
+
+    def build(self, spec: ComponentSpec, channels: int = 0) -> Any:
+        comp = self.registry.get(spec.kind, spec.name)
+        ctx = BuildContext(resolution=self.recipe.resolution, channels=channels, recipe=self.recipe)
+        return comp.factory(spec.options, ctx)
+
+    def _build(self) -> None:
+        r = self.recipe
+        seed_everything(r.run.seed)
+        precision = r.run.precision
+        if precision == "auto":
+            precision = "bf16" if self.device.type == "cuda" else "fp32"
+        self.precision = precision
+
+        self.dataset = self.build(r.data).build(r.resolution)
+        if len(self.dataset) == 0:
+            raise GankitError(f"{r.path}: data: the {r.data.name!r} dataset is empty")
+        first = self.dataset[0]
+        first = first[0] if isinstance(first, (tuple, list)) else first
+        self.channels = int(first.shape[0])
+        if tuple(first.shape[-2:]) != (r.resolution, r.resolution):
+            raise GankitError(f"{r.path}: data: dataset {r.data.name!r} gives {tuple(first.shape)} images, "
+                              f"expected [C, {r.resolution}, {r.resolution}]")
+
+        self.growth = self.build(r.growth, self.channels)
+        self.arch = self.build(r.architecture, self.channels)
+        G, D = self.arch.build(r.resolution, self.channels)
+        self.initializer = self.build(r.init, self.channels)
+        self.initializer.apply(G)
+        self.initializer.apply(D)
+        self.G, self.D = G.to(self.device), D.to(self.device)
+        if r.run.channels_last:
+            self.G.to(memory_format=torch.channels_last)
+            self.D.to(memory_format=torch.channels_last)
+        self.G_ema = make_ema(self.G)
+        self.latent_dim = int(getattr(self.G, "latent_dim"))
+
+        o = r.optim
+        self.g_lr = o.g_lr if o.g_lr is not None else o.lr
+        self.d_lr = o.d_lr if o.d_lr is not None else o.lr
+        self.opt_G = self._optimizer(self.G, self.g_lr)
+        self.opt_D = self._optimizer(self.D, self.d_lr)
+
+        self.loss = self.build(r.loss, self.channels)
+        penalties = [WeightedPenalty(s.name, self.build(s, self.channels), s.slot.weight) for s in r.penalties]
+        for name, weight, opts in self.loss.implied_penalties():
+            comp = self.registry.get("penalty", name)
+            options = comp.Options(**opts)
+            penalties.append(WeightedPenalty(name, comp.factory(options, BuildContext(r.resolution, self.channels, r)), weight))
+        self.penalties = penalties
+        self.strategy = self.build(r.update, self.channels)
+        self.metrics = [(s, self.build(s, self.channels)) for s in r.metrics]
+
+        self.scaler = None
+        if precision == "fp16":
+            self.scaler = torch.amp.GradScaler(self.device.type)
+        if precision in ("bf16", "fp16") and self.device.type == "cuda":
+            dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+            self.autocast = lambda: torch.autocast("cuda", dtype=dtype)
+        elif precision == "bf16":
+            self.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+        else:
+            self.autocast = contextlib.nullcontext
+
+        # Fixed latents for sample grids come from their own generator so that drawing them never
+        # moves the training RNG (exact resume).
+        gen = torch.Generator().manual_seed(r.run.seed + 12345)
+        self.fixed_z = torch.randn(r.run.sample_grid, self.latent_dim, generator=gen)
+
+    def _optimizer(self, net: nn.Module, lr: float) -> torch.optim.Optimizer:
+        o = self.recipe.optim
+        params = list(net.parameters())
+        if o.name == "sgd":
+            return torch.optim.SGD(params, lr=lr)
+        kwargs = {}
+        if self.device.type == "cuda":
+            kwargs["fused"] = True
+        return torch.optim.Adam(params, lr=lr, betas=o.betas, eps=o.eps, **kwargs)
+
+    # --------------------------------------------------------------------------- helpers --
+
+    def latent(self, n: int) -> torch.Tensor:
+        return torch.randn(n, self.latent_dim, device=self.device)
+
+    def set_phase(self, phase: Phase) -> None:
+        for net in (self.G, self.D, self.G_ema):
+            set_phase(net, phase.resolution, phase.alpha)
+
+    def apply_lr(self, phase: Phase) -> None:
+        for opt, base in ((self.opt_G, self.g_lr), (self.opt_D, self.d_lr)):
+            for group in opt.param_groups:
+                group["lr"] = base * phase.lr_scale
+
+    @torch.no_grad()
+    def generate(self, z: torch.Tensor, phase: Phase | None = None, batch: int = 64) -> torch.Tensor:
+        """Images ``[N,C,r,r]`` from G_ema for latents ``z`` (at ``phase``, default the current one)."""
+        phase = phase or self.phase
+        set_phase(self.G_ema, phase.resolution, phase.alpha)
+        out = []
+        for i in range(0, z.shape[0], batch):
+            with self.autocast():
+                out.append(self.G_ema(z[i:i + batch].to(self.device)).float().cpu())
+        if self.phase is not None:
+            set_phase(self.G_ema, self.phase.resolution, self.phase.alpha)
+        return torch.cat(out)
+
+    def real_images(self, n: int, seed: int = 0) -> torch.Tensor:
+        """``n`` real images at the final resolution, drawn without replacement with ``seed``."""
+        g = torch.Generator().manual_seed(seed)
+        idx = torch.randperm(len(self.dataset), generator=g)[:n].tolist()
+        items = [self.dataset[i] for i in idx]
+        return torch.stack([it[0] if isinstance(it, (tuple, list)) else it for it in items])
+
+    # -------------------------------------------------------------------------- checkpoints --
+
+    def state_dict(self) -> dict:
+        return {
+            "gankit_version": __version__,
+            "channels": self.channels,
+            "recipe": recipe_to_toml(self.recipe),
+            "G": self.G.state_dict(),
+            "D": self.D.state_dict(),
+            "G_ema": self.G_ema.state_dict(),
+            "opt_G": self.opt_G.state_dict(),
+            "opt_D": self.opt_D.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "cur_nimg": self.cur_nimg,
+            "step": self.step,
+            "d_step": self.d_step,
+            "tick": self.tick,
+            "skipped_steps": self.skipped_steps,
+            "data_position": self.cur_nimg,
+            "phase": _phase_dict(self.phase),
+            "rng": ckpt.rng_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.G.load_state_dict(state["G"])
+        self.D.load_state_dict(state["D"])
+        self.G_ema.load_state_dict(state["G_ema"])
+        self.opt_G.load_state_dict(state["opt_G"])
+        self.opt_D.load_state_dict(state["opt_D"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.cur_nimg = int(state["cur_nimg"])
+        self.step = int(state["step"])
+        self.d_step = int(state["d_step"])
+        self.tick = int(state["tick"])
+        self.skipped_steps = int(state["skipped_steps"])
+        ckpt.set_rng_state(state["rng"])
+
+    def save_checkpoint(self, name: str = "latest") -> Path | None:
+        """Write ``checkpoints/<name>.pt`` atomically (rank 0 only) and fire ``checkpoint_saved``."""
+        if not self.is_main:
+            return None
+        path = ckpt.save_atomic(self.state_dict(), self.out_dir / "checkpoints" / f"{name}.pt")
+        self.last_checkpoint = path
+        self.hook.checkpoint_saved(run=self, path=path)
+        return path
+
+    def resume(self, path: str | Path | None = None) -> None:
+        path = Path(path) if path else self.out_dir / "checkpoints" / "latest.pt"
+        if not path.is_file():
+            raise GankitError(f"--resume: no checkpoint at {path} (run without --resume to start fresh)")
+        self.load_state_dict(ckpt.load(path, map_location=self.device))
+        self.last_checkpoint = path
+
+
+def load_generator(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Phase, Recipe]:
+    """G_ema of a checkpoint, rebuilt from the recipe saved in it and set to the saved phase.
+
+    Returns ``(G_ema, phase, recipe)``. Raises ``CheckpointError`` / ``RecipeError``.
+    """
+    from gan_kit.recipe import load_recipe
+
+    state = ckpt.load(path, map_location=device)
+    recipe, plugins = load_recipe(Path(f"{path}[recipe]"), text=state["recipe"])
+    G_state = state["G_ema"]
+    channels = int(state["channels"])
+    ctx = BuildContext(resolution=recipe.resolution, channels=channels, recipe=recipe)
+    arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
+    G, _ = arch.build(recipe.resolution, channels)
+    plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx).apply(G)
+    G.load_state_dict(G_state)
+    G = G.to(device).eval().requires_grad_(False)
+    phase = Phase(**state["phase"])
+    set_phase(G, phase.resolution, phase.alpha)
+    return G, phase, recipe
+
+
+def _phase_dict(phase: Phase | None) -> dict | None:
+    if phase is None:
+        return None
+    import attrs
+
+    return {k: (float(v) if isinstance(v, float) else v) for k, v in attrs.asdict(phase).items()}
+
+
+def _finite(stats: dict[str, float]) -> str | None:
+    for k, v in stats.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            return k
+    return None
+
+
+def _to_floats(stats: dict[str, Any]) -> dict[str, float]:
+    """Convert tensor stats with one device sync."""
+    keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
+    out = {k: float(v) for k, v in stats.items() if not isinstance(v, torch.Tensor)}
+    if keys:
+        values = torch.stack([stats[k].detach().float().reshape(()) for k in keys]).cpu().tolist()
+        out.update(zip(keys, values))
+    return out
+
+
+def write_recipe(run: Run) -> None:
+    import importlib.metadata as md
+
+    versions = [f"torch {torch.__version__}", f"gankit {__version__}"]
+    for source in sorted(set(run.plugins.sources.values())):
+        if " " in source and not source.startswith("recipe plugin"):
+            versions.append(source)
+    header = "# resolved by gankit; versions: " + ", ".join(versions)
+    run.out_dir.mkdir(parents=True, exist_ok=True)
+    (run.out_dir / "recipe.toml").write_text(recipe_to_toml(run.recipe, header), encoding="utf-8")
+
+
+def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None) -> dict[str, float]:
+    """Train until ``run.total_nimg`` images have been shown (or ``max_steps`` iterations).
+
+    Returns the final tick's stats. Raises ``TrainingError`` on a non-finite loss with
+    ``run.on_nonfinite = "stop"`` (the last checkpoint is left untouched).
+    """
+    r = run.recipe
+    if resume:
+        run.resume(resume if isinstance(resume, (str, Path)) else None)
+    if run.is_main:
+        write_recipe(run)
+    d_steps = run.strategy.d_steps
+    strategy = run.strategy
+
+    def batch_for(position: int) -> tuple[int, int]:
+        return run.growth.phase_at(position).batch_size, d_steps
+
+    sampler = PhaseBatchSampler(len(run.dataset), r.run.seed, run.cur_nimg, batch_for, run.rank, run.world_size)
+    loader = make_loader(run.dataset, sampler, r.run.num_workers, pin_memory=run.device.type == "cuda")
+    batches: Iterator[torch.Tensor] = iter(loader)
+
+    run.phase = run.growth.phase_at(run.cur_nimg)
+    run.previous_phase = None
+    run.set_phase(run.phase)
+    run.apply_lr(run.phase)
+    run.hook.run_started(run=run)
+    run.hook.phase_started(run=run, phase=run.phase)
+
+    tick_sums: dict[str, float] = {}
+    tick_count = 0
+    tick_start_time = time.perf_counter()
+    tick_start_nimg = run.cur_nimg
+    next_tick = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
+    stats_out: dict[str, Any] = {}
+    steps_done = 0
+
+    def finish_tick(final: bool) -> dict[str, Any]:
+        nonlocal tick_sums, tick_count, tick_start_time, tick_start_nimg
+        elapsed = max(time.perf_counter() - tick_start_time, 1e-9)
+        stats: dict[str, Any] = {k: v / max(tick_count, 1) for k, v in tick_sums.items()}
+        stats.update({
+            "Progress/tick": run.tick,
+            "Progress/kimg": run.cur_nimg / 1000.0,
+            "Progress/step": run.step,
+            "Progress/phase": run.phase.index,
+            "Progress/resolution": run.phase.resolution,
+            "Progress/alpha": run.phase.alpha,
+            "Progress/skipped_steps": run.skipped_steps,
+            "Progress/final": final,
+            "Timing/sec_per_tick": elapsed,
+            "Timing/img_per_s": (run.cur_nimg - tick_start_nimg) / elapsed,
+        })
+        run.hook.tick_finished(run=run, stats=stats)
+        run.tick += 1
+        tick_sums, tick_count = {}, 0
+        tick_start_time, tick_start_nimg = time.perf_counter(), run.cur_nimg
+        return stats
+
+    while run.cur_nimg < run.total_nimg and (max_steps is None or steps_done < max_steps):
+        phase = run.growth.phase_at(run.cur_nimg)
+        if phase.index != run.phase.index:
+            run.previous_phase = run.phase
+            run.hook.phase_started(run=run, phase=phase)
+            run.apply_lr(phase)
+        run.phase = phase
+        run.set_phase(phase)
+
+        batch = next(batches).to(run.device, non_blocking=True)
+        if r.run.channels_last:
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        per = batch.shape[0] // d_steps
+        reals = [fade_real(batch[j * per:(j + 1) * per], phase.resolution, phase.alpha) for j in range(d_steps)]
+
+        ctx = StepContext(G=run.G, D=run.D, opt_G=run.opt_G, opt_D=run.opt_D, loss=run.loss,
+                          penalties=run.penalties, reals=reals, latent=run.latent, phase=phase,
+                          autocast=run.autocast, scaler=run.scaler, step=run.step, d_step=run.d_step,
+                          skip_nonfinite=r.run.on_nonfinite == "skip")
+        raw = strategy.step(ctx)
+        if run.scaler is not None:
+            run.scaler.update()
+        stats = _to_floats(dict(raw))
+        bad = _finite(stats) or ("gradients" if ctx.skipped else None)
+        run.cur_nimg += phase.batch_size * d_steps
+        run.step += 1
+        run.d_step += d_steps
+        steps_done += 1
+        if bad is not None:
+            if r.run.on_nonfinite == "stop":
+                where = f" (last good checkpoint: {run.last_checkpoint})" if run.last_checkpoint else ""
+                raise TrainingError(
+                    f"step {run.step} (kimg {run.cur_nimg / 1000:.3f}, {phase.resolution}px): {bad} is "
+                    f"{stats[bad]}; stopped{where}. Lower optim.lr, add a penalty, or set "
+                    f"run.on_nonfinite = \"skip\"")
+            run.skipped_steps += 1
+            if run.skipped_steps > r.run.max_skipped:
+                raise TrainingError(
+                    f"step {run.step}: {run.skipped_steps} steps skipped for non-finite losses (last: {bad}), "
+                    f"more than run.max_skipped = {r.run.max_skipped}; training diverged")
+        else:
+            e = r.ema
+            beta = ema_beta(e.decay, e.half_life_kimg, e.rampup, phase.batch_size, run.cur_nimg)
+            update_ema(run.G_ema, run.G, beta)
+            for k, v in stats.items():
+                tick_sums[k] = tick_sums.get(k, 0.0) + v
+            tick_count += 1
+        run.hook.step_finished(run=run, stats=stats)
+        if run.cur_nimg >= next_tick and run.cur_nimg < run.total_nimg:
+            stats_out = finish_tick(final=False)
+            next_tick = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
+
+    final = run.cur_nimg >= run.total_nimg
+    stats_out = finish_tick(final=final)
+    if final:
+        run.hook.run_finished(run=run, stats=stats_out)
+    return stats_out

@@ -1,0 +1,32 @@
+"""Exceptions the CLI turns into one-line messages and exit code 2 (no traceback unless --debug)."""
+
+from __future__ import annotations
+
+
+class GankitError(Exception):
+    """A user-facing error: its message is printed as is, one problem per line."""
+
+    exit_code = 2
+
+
+class RecipeError(GankitError):
+    """Every problem found in a recipe, reported at once.
+
+    ``problems`` holds one ``"<file>: <dotted.key>: <what is wrong> (<fix>)"`` line each.
+    """
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class PluginError(GankitError):
+    """A plugin could not be loaded, or two plugins registered the same component."""
+
+
+class CheckpointError(GankitError):
+    """A checkpoint file is missing, truncated, foreign, or of a newer format."""
+
+
+class TrainingError(GankitError):
+    """Training cannot go on (for example a non-finite loss with ``on_nonfinite = "stop"``)."""

@@ -1,0 +1,165 @@
+"""Every gankit hook specification.
+
+A plugin is any module or object whose functions are decorated with ``gan_kit.hookimpl`` and
+named after one of the specs below. Built-in plugins (``gan_kit.builtin.*``) use exactly the same
+hooks as third-party ones loaded from the ``gankit`` entry-point group or from a recipe's
+``plugins = [...]`` list. A function named like a hook that does not exist here is an error at
+load time (``PluginManager.check_pending``).
+
+Registration hooks are called once, when the plugin manager is built. Each receives a
+``register(name, factory)`` callback; the registry records which plugin made each call so
+``gankit list-plugins`` can show provenance. ``factory`` is a class with a nested frozen attrs
+``Options`` class (its fields are the recipe keys of that component) and is called as
+``factory(options, context)``; see ``gan_kit.components`` for the contract of each kind.
+
+Lifecycle hooks are plain events: every plugin implementing one is called, in pluggy's order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from pathlib import Path
+
+    import click
+
+    from gan_kit.engine import Run
+    from gan_kit.phase import Phase
+
+hookspec = pluggy.HookspecMarker("gankit")
+
+#: The type of the callback given to every registration hook.
+Register = Callable[[str, type], None]
+
+
+# --------------------------------------------------------------------------------------------
+# Registration hooks: components
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def register_losses(register: Register) -> None:
+    """Register adversarial losses (kind ``loss``).
+
+    A loss class provides ``d_loss(real_logits[N], fake_logits[N]) -> scalar`` and
+    ``g_loss(fake_logits[N], real_logits=None) -> scalar``, computed from raw logits.
+    Example: ``register("hinge", HingeLoss)``.
+    """
+
+
+@hookspec
+def register_penalties(register: Register) -> None:
+    """Register D regularisers (kind ``penalty``).
+
+    A penalty instance is called as ``penalty(D, real[N,C,H,W], fake[N,C,H,W], step=...)`` and
+    returns an unweighted scalar that the update strategy adds to the D objective times the
+    recipe's ``weight``. Example: ``register("r1", R1Penalty)``.
+    """
+
+
+@hookspec
+def register_update_strategies(register: Register) -> None:
+    """Register update strategies (kind ``update``).
+
+    A strategy's ``step(ctx: StepContext) -> dict[str, float]`` owns the order of forwards,
+    backwards, ``zero_grad`` and optimizer steps of one training iteration.
+    Example: ``register("d-then-g", DThenG)``.
+    """
+
+
+@hookspec
+def register_growth_schedulers(register: Register) -> None:
+    """Register growth schedulers (kind ``growth``).
+
+    A scheduler's ``phase_at(cur_nimg: int) -> Phase`` is a pure function of the number of real
+    images shown. Example: ``register("progressive", ProgressiveGrowth)``.
+    """
+
+
+@hookspec
+def register_initializers(register: Register) -> None:
+    """Register weight initializers (kind ``init``).
+
+    An initializer's ``apply(module: torch.nn.Module) -> None`` initialises every convolution
+    and linear layer in place. Example: ``register("equalized-lr", EqualizedLR)``.
+    """
+
+
+@hookspec
+def register_architectures(register: Register) -> None:
+    """Register architectures (kind ``architecture``).
+
+    An architecture's ``build(resolution: int, channels: int) -> (G, D)`` returns the generator
+    and discriminator for the final resolution. Example: ``register("pggan", PGGAN)``.
+    """
+
+
+@hookspec
+def register_datasets(register: Register) -> None:
+    """Register datasets (kind ``dataset``; the recipe table is ``[data]``).
+
+    A dataset factory's ``build(resolution: int) -> torch.utils.data.Dataset`` returns float
+    images in [-1, 1] of shape [C, H, W] at the final resolution (labels, if any, are dropped).
+    Example: ``register("digits", Digits)``.
+    """
+
+
+@hookspec
+def register_metrics(register: Register) -> None:
+    """Register evaluation metrics (kind ``metric``).
+
+    A metric's ``compute(generate, reals, device) -> dict[str, float]`` compares images from
+    ``generate(n) -> Tensor[n,C,H,W]`` against real images. Example: ``register("swd", SWD)``.
+    """
+
+
+@hookspec
+def register_commands(cli: "click.Group") -> None:
+    """Add click commands to the ``gankit`` command group.
+
+    Example: ``cli.add_command(my_command)``.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Lifecycle hooks: events of a training run
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def run_started(run: "Run") -> None:
+    """Called once after every component is built (and a checkpoint restored on resume),
+    before the first training step."""
+
+
+@hookspec
+def phase_started(run: "Run", phase: "Phase") -> None:
+    """Called when training enters a new growth phase (also for the first phase of a run and
+    of a resumed run). ``run.previous_phase`` is the phase that just ended, or None."""
+
+
+@hookspec
+def step_finished(run: "Run", stats: Mapping[str, float]) -> None:
+    """Called after every training iteration with that iteration's stats (slash-path names such
+    as ``Loss/D``, ``Loss/G``, ``Loss/D/gradient-penalty``). Keep it cheap: it is on the hot path."""
+
+
+@hookspec
+def tick_finished(run: "Run", stats: Mapping[str, Any]) -> None:
+    """Called every ``run.tick_kimg`` thousand images with the tick's averaged stats plus
+    ``Progress/kimg``, ``Progress/phase``, ``Progress/resolution``, ``Progress/alpha`` and
+    ``Timing/img_per_s``. Plugins may add entries to ``stats`` (metrics do) before reporters
+    read it: the metric plugin runs first (``tryfirst``)."""
+
+
+@hookspec
+def checkpoint_saved(run: "Run", path: "Path") -> None:
+    """Called after a checkpoint file has been written atomically to ``path``."""
+
+
+@hookspec
+def run_finished(run: "Run", stats: Mapping[str, Any]) -> None:
+    """Called once when training reaches ``run.total_kimg``, with the final tick's stats."""
