@@ -89,6 +89,9 @@ class PhaseBatchSampler(Sampler[list[int]]):
 
 
 def make_loader(dataset: Dataset, sampler: PhaseBatchSampler, num_workers: int, pin_memory: bool) -> DataLoader:
+    # A private generator: creating the loader's iterator would otherwise draw from the global
+    # torch RNG, and a resumed run (which creates it after restoring the RNG) would diverge.
     return DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
                       collate_fn=collate_images, persistent_workers=num_workers > 0,
-                      prefetch_factor=2 if num_workers > 0 else None)
+                      prefetch_factor=2 if num_workers > 0 else None,
+                      generator=torch.Generator().manual_seed(sampler.seed))

@@ -1,0 +1,162 @@
+"""The training loop: growth with kept optimizer state, per-phase batch/lr, EMA, non-finite
+losses, and a short real run (issues 2, 4)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from gan_kit import Loss, hookimpl
+from gan_kit.ema import update_ema
+from gan_kit.engine import Run, train
+from gan_kit.errors import TrainingError
+from gan_kit.recipe import load_recipe
+
+
+class Recorder:
+    """A test plugin recording what the lifecycle hooks see."""
+
+    def __init__(self):
+        self.steps = []
+        self.phases = []
+        self.opt_state_before_growth = None
+        self.growth_checks = []
+
+    @hookimpl
+    def step_finished(self, run, stats):
+        self.steps.append({"nimg": run.cur_nimg, "batch": run.phase.batch_size, "res": run.phase.resolution,
+                           "alpha": run.phase.alpha, "lr_G": run.opt_G.param_groups[0]["lr"],
+                           "lr_D": run.opt_D.param_groups[0]["lr"], "stats": dict(stats)})
+        nxt = run.growth.phase_at(run.cur_nimg)
+        if nxt.index != run.phase.index:  # the next step grows the networks: snapshot Adam's state
+            self.opt_state_before_growth = {
+                name: {id(p): {k: v.clone() for k, v in opt.state[p].items()} for p in opt.state}
+                for name, opt in (("G", run.opt_G), ("D", run.opt_D))}
+            self.opt_objects = (run.opt_G, run.opt_D)
+
+    @hookimpl
+    def phase_started(self, run, phase):
+        self.phases.append((run.cur_nimg, phase.index, phase.resolution))
+        if self.opt_state_before_growth is not None and run.previous_phase is not None:
+            assert (run.opt_G, run.opt_D) == self.opt_objects  # never rebuilt
+            for name, opt in (("G", run.opt_G), ("D", run.opt_D)):
+                saved = self.opt_state_before_growth[name]
+                for p in opt.state:
+                    for k, v in opt.state[p].items():
+                        self.growth_checks.append(torch.equal(v, saved[id(p)][k]))
+
+
+def build(path, overrides=(), extra=()):
+    recipe, plugins = load_recipe(path, list(overrides), extra_plugins=list(extra))
+    return Run(recipe, plugins)
+
+
+def test_short_run_grows_with_finite_losses_and_writes_run_dir(tiny_recipe):
+    rec = Recorder()
+    run = build(tiny_recipe, extra=[rec])
+    final = train(run)
+    assert run.cur_nimg >= 200
+    assert [p[2] for p in rec.phases] == [4, 8]  # passed through one growth
+    assert all(math.isfinite(v) for s in rec.steps for v in s["stats"].values())
+    assert {"Loss/D", "Loss/G", "Loss/D/gradient-penalty"} <= set(rec.steps[-1]["stats"])
+    out = run.out_dir
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) >= 2 and lines[-1]["Progress/final"] is True
+    assert lines[-1]["Progress/resolution"] == 8 and final["Progress/kimg"] == pytest.approx(0.2)
+    assert (out / "recipe.toml").read_text().startswith("# resolved by gankit; versions: torch ")
+    assert (out / "samples" / "final.png").is_file() and (out / "samples" / "phase-0-4px.png").is_file()
+    assert (out / "checkpoints" / "latest.pt").is_file() and (out / "checkpoints" / "phase-0-4px.pt").is_file()
+
+
+def test_adam_state_survives_growth_and_inactive_blocks_get_no_updates(tiny_recipe):
+    rec = Recorder()
+    # final 16px, but stop while still at 8px: the 16px blocks must never move
+    run = build(tiny_recipe, ["data.resolution=16", "run.total_kimg=0.12"], extra=[rec])
+    inactive = {n: p.detach().clone() for n, p in list(run.G.named_parameters()) + list(run.D.named_parameters())
+                if ".16." in n or n.endswith(".16") or "_rgb.16" in n}
+    assert inactive
+    ids_before = [id(p) for p in run.G.parameters()]
+    train(run)
+    assert rec.growth_checks and all(rec.growth_checks)
+    assert [id(p) for p in run.G.parameters()] == ids_before
+    params = dict(list(run.G.named_parameters()) + list(run.D.named_parameters()))
+    for name, value in inactive.items():
+        assert torch.equal(params[name], value), name
+        assert run.opt_G.state.get(params[name]) in (None, {}) and run.opt_D.state.get(params[name]) in (None, {})
+
+
+def test_per_resolution_batch_size_and_lr_take_effect_at_the_right_image_count(tiny_recipe):
+    rec = Recorder()
+    run = build(tiny_recipe, ["growth.batch_size={4=8, 8=4}", "growth.lr_scale={8=0.5}",
+                              "optim.g_lr=0.002", "run.total_kimg=0.1"], extra=[rec])
+    train(run)
+    # 4px stabilises for 40 images with batch 8 (5 steps), then 8px fades in with batch 4.
+    before = [s for s in rec.steps if s["nimg"] <= 40]
+    after = [s for s in rec.steps if s["nimg"] > 40]
+    assert [s["batch"] for s in before] == [8] * 5 and all(s["batch"] == 4 for s in after)
+    assert all(s["lr_G"] == 0.002 and s["lr_D"] == 0.001 for s in before)
+    assert all(s["lr_G"] == 0.001 and s["lr_D"] == 0.0005 for s in after)
+    assert rec.phases[1] == (40, 1, 8)
+    alphas = [s["alpha"] for s in after]
+    assert alphas == sorted(alphas) and alphas[0] == 0.0
+    assert alphas[1] == pytest.approx(4 / 40)
+
+
+def test_ema_decay_zero_equals_G_and_decay_one_never_changes(tiny_recipe):
+    run = build(tiny_recipe)
+    with torch.no_grad():
+        for p in run.G.parameters():
+            p.add_(torch.randn_like(p))
+        run.G.alpha.fill_(0.25)
+    frozen = {k: v.clone() for k, v in run.G_ema.state_dict().items()}
+    update_ema(run.G_ema, run.G, 1.0)
+    for k, v in run.G_ema.state_dict().items():
+        if k != "alpha":
+            assert torch.equal(v, frozen[k])
+    update_ema(run.G_ema, run.G, 0.0)
+    for (k, v), (_, w) in zip(run.G_ema.state_dict().items(), run.G.state_dict().items()):
+        assert torch.equal(v, w), k
+
+
+class NaNLoss(Loss):
+    """hinge, but non-finite from the 4th D loss on"""
+
+    calls = 0
+
+    def d_loss(self, real_logits, fake_logits):
+        NaNLoss.calls += 1
+        loss = torch.relu(1 - real_logits).mean() + torch.relu(1 + fake_logits).mean()
+        return loss * float("nan") if NaNLoss.calls >= 4 else loss
+
+    def g_loss(self, fake_logits, real_logits=None):
+        return -fake_logits.mean()
+
+
+class NaNPlugin:
+    @hookimpl
+    def register_losses(self, register):
+        register("nan-after-3", NaNLoss)
+
+
+def test_nonfinite_stop_names_step_and_leaves_checkpoint(tiny_recipe):
+    NaNLoss.calls = 0
+    run = build(tiny_recipe, ["loss.name=nan-after-3", "run.snapshot_ticks=1"], extra=[NaNPlugin()])
+    run.save_checkpoint("latest")
+    before = (run.out_dir / "checkpoints" / "latest.pt").read_bytes()
+    with pytest.raises(TrainingError, match=r"step 4 \(kimg 0\.032, 4px\): Loss/D is nan; stopped"):
+        train(run)
+    assert (run.out_dir / "checkpoints" / "latest.pt").read_bytes() == before
+
+
+def test_nonfinite_skip_counts_keeps_weights_finite_and_is_bounded(tiny_recipe):
+    NaNLoss.calls = 0
+    run = build(tiny_recipe, ["loss.name=nan-after-3", "run.on_nonfinite=skip", "run.max_skipped=5"],
+                extra=[NaNPlugin()])
+    with pytest.raises(TrainingError, match="6 steps skipped for non-finite losses"):
+        train(run)
+    assert run.skipped_steps == 6
+    for p in list(run.D.parameters()) + list(run.G_ema.parameters()):
+        assert torch.isfinite(p).all()
