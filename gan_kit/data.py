@@ -61,9 +61,11 @@ class PhaseBatchSampler(Sampler[list[int]]):
     """Yields, for every training iteration, this process's indices of ``d_steps`` batches.
 
     ``batch_for(position) -> (global_batch_size, d_steps)`` comes from the growth schedule at
-    the iteration's first image. Each of the ``d_steps`` global batches is split contiguously
-    across ``world_size`` processes; the stream position advances by the global amount, so it
-    equals ``cur_nimg`` and resumes exactly from a checkpoint, whatever the process count.
+    the iteration's first image. Each of the ``d_steps`` global batches is split across
+    ``world_size`` processes with stride ``world_size`` (process r takes samples r, r + W, ...),
+    which keeps the strided minibatch-stddev groups of a one-process run. The stream position
+    advances by the global amount, so it equals ``cur_nimg`` and resumes exactly from a
+    checkpoint, whatever the process count.
     """
 
     def __init__(self, n: int, seed: int, start: int, batch_for: Callable[[int], tuple[int, int]],
@@ -75,12 +77,10 @@ class PhaseBatchSampler(Sampler[list[int]]):
         position = self.position
         while True:
             batch, d_steps = self.batch_for(position)
-            per_rank = batch // self.world_size
             idx = index_at(self.n, self.seed, position, batch * d_steps)
             mine: list[int] = []
             for j in range(d_steps):
-                lo = j * batch + self.rank * per_rank
-                mine.extend(idx[lo:lo + per_rank])
+                mine.extend(idx[j * batch:(j + 1) * batch][self.rank::self.world_size])
             position += batch * d_steps
             yield mine
 

@@ -67,8 +67,10 @@ class Run:
         self.registry = plugins.registry
         self.options = recipe.run
         self.out_dir = Path(out_dir or recipe.run.out_dir)
-        self.device = resolve_device(recipe.run.device)
         self.rank, self.world_size = _distributed()
+        self.device = resolve_device(recipe.run.device)
+        if self.world_size > 1 and self.device.type == "cuda":
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         self.is_main = self.rank == 0
         self.state: dict[str, Any] = {}
         self.total_nimg = int(round(recipe.run.total_kimg * 1000))
@@ -118,8 +120,18 @@ class Run:
         if r.run.channels_last:
             self.G.to(memory_format=torch.channels_last)
             self.D.to(memory_format=torch.channels_last)
+        if self.world_size > 1:
+            from gan_kit.distributed import broadcast_parameters
+
+            broadcast_parameters(self.G, self.D)
         self.G_ema = make_ema(self.G)
         self.latent_dim = int(getattr(self.G, "latent_dim"))
+        # The networks the strategies call: compiled when asked; penalties keep the eager D
+        # (double backward is not supported through compiled graphs).
+        if r.run.compile:
+            self.G_train, self.D_train = torch.compile(self.G), torch.compile(self.D)
+        else:
+            self.G_train, self.D_train = self.G, self.D
 
         o = r.optim
         self.g_lr = o.g_lr if o.g_lr is not None else o.lr
@@ -140,18 +152,44 @@ class Run:
         self.scaler = None
         if precision == "fp16":
             self.scaler = torch.amp.GradScaler(self.device.type)
-        if precision in ("bf16", "fp16") and self.device.type == "cuda":
+        if precision in ("bf16", "fp16"):
             dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-            self.autocast = lambda: torch.autocast("cuda", dtype=dtype)
-        elif precision == "bf16":
-            self.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+            device_type = self.device.type
+            self.autocast = lambda: torch.autocast(device_type, dtype=dtype)
         else:
             self.autocast = contextlib.nullcontext
+        self._check_batches()
 
         # Fixed latents for sample grids come from their own generator so that drawing them never
         # moves the training RNG (exact resume).
         gen = torch.Generator().manual_seed(r.run.seed + 12345)
         self.fixed_z = torch.randn(r.run.sample_grid, self.latent_dim, generator=gen)
+
+    def phases(self) -> list[Phase]:
+        """Every phase the schedule visits before ``total_nimg`` (first image of each)."""
+        out, nimg = [], 0
+        while nimg < max(self.total_nimg, 1):
+            ph = self.growth.phase_at(nimg)
+            out.append(ph)
+            if ph.end_nimg == math.inf:
+                break
+            nimg = int(ph.end_nimg)
+        return out
+
+    def _check_batches(self) -> None:
+        """Global batches must split evenly over the processes, and each process's batch must
+        suit the architecture (``Architecture.batch_problem``, e.g. PGGAN's minibatch-stddev group)."""
+        check = getattr(self.arch, "batch_problem", None)
+        for ph in self.phases():
+            if ph.batch_size % self.world_size:
+                raise GankitError(
+                    f"{self.recipe.path}: growth.batch_size: {ph.batch_size} at {ph.resolution}px does not divide "
+                    f"across {self.world_size} processes (use a multiple of {self.world_size})")
+            per_rank = ph.batch_size // self.world_size
+            msg = check(per_rank) if check is not None else None
+            if msg:
+                raise GankitError(f"{self.recipe.path}: architecture: {msg} (the per-process batch at "
+                                  f"{ph.resolution}px: {ph.batch_size} over {self.world_size} processes)")
 
     def _optimizer(self, net: nn.Module, lr: float) -> torch.optim.Optimizer:
         o = self.recipe.optim
@@ -166,7 +204,10 @@ class Run:
     # --------------------------------------------------------------------------- helpers --
 
     def latent(self, n: int) -> torch.Tensor:
-        return torch.randn(n, self.latent_dim, device=self.device)
+        """Latents ``z[n, latent_dim]`` for this process: drawn for all processes together and
+        sliced ``[rank::world_size]`` (see gan_kit.distributed)."""
+        z = torch.randn(n * self.world_size, self.latent_dim, device=self.device)
+        return z[self.rank::self.world_size] if self.world_size > 1 else z
 
     def set_phase(self, phase: Phase) -> None:
         for net in (self.G, self.D, self.G_ema):
@@ -384,13 +425,18 @@ def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None)
         per = batch.shape[0] // d_steps
         reals = [fade_real(batch[j * per:(j + 1) * per], phase.resolution, phase.alpha) for j in range(d_steps)]
 
-        ctx = StepContext(G=run.G, D=run.D, opt_G=run.opt_G, opt_D=run.opt_D, loss=run.loss,
+        ctx = StepContext(G=run.G_train, D=run.D_train, opt_G=run.opt_G, opt_D=run.opt_D, loss=run.loss,
                           penalties=run.penalties, reals=reals, latent=run.latent, phase=phase,
                           autocast=run.autocast, scaler=run.scaler, step=run.step, d_step=run.d_step,
-                          skip_nonfinite=r.run.on_nonfinite == "skip")
+                          skip_nonfinite=r.run.on_nonfinite == "skip", rank=run.rank,
+                          world_size=run.world_size, D_penalty=run.D)
         raw = strategy.step(ctx)
         if run.scaler is not None:
-            run.scaler.update()
+            run.scaler.update()  # once per iteration, after both networks' steps
+        if run.world_size > 1:
+            from gan_kit.distributed import broadcast_buffers
+
+            broadcast_buffers(run.G, run.D)
         stats = _to_floats(dict(raw))
         bad = _finite(stats) or ("gradients" if ctx.skipped else None)
         run.cur_nimg += phase.batch_size * d_steps

@@ -188,6 +188,13 @@ class PGGAN(Architecture):
                                                f"(choose a batch that is a multiple of {g}, or another group size)")
                     break
 
+    def batch_problem(self, batch: int) -> str | None:
+        """Why a per-process batch of ``batch`` images cannot be used, or None."""
+        g = self.options.mbstd_group_size
+        if g > 0 and batch >= g and batch % g:
+            return f"mbstd_group_size {g} does not divide the batch {batch}"
+        return None
+
     def nf(self, res: int) -> int:
         o = self.options
         return int(min(max(o.fmap_base // res, o.fmap_min), o.fmap_max))
