@@ -158,6 +158,11 @@ class Architecture(ComponentBase):
     def build(self, resolution: int, channels: int) -> tuple[nn.Module, nn.Module]:
         raise NotImplementedError
 
+    def batch_problem(self, batch: int) -> str | None:
+        """Why D cannot take a per-process batch of ``batch`` images (checked for every phase
+        before training, e.g. a minibatch-stddev group that does not divide it), or None."""
+        return None
+
 
 class DatasetFactory(ComponentBase):
     """``build(resolution) -> Dataset`` of float images in [-1, 1], shape [C, H, W]."""
@@ -212,6 +217,15 @@ class StepContext:
     d_step: int = 0
     skip_nonfinite: bool = False
     skipped: bool = False
+    rank: int = 0
+    world_size: int = 1
+    D_penalty: nn.Module | None = None
+
+    def batch_rand(self, n: int, *shape: int, device: torch.device | None = None) -> torch.Tensor:
+        """``torch.rand(n, *shape)`` for this process's ``n`` samples: drawn at the global batch
+        size and sliced ``[rank::world_size]``, so a run matches across process counts."""
+        x = torch.rand(n * self.world_size, *shape, device=device)
+        return x[self.rank::self.world_size] if self.world_size > 1 else x
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, through the GradScaler when one is in use."""
@@ -225,6 +239,10 @@ class StepContext:
         With ``skip_nonfinite`` (recipe ``run.on_nonfinite = "skip"``) a step whose gradients
         hold NaN/inf is not taken and ``skipped`` is set (one device sync per call).
         """
+        if self.world_size > 1:
+            from gan_kit.distributed import all_reduce_grads
+
+            all_reduce_grads((p for g in opt.param_groups for p in g["params"]), self.world_size)
         if self.scaler is not None:
             self.scaler.step(opt)  # the scaler already skips steps with inf/NaN gradients
             return
@@ -242,15 +260,19 @@ def d_objective(
     fake: torch.Tensor,
     *,
     d_step: int | None = None,
+    fake_logits: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The D objective ``d_loss(D(real), D(fake)) + sum(weight * penalty)`` and its stats.
 
     ``fake`` should carry no graph to G (made under no_grad or detached) unless the caller
     wants G gradients. Penalties whose ``applies_at(d_step)`` is False are skipped.
+    ``fake_logits``: D's logits ``[N]`` for ``fake`` when the caller already has them (a strategy
+    that shares one D forward between the D and G objectives); D is then not run on ``fake``.
     """
     with ctx.autocast():
         real_logits = ctx.D(real)
-        fake_logits = ctx.D(fake)
+        if fake_logits is None:
+            fake_logits = ctx.D(fake)
     loss = ctx.loss.d_loss(real_logits.float(), fake_logits.float())
     stats: dict[str, torch.Tensor] = {
         "Loss/D": loss.detach(),
@@ -262,7 +284,9 @@ def d_objective(
     for wp in ctx.penalties:
         if not wp.penalty.applies_at(step):
             continue
-        value = wp.penalty(ctx.D, real, fake, ctx=ctx)
+        # Penalties take input gradients with create_graph; they run on the eager D when D is
+        # compiled (torch.compile's AOTAutograd has no double backward).
+        value = wp.penalty(ctx.D_penalty if ctx.D_penalty is not None else ctx.D, real, fake, ctx=ctx)
         total = total + wp.weight * value
         stats[f"Loss/D/{wp.name}"] = value.detach()
     return total, stats

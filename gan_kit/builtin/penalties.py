@@ -49,10 +49,14 @@ class GradientPenalty(Penalty):
 
     @attrs.frozen
     class Options:
-        target: float = option(1.0, help="Target gradient norm (1 in WGAN-GP; PGGAN's CIFAR runs used 750).")
+        target: float = option(1.0, help="Target gradient norm (1 in WGAN-GP; PGGAN's CIFAR runs used 750).",
+                               validator=lambda v: None if v >= 0 else f"must be >= 0, got {v}")
 
     def __call__(self, D, real, fake, ctx=None):
-        eps = torch.rand(real.shape[0], *([1] * (real.dim() - 1)), device=real.device, dtype=torch.float32)
+        shape = (real.shape[0], *([1] * (real.dim() - 1)))
+        # ctx.batch_rand draws for the global batch and keeps this process's slice, so a
+        # multi-process run uses the same interpolates as a one-process run.
+        eps = ctx.batch_rand(*shape, device=real.device) if ctx is not None else torch.rand(shape, device=real.device)
         x_hat = torch.lerp(fake.detach().float(), real.detach().float(), eps)
         norm = per_sample_norm(input_gradients(D, x_hat, ctx))
         return (norm - self.options.target).square().mean()
