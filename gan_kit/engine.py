@@ -431,14 +431,25 @@ def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None)
                           skip_nonfinite=r.run.on_nonfinite == "skip", rank=run.rank,
                           world_size=run.world_size, D_penalty=run.D)
         raw = strategy.step(ctx)
+        scaler_skipped = False
         if run.scaler is not None:
+            scale = run.scaler.get_scale()
             run.scaler.update()  # once per iteration, after both networks' steps
+            # A lower scale means the scaler found inf/NaN gradients and skipped the step: the
+            # normal fp16 overflow handling, not divergence, unless the scale collapses.
+            scaler_skipped = run.scaler.get_scale() < scale
+            if run.scaler.get_scale() < 1e-6:
+                raise TrainingError(f"step {run.step + 1}: the fp16 loss scale collapsed to "
+                                    f"{run.scaler.get_scale():.3g}; training diverged (try precision = \"bf16\")")
         if run.world_size > 1:
             from gan_kit.distributed import broadcast_buffers
 
             broadcast_buffers(run.G, run.D)
         stats = _to_floats(dict(raw))
         bad = _finite(stats) or ("gradients" if ctx.skipped else None)
+        if scaler_skipped:
+            run.scaler_skips = getattr(run, "scaler_skips", 0) + 1
+            bad = None
         run.cur_nimg += phase.batch_size * d_steps
         run.step += 1
         run.d_step += d_steps
@@ -455,7 +466,7 @@ def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None)
                 raise TrainingError(
                     f"step {run.step}: {run.skipped_steps} steps skipped for non-finite losses (last: {bad}), "
                     f"more than run.max_skipped = {r.run.max_skipped}; training diverged")
-        else:
+        elif not scaler_skipped:
             e = r.ema
             beta = ema_beta(e.decay, e.half_life_kimg, e.rampup, phase.batch_size, run.cur_nimg)
             update_ema(run.G_ema, run.G, beta)
