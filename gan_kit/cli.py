@@ -31,10 +31,12 @@ def _print_error(e: BaseException) -> None:
 def user_errors(fn):
     """Add ``--debug`` and turn GankitError into one-line messages with exit code 2."""
 
-    @click.option("--debug", is_flag=True, help="Show full tracebacks.")
+    @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
     @functools.wraps(fn)
     def wrapper(*args, debug: bool = False, **kwargs):
-        debug = debug or bool(os.environ.get("GANKIT_DEBUG"))
+        ctx = click.get_current_context(silent=True)
+        group_debug = bool(ctx and ctx.find_root().meta.get("gankit.debug"))
+        debug = debug or group_debug or os.environ.get("GANKIT_DEBUG", "") not in ("", "0")
         try:
             return fn(*args, **kwargs)
         except GankitError as e:
@@ -57,9 +59,33 @@ def user_errors(fn):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="gankit")
-def cli() -> None:
-    """Train GANs from a TOML recipe. Every component is a plugin: see `gankit list-plugins`."""
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=lambda c, p, v: _version(c, v),
+              help="Show the versions of gankit, torch and Python, and exit.")
+@click.option("--debug", is_flag=True, help="Show full tracebacks for every command.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Train GANs from a TOML recipe. Every component is a plugin: see `gankit list-plugins`.
+
+    Errors print as one line each (`<file>: <key>: <what> (<fix>)`) and exit with code 2;
+    --debug (or GANKIT_DEBUG=1) shows the traceback instead.
+    """
+    ctx.meta["gankit.debug"] = debug
+
+
+def _version(ctx: click.Context, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    import platform
+
+    import torch
+
+    click.echo(f"gankit {__version__} (torch {torch.__version__}, Python {platform.python_version()})")
+    ctx.exit()
+
+
+def _warn_broken(plugins) -> None:
+    for b in plugins.broken:
+        click.echo(f"warning: {b} (gankit list-plugins marks it; fix or uninstall it)", err=True)
 
 
 # ------------------------------------------------------------------------------------ run ----
@@ -92,6 +118,7 @@ def run(recipe: Path, out_dir: Path | None, overrides: tuple[str, ...], resume: 
         distributed.init()
     try:
         r, plugins = load_recipe(recipe, list(overrides))
+        _warn_broken(plugins)
         if out_dir is not None:
             r = attrs.evolve(r, run=attrs.evolve(r.run, out_dir=str(out_dir)))
         the_run = Run(r, plugins)
@@ -140,27 +167,43 @@ def _print_plan(run) -> None:
 
 
 def _option_rows(options_cls) -> list[dict]:
-    from gan_kit.options import describe_type, option_fields
+    """Every option of an Options class: name, type (TOML terms), default (None if required), help."""
+    from gan_kit.options import describe_type, field_default, option_fields
 
     rows = []
     for f in option_fields(options_cls):
-        default = f.default
-        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            default = default.factory()
+        default = field_default(f)
         rows.append({"name": f.name, "type": describe_type(f.type),
                      "default": default if default is not attrs.NOTHING else None,
+                     "required": default is attrs.NOTHING,
                      "help": f.metadata.get("help", "")})
     return rows
 
 
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
 @cli.command("list-plugins")
-@click.option("--kind", type=click.Choice(["loss", "penalty", "update", "growth", "init", "architecture",
-                                           "dataset", "metric"]), default=None, help="Only this kind.")
+@click.option("--kind", type=click.Choice(list(__import__("gan_kit.registry", fromlist=["KINDS"]).KINDS)),
+              default=None, help="Only components of this kind.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.option("-v", "--verbose", is_flag=True, help="Also print every option with type, default and help.")
 @user_errors
 def list_plugins(kind: str | None, as_json: bool, verbose: bool) -> None:
-    """List every registered component and the plugin that registered it."""
+    """List every registered component and the plugin that registered it.
+
+    Plugins that failed to import are listed too, marked broken, with their error.
+    """
+    from gan_kit.options import toml_value
     from gan_kit.plugins import build_plugins
 
     plugins = build_plugins()
@@ -168,23 +211,26 @@ def list_plugins(kind: str | None, as_json: bool, verbose: bool) -> None:
     if as_json:
         out = []
         for c in comps:
-            item = {"kind": c.kind, "name": c.name, "plugin": c.plugin, "summary": c.summary}
+            item = {"kind": c.kind, "name": c.name, "plugin": c.plugin, "summary": c.summary, "broken": False}
             if verbose:
-                item["options"] = _option_rows(c.Options)
+                item["options"] = _jsonable(_option_rows(c.Options))
             out.append(item)
         for b in plugins.broken:
             out.append({"kind": None, "name": b.name, "plugin": b.source, "summary": "", "broken": True,
                         "error": b.error})
-        click.echo(json.dumps(out, indent=2, default=repr))
+        click.echo(json.dumps(out, indent=2))
         return
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 200)
     table = Table(title="gankit components")
-    table.add_column("kind", no_wrap=True)
+    table.add_column("kind", no_wrap=True, min_width=6)
     table.add_column("name", no_wrap=True)
     table.add_column("plugin", no_wrap=True)
-    table.add_column("summary", no_wrap=True, overflow="ellipsis")
+    table.add_column("summary", no_wrap=True, overflow="ellipsis", max_width=100)
     for c in comps:
         table.add_row(c.kind, c.name, c.plugin, c.summary)
+    for b in plugins.broken:
+        dist, _, entry_point = b.source.partition(", ")
+        table.add_row("[bold red]BROKEN[/]", b.name, dist, f"[red]{b.error}[/] ({entry_point})")
     console.print(table)
     if verbose:
         for c in comps:
@@ -193,10 +239,11 @@ def list_plugins(kind: str | None, as_json: bool, verbose: bool) -> None:
                 continue
             t = Table("option", "type", "default", "help", title=f"{c.kind} {c.name}", title_justify="left")
             for row in rows:
-                t.add_row(row["name"], row["type"], repr(row["default"]), row["help"])
+                t.add_row(row["name"], row["type"], "(required)" if row["required"] else toml_value(row["default"]),
+                          row["help"])
             console.print(t)
     for b in plugins.broken:
-        err_console.print(f"[bold red]BROKEN plugin[/] {b.name} ({b.source}): {b.error}", markup=True)
+        click.echo(f"warning: {b}", err=True)
 
 
 # ---------------------------------------------------------------------------------- recipe ----
@@ -212,11 +259,15 @@ def recipe() -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value.")
 @user_errors
 def recipe_show(path: Path, overrides: tuple[str, ...]) -> None:
-    """Print the resolved recipe as TOML, every default filled in."""
+    """Print the resolved recipe as TOML: extends merged, --set applied, every default filled in.
+
+    The output is a recipe itself: loading it gives the same recipe.
+    """
     from gan_kit.recipe import load_recipe, recipe_to_toml
 
-    r, _ = load_recipe(path, list(overrides))
-    click.echo(recipe_to_toml(r), nl=False)
+    r, plugins = load_recipe(path, list(overrides))
+    _warn_broken(plugins)
+    click.echo(recipe_to_toml(r, f"# {path} resolved by gankit {__version__}"), nl=False)
 
 
 @recipe.command("check")
@@ -227,7 +278,8 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
     """Exit 0 if the recipe is valid, else print every problem and exit 2."""
     from gan_kit.recipe import load_recipe
 
-    load_recipe(path, list(overrides))
+    _, plugins = load_recipe(path, list(overrides))
+    _warn_broken(plugins)
     click.echo(f"{path}: ok")
 
 
@@ -238,7 +290,7 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-n", "num", type=click.IntRange(1), default=64, show_default=True, help="Number of images.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the latents.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("samples.png"),
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("grid.png"),
               show_default=True, help="PNG file for the grid.")
 @user_errors
 def sample(checkpoint: Path, num: int, seed: int, out: Path) -> None:
@@ -260,16 +312,31 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path) -> None:
     click.echo(f"wrote {num} images at {phase.resolution}px (alpha {phase.alpha:.2f}) to {out}")
 
 
+from gan_kit.evaluate import eval_command  # noqa: E402
+
+cli.add_command(eval_command, "eval")
+
+from gan_kit.report import report  # noqa: E402
+
+cli.add_command(report)
+
+from gan_kit.bench import bench  # noqa: E402
+cli.add_command(bench)
+
+
 def main() -> None:
-    """Console-script entry point: add plugin commands, then run the click group."""
+    """Console-script entry point: add plugin commands, then run the click group.
+
+    If the plugins cannot be built (a duplicate component, a misspelled hook), their commands are
+    skipped here and every command that needs the plugins reports the error itself, so
+    ``--help`` and ``--version`` keep working.
+    """
     try:
         from gan_kit.plugins import build_plugins
 
         plugins = build_plugins()
         plugins.hook.register_commands(cli=cli)
-    except GankitError as e:
+    except GankitError:
         if "--debug" in sys.argv:
             raise
-        _print_error(e)
-        sys.exit(e.exit_code)
     cli(prog_name="gankit")

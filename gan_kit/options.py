@@ -8,7 +8,9 @@ Every component declares a frozen attrs class whose fields are its recipe keys::
 
 ``convert(value, type)`` turns TOML values into the declared type (an integer where a float is
 declared, an array where a tuple is declared, a table keyed by strings where ``dict[int, ...]`` is
-declared) and raises ``ValueError`` with a short reason otherwise.
+declared) and raises ``ValueError`` with a short reason otherwise. TOML has no null: where a
+field's type allows ``None``, the string ``"none"`` stands for it (useful with ``--set`` to undo a
+value set by an ``extends`` base).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Literal, Union
 
 import attrs
 
-__all__ = ["option", "convert", "describe_type", "option_fields"]
+__all__ = ["option", "convert", "ConvertError", "describe_type", "option_fields", "toml_value", "toml_key", "field_default"]
 
 _MISSING = attrs.NOTHING
 
@@ -45,15 +47,28 @@ def option_fields(options_cls: type) -> tuple[attrs.Attribute, ...]:
     return attrs.fields(options_cls)
 
 
+class ConvertError(ValueError):
+    """A value that cannot be converted; ``path`` leads from the option to the bad item
+    (table keys and array indexes), empty when the option's value itself is wrong."""
+
+    def __init__(self, msg: str, path: tuple = ()):
+        super().__init__(msg)
+        self.path = path
+
+
+_TOML_NAMES = {bool: "boolean", int: "integer", float: "float", str: "string"}
+
+
 def describe_type(tp: Any) -> str:
-    """A short human name of a declared type: ``float``, ``int | None``, ``dict[int, int]``."""
+    """A short name of a declared type in TOML terms: ``float``, ``integer | none``,
+    ``table integer -> integer``, ``array of float``."""
     origin = typing.get_origin(tp)
     if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
+        return " | ".join(toml_value(a) for a in typing.get_args(tp))
     if origin in (Union, types.UnionType):
         return " | ".join(describe_type(a) for a in typing.get_args(tp))
     if tp is type(None):
-        return "None"
+        return "none"
     if origin in (tuple, list):
         args = typing.get_args(tp)
         inner = describe_type(args[0]) if args else "any"
@@ -61,6 +76,8 @@ def describe_type(tp: Any) -> str:
     if origin is dict:
         k, v = typing.get_args(tp)
         return f"table {describe_type(k)} -> {describe_type(v)}"
+    if tp in _TOML_NAMES:
+        return _TOML_NAMES[tp]
     if isinstance(tp, type):
         return tp.__name__
     return str(tp)
@@ -80,60 +97,74 @@ def convert(value: Any, tp: Any) -> Any:
         allowed = typing.get_args(tp)
         if value in allowed and type(value) is type(allowed[0]):
             return value
-        raise ValueError(f"expected one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
+        raise ValueError(f"expected one of {', '.join(toml_value(a) for a in allowed)}, got {_tname(value)} {toml_value(value)}")
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
-        # TOML has no null; None is only ever the default, but accept "none" for clarity.
-        errors = []
+        optional = type(None) in args
+        if value is None and optional:
+            return None
+        if optional and isinstance(value, str) and value.lower() == "none" and str not in args:
+            return None
+        shaped = None  # the error of the arm with the value's own shape (table / array)
         for a in args:
             if a is type(None):
-                if value is None:
-                    return None
                 continue
             try:
                 return convert(value, a)
             except ValueError as e:
-                errors.append(str(e))
-        raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {value!r}")
+                arm = typing.get_origin(a)
+                if (isinstance(value, dict) and arm is dict) or (isinstance(value, list) and arm in (list, tuple)):
+                    shaped = e
+        if shaped is not None:
+            raise shaped
+        raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {toml_value(value)}")
     if tp is type(None):
         if value is None:
             return None
-        raise ValueError(f"expected None, got {value!r}")
+        raise ValueError(f"expected none, got {_tname(value)} {toml_value(value)}")
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ValueError(f"expected boolean, got {_tname(value)} {value!r}")
+        raise ValueError(f"expected boolean, got {_tname(value)} {toml_value(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise ValueError(f"expected integer, got {_tname(value)} {value!r}")
+        raise ValueError(f"expected integer, got {_tname(value)} {toml_value(value)}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             f = float(value)
             if math.isnan(f):
                 raise ValueError("expected a number, got nan")
             return f
-        raise ValueError(f"expected float, got {_tname(value)} {value!r}")
+        raise ValueError(f"expected float, got {_tname(value)} {toml_value(value)}")
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ValueError(f"expected string, got {_tname(value)} {value!r}")
+        raise ValueError(f"expected string, got {_tname(value)} {toml_value(value)}")
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {value!r}")
+            raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {toml_value(value)}")
         args = typing.get_args(tp)
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(value) != len(args):
-                raise ValueError(f"expected an array of {len(args)} items, got {len(value)}")
-            return tuple(convert(v, a) for v, a in zip(value, args))
+                raise ValueError(f"expected an array of {len(args)} items, got {len(value)}: {toml_value(value)}")
         inner = args[0] if args else Any
-        out = [convert(v, inner) for v in value]
+        out = []
+        for i, v in enumerate(value):
+            if origin is tuple and args and args[-1] is not Ellipsis:
+                inner = args[i]
+            try:
+                out.append(convert(v, inner))
+            except ConvertError as e:
+                raise ConvertError(str(e), (i, *e.path)) from None
+            except ValueError as e:
+                raise ConvertError(str(e), (i,)) from None
         return tuple(out) if origin is tuple else out
     if origin is dict:
         if not isinstance(value, dict):
-            raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {value!r}")
+            raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {toml_value(value)}")
         kt, vt = typing.get_args(tp)
         out = {}
         for k, v in value.items():
@@ -141,14 +172,57 @@ def convert(value: Any, tp: Any) -> Any:
                 try:
                     key = int(k)
                 except (TypeError, ValueError):
-                    raise ValueError(f"table key {k!r} is not an integer") from None
+                    raise ConvertError(f"table key {toml_value(k)} is not an integer") from None
             else:
                 key = convert(k, kt)
             try:
                 out[key] = convert(v, vt)
+            except ConvertError as e:
+                raise ConvertError(str(e), (k, *e.path)) from None
             except ValueError as e:
-                raise ValueError(f"at key {k}: {e}") from None
+                raise ConvertError(str(e), (k,)) from None
         return out
     if isinstance(tp, type) and isinstance(value, tp):
         return value
-    raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {value!r}")
+    raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {toml_value(value)}")
+
+
+def toml_value(value: Any) -> str:
+    """``value`` written as one-line TOML (for messages and fixes): ``0``, ``"auto"``, ``[0.0, 0.99]``,
+    ``{ 4 = 64, 8 = 32 }``; ``None`` is written ``"none"``."""
+    import tomli_w
+
+    if value is None:
+        return '"none"'
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    try:
+        return tomli_w.dumps({"v": value}).strip()[4:]
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def toml_key(key: Any) -> str:
+    """A TOML key: bare when it can be (``lr``, ``16``, ``fade-kimg``), else a quoted string."""
+    import re
+
+    text = str(key)
+    return text if re.fullmatch(r"[A-Za-z0-9_-]+", text) else toml_value(text)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def field_default(f: attrs.Attribute) -> Any:
+    """The default of an option field (a factory is called), or ``attrs.NOTHING`` if required."""
+    default = f.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        return default.factory()
+    return default

@@ -21,7 +21,7 @@ import pluggy
 
 from gan_kit import hookspecs
 from gan_kit.errors import PluginError
-from gan_kit.registry import KINDS, Registry
+from gan_kit.registry import KINDS, Registry, suggest
 
 ENTRY_POINT_GROUP = "gankit"
 
@@ -37,17 +37,25 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.datasets",
     "gan_kit.builtin.metrics",
     "gan_kit.builtin.reporting",
+    "gan_kit.builtin.tensorboard",
     "gan_kit.builtin.checkpointing",
 )
 
 
 @attrs.frozen
 class BrokenPlugin:
-    """A plugin that failed to load: where it came from and the error it raised."""
+    """An entry-point plugin that failed to import: its entry point, distribution and error.
+
+    ``name``: the entry point's name; ``source``: ``"<dist> <version>, entry point gankit: <name> =
+    <value>"``; ``error``: ``"<ExceptionType>: <message>"``.
+    """
 
     name: str
     source: str
     error: str
+
+    def __str__(self) -> str:
+        return f"plugin {self.name} ({self.source}) failed to load: {self.error}"
 
 
 @attrs.define
@@ -57,15 +65,23 @@ class Plugins:
     pm: pluggy.PluginManager
     registry: Registry
     broken: list[BrokenPlugin]
-    sources: dict[str, str]  # plugin name -> "built-in" or "dist x.y.z" or a recipe path
+    sources: dict[str, str]  # plugin name -> its module, "<dist> <version>" or "recipe plugin <spec>"
 
     @property
     def hook(self) -> Any:
         return self.pm.hook
 
 
+def autoload_disabled() -> bool:
+    """True when ``GANKIT_DISABLE_PLUGIN_AUTOLOAD`` is set to anything but ``""``, ``0``, ``false``, ``no``."""
+    value = os.environ.get("GANKIT_DISABLE_PLUGIN_AUTOLOAD", "")
+    return value.strip().lower() not in ("", "0", "false", "no")
+
+
 def _load_module(spec: str, base_dir: Path | None) -> ModuleType:
     """Import ``spec``: a dotted module name or a path to a ``.py`` file (relative to base_dir)."""
+    if not spec:
+        raise ValueError("empty plugin name")
     if spec.endswith(".py") or "/" in spec or os.sep in spec:
         path = Path(spec)
         if not path.is_absolute() and base_dir is not None:
@@ -76,11 +92,31 @@ def _load_module(spec: str, base_dir: Path | None) -> ModuleType:
         mspec = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(mspec)
         sys.modules[mod_name] = module
-        mspec.loader.exec_module(module)
+        try:
+            mspec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[mod_name]
+            raise
         return module
     return importlib.import_module(spec)
 
 
+def _hook_names() -> list[str]:
+    return sorted(n for n in dir(hookspecs) if getattr(getattr(hookspecs, n), "gankit_spec", None) is not None)
+
+
+def _validate(pm: pluggy.PluginManager, plugin: Any, source: str) -> None:
+    """Raise ``PluginError`` for a hook implementation whose name is no gankit hook."""
+    names = _hook_names()
+    for caller in pm.get_hookcallers(plugin) or ():
+        if caller.has_spec():
+            continue
+        if all(impl.optionalhook for impl in caller.get_hookimpls() if impl.plugin is plugin):
+            continue
+        raise PluginError(
+            f"plugin {source}: {caller.name!r} is not a gankit hook{suggest(caller.name, names)} "
+            f"(rename the @hookimpl function; hooks: {', '.join(names)})")
+    pm.check_pending()
 
 
 def build_plugins(
@@ -89,14 +125,19 @@ def build_plugins(
     recipe_plugins: Iterable[str] = (),
     recipe_dir: Path | None = None,
     load_entry_points: bool | None = None,
+    failed: list[tuple[int, str, str]] | None = None,
 ) -> Plugins:
     """Build a plugin manager and its registry.
 
-    ``extra``: plugin objects (modules, classes or instances) to register after the built-ins,
-    for tests and embedding. ``recipe_plugins``: the recipe's ``plugins = [...]`` entries.
-    Raises ``PluginError`` for a misspelled hook name, a recipe plugin that fails to import, or a
-    duplicate (kind, name). An entry-point plugin that fails to import is recorded in ``broken``
-    instead, so the rest still works.
+    Order: the built-ins, the ``gankit`` entry points (unless ``load_entry_points`` is False, or
+    None and ``GANKIT_DISABLE_PLUGIN_AUTOLOAD`` is set), ``extra`` plugin objects (modules,
+    classes or instances, for tests and embedding), then the recipe's ``plugins = [...]``
+    entries (module names or ``.py`` paths relative to ``recipe_dir``).
+
+    Raises ``PluginError`` for a misspelled hook name, a duplicate (kind, name), or a recipe
+    plugin that fails to import when ``failed`` is None (given a list, such failures are appended
+    to it as ``(index, spec, error)`` and the rest is built). An entry-point plugin that fails to
+    import is recorded in ``broken`` instead, so everything else still works.
     """
     pm = pluggy.PluginManager("gankit")
     pm.add_hookspecs(hookspecs)
@@ -107,43 +148,58 @@ def build_plugins(
     broken: list[BrokenPlugin] = []
 
     def add(plugin: Any, name: str, source: str) -> None:
-        pm.register(plugin, name=name)
         try:
-            pm.check_pending()
+            pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as e:
+            lines = str(e).splitlines()
+            detail = "; ".join(lines[1:]) if len(lines) > 1 else str(e)
+            raise PluginError(f"plugin {source}: {detail} (match the hook's signature in gan_kit/hookspecs.py)") from None
+        except ValueError as e:  # the same name or object registered twice
+            raise PluginError(f"plugin {source}: {e} (each plugin may be registered once)") from None
+        try:
+            _validate(pm, plugin, source)
         except pluggy.PluginValidationError as e:
             pm.unregister(name=name)
-            raise PluginError(f"plugin {source}: {e}; check the hook names in gan_kit/hookspecs.py") from None
+            raise PluginError(f"plugin {source}: {e} (check the hook names in gan_kit/hookspecs.py)") from None
+        except PluginError:
+            pm.unregister(name=name)
+            raise
         sources[name] = source
 
     for mod_name in BUILTIN_PLUGINS:
         add(importlib.import_module(mod_name), mod_name, mod_name)
 
     if load_entry_points is None:
-        load_entry_points = not os.environ.get("GANKIT_DISABLE_PLUGIN_AUTOLOAD")
+        load_entry_points = not autoload_disabled()
     if load_entry_points:
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             dist = getattr(ep, "dist", None)
-            source = f"{dist.name} {dist.version}" if dist else ep.value
-            name = f"{ep.name} ({source})"
+            dist_text = f"{dist.name} {dist.version}" if dist else "unknown distribution"
+            where = f"{dist_text}, entry point {ENTRY_POINT_GROUP}: {ep.name} = {ep.value}"
             try:
                 plugin = ep.load()
             except Exception as e:  # a broken third-party plugin must not take gankit down
-                broken.append(BrokenPlugin(ep.name, f"{source}, entry point {ep.name} = {ep.value}",
-                                           f"{type(e).__name__}: {e}"))
+                broken.append(BrokenPlugin(ep.name, where, f"{type(e).__name__}: {e}"))
                 continue
             if pm.is_registered(plugin):
                 continue
-            add(plugin, name, source)
+            add(plugin, f"{ep.name} ({dist_text})", dist_text if dist else where)
 
     for i, plugin in enumerate(extra):
         name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}-{i}"
+        if pm.is_registered(plugin):
+            continue
         add(plugin, name, name)
 
-    for spec in recipe_plugins:
+    for i, spec in enumerate(recipe_plugins):
         try:
             module = _load_module(spec, recipe_dir)
         except Exception as e:
-            raise PluginError(f"plugins: cannot load plugin {spec!r}: {type(e).__name__}: {e}") from None
+            error = f"{type(e).__name__}: {e}"
+            if failed is None:
+                raise PluginError(f"plugins[{i}]: cannot load plugin {spec!r}: {error}") from None
+            failed.append((i, spec, error))
+            continue
         if pm.is_registered(module):
             continue
         add(module, spec, f"recipe plugin {spec}")
@@ -151,8 +207,9 @@ def build_plugins(
     registry = Registry()
     for kind, hook_name in KINDS.items():
         hook = getattr(pm.hook, hook_name)
-        # Call each implementation separately so the registry knows who registered what.
-        for impl in reversed(hook.get_hookimpls()):
+        # Call each implementation separately, in the order the plugins were added (built-ins
+        # first), so the registry knows who registered what and a duplicate names the later one last.
+        for impl in hook.get_hookimpls():
             source = sources.get(impl.plugin_name, impl.plugin_name)
 
             def register(name: str, factory: type, _kind=kind, _source=source) -> None:

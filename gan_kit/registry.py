@@ -70,8 +70,8 @@ class Registry:
         if key in self._components:
             other = self._components[key].plugin
             raise PluginError(
-                f"{kind} {name!r} is registered twice: by {other} and by {plugin}; "
-                f"uninstall or rename one of them"
+                f"{kind} {name!r} is registered twice: by {other} and by {plugin} "
+                f"(uninstall one of the two plugins, or rename one of the two components)"
             )
         options = getattr(factory, "Options", None) or _NoOptions
         if not attrs.has(options):

@@ -85,6 +85,11 @@ def tiny_recipe(tmp_path: Path, tiny_recipe_text: str, write_recipe) -> Path:
     return write_recipe(tiny_recipe_text, "tiny.toml")
 
 
+# One intra-op thread: the tests use tiny tensors, where a second thread only adds
+# synchronisation (and, on a shared 2-core machine, contention between test processes).
+torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

@@ -55,8 +55,19 @@ class WGANGP(WGAN):
 
     @attrs.frozen
     class Options:
-        gp_weight: float = option(10.0, help="Weight lambda of the gradient penalty (PGGAN: 10).")
-        drift_weight: float = option(0.001, help="Weight epsilon_drift of the drift term (PGGAN: 0.001).")
+        gp_weight: float = option(10.0, help="Weight lambda of the gradient penalty (PGGAN: 10).",
+                                  validator=lambda v: None if v >= 0 else f"must be >= 0, got {v}")
+        drift_weight: float = option(0.001, help="Weight epsilon_drift of the drift term (PGGAN: 0.001).",
+                                     validator=lambda v: None if v >= 0 else f"must be >= 0, got {v}")
+
+    @classmethod
+    def problems(cls, options, recipe):
+        # The preset already adds both penalties; listing one again would apply it twice and
+        # report both under the same stat name.
+        for i, spec in enumerate(getattr(recipe, "penalties", None) or ()):
+            if spec.name in ("gradient-penalty", "drift"):
+                yield f"penalty[{i}].name", (f"{spec.name!r} is already part of loss 'wgan-gp' (set loss.gp_weight / "
+                                             f"loss.drift_weight), or use loss 'wgan' with explicit penalties")
 
     def implied_penalties(self):
         return [("gradient-penalty", self.options.gp_weight, {}), ("drift", self.options.drift_weight, {})]

@@ -2,43 +2,73 @@
 
 ``swd``: multi-scale sliced Wasserstein distance on Laplacian-pyramid patches (Karras et al.
 2018, sec. 5 and appendix D). It needs no downloaded weights.
+
+``fid`` / ``kid``: Frechet and kernel Inception distances through torch-fidelity (optional extra
+``gankit[fid]``) with its InceptionV3 weights, which must already be on disk: gankit never
+downloads them, and says in one line what is missing.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from gan_kit import Metric, hookimpl, option
+from gan_kit.errors import GankitError
 from gan_kit.phase import fade_real
 
 _BLUR = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0]) / 16.0
 
+#: torch-fidelity's InceptionV3 weights (the TF FID network converted) and their file name in
+#: the torch hub cache (``torch.hub.get_dir()/checkpoints``).
+INCEPTION_URL = ("https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/"
+                 "weights-inception-2015-12-05-6726825d.pth")
+INCEPTION_FILE = INCEPTION_URL.rsplit("/", 1)[1]
+
 
 def _blur(x: torch.Tensor) -> torch.Tensor:
+    """5x5 binomial filter ``[1 4 6 4 1]^2 / 256`` with mirror borders (``cv2.pyrDown``'s kernel,
+    ``scipy.ndimage.convolve(mode="mirror")`` in the official code). ``x``: ``[N,C,H,W]``."""
     c = x.shape[1]
     k = (_BLUR[:, None] * _BLUR[None, :]).to(x)
     k = k.expand(c, 1, 5, 5)
     return F.conv2d(F.pad(x, (2, 2, 2, 2), mode="reflect"), k, groups=c)
 
 
+def pyr_down(x: torch.Tensor) -> torch.Tensor:
+    """Blur and keep every second pixel: ``[N,C,H,W] -> [N,C,H/2,W/2]``."""
+    return _blur(x)[..., ::2, ::2]
+
+
+def pyr_up(x: torch.Tensor) -> torch.Tensor:
+    """Zero-insertion upsampling followed by the blur times 4: ``[N,C,H,W] -> [N,C,2H,2W]``."""
+    n, c, h, w = x.shape
+    up = x.new_zeros(n, c, 2 * h, 2 * w)
+    up[..., ::2, ::2] = x * 4.0
+    return _blur(up)
+
+
 def laplacian_pyramid(x: torch.Tensor, min_resolution: int = 16) -> list[torch.Tensor]:
-    """Bands from the finest: Laplacian bands down to ``min_resolution``, then the Gaussian
-    level at ``min_resolution`` (appendix D). Images smaller than that give one level."""
+    """Levels from the finest: Laplacian bands ``x - pyr_up(pyr_down(x))`` while the side is
+    above ``min_resolution``, then the Gaussian (low-pass) level at ``min_resolution``
+    (PGGAN appendix D: a 16x16 low-pass level, doubling up to the full resolution). Images of
+    ``min_resolution`` or smaller give that one level. ``x``: ``[N,C,H,W]``, H = W a power of 2."""
     levels = []
     while x.shape[-1] > min_resolution:
-        down = _blur(x)[..., ::2, ::2]
-        up = torch.zeros_like(x)
-        up[..., ::2, ::2] = down * 4.0
-        levels.append(x - _blur(up))
+        down = pyr_down(x)
+        levels.append(x - pyr_up(down))
         x = down
     levels.append(x)
     return levels
 
 
 def patches(level: torch.Tensor, per_image: int, size: int, g: torch.Generator) -> torch.Tensor:
-    """``per_image`` random ``size x size`` neighbourhoods of every image: ``[N*per_image, C*size*size]``."""
+    """``per_image`` random ``size x size`` neighbourhoods lying wholly inside every image, drawn
+    independently: ``[N*per_image, C, size, size]`` (``size`` capped at the image side)."""
     n, c, h, w = level.shape
     size = min(size, h, w)
     ys = torch.randint(0, h - size + 1, (n, per_image), generator=g)
@@ -48,55 +78,80 @@ def patches(level: torch.Tensor, per_image: int, size: int, g: torch.Generator) 
     cols = (xs[..., None] + off)[..., None, :].expand(n, per_image, size, size)
     idx_n = torch.arange(n)[:, None, None, None].expand_as(rows)
     out = level.permute(0, 2, 3, 1)[idx_n, rows, cols]  # [N, P, s, s, C]
-    return out.permute(0, 1, 4, 2, 3).reshape(n * per_image, c * size * size)
+    return out.permute(0, 1, 4, 2, 3).reshape(n * per_image, c, size, size)
 
 
-def _normalize(desc: torch.Tensor) -> torch.Tensor:
-    return (desc - desc.mean(dim=0, keepdim=True)) / desc.std(dim=0, keepdim=True).clamp_min(1e-8)
+def normalize_descriptors(desc: torch.Tensor) -> torch.Tensor:
+    """``[M, C, s, s] -> [M, C*s*s]``: each colour channel shifted and scaled to zero mean and
+    unit standard deviation over all descriptors and positions of this set (PGGAN appendix D;
+    official ``finalize_descriptors``). Each image set is normalised with its own statistics."""
+    mean = desc.mean(dim=(0, 2, 3), keepdim=True)
+    std = desc.std(dim=(0, 2, 3), keepdim=True, unbiased=False).clamp_min(1e-8)
+    return ((desc - mean) / std).reshape(desc.shape[0], -1)
 
 
 def sliced_wasserstein(a: torch.Tensor, b: torch.Tensor, directions: int, repeats: int, g: torch.Generator) -> float:
-    """Mean over ``repeats`` of the average 1-D Wasserstein-1 distance between ``a`` and ``b``
-    ([n, d] each) projected on ``directions`` random unit vectors."""
-    n = min(a.shape[0], b.shape[0])
-    a, b = a[:n], b[:n]
+    """Sliced Wasserstein-1 distance between descriptor sets ``a`` and ``b`` ``[M, D]`` (same M):
+    for each of ``repeats`` sets of ``directions`` random unit vectors, the mean over vectors and
+    points of |sorted(a.v) - sorted(b.v)|; averaged over repeats (Rabin et al. 2011; the paper's
+    512 projections are 4 repeats x 128 directions)."""
+    if a.shape != b.shape:
+        raise ValueError(f"descriptor sets differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
     total = 0.0
     for _ in range(repeats):
         dirs = torch.randn(a.shape[1], directions, generator=g)
-        dirs = dirs / dirs.norm(dim=0, keepdim=True)
-        pa = torch.sort(a @ dirs, dim=0).values
-        pb = torch.sort(b @ dirs, dim=0).values
-        total += (pa - pb).abs().mean().item()
+        dirs = (dirs / dirs.norm(dim=0, keepdim=True)).to(a.device)
+        pa, pb = (a @ dirs).T.contiguous(), (b @ dirs).T.contiguous()  # [directions, M]
+        if a.device.type == "cpu":  # numpy's sort is several times faster than torch's on the CPU
+            sa, sb = np.sort(pa.numpy(), axis=1), np.sort(pb.numpy(), axis=1)
+            total += float(np.abs(sa - sb).mean(dtype=np.float64))
+        else:
+            sa, sb = torch.sort(pa, dim=1).values, torch.sort(pb, dim=1).values
+            total += (sa - sb).abs().double().mean().item()
     return total / repeats
 
 
 def swd(fake: torch.Tensor, real: torch.Tensor, *, seed: int = 0, patches_per_image: int = 128,
-        patch_size: int = 7, directions: int = 512, repeats: int = 4, min_resolution: int = 16) -> dict[str, float]:
-    """Multi-scale SWD between image sets ``fake`` and ``real`` ``[N,C,H,W]`` in [-1, 1].
+        patch_size: int = 7, directions: int = 128, repeats: int = 4, min_resolution: int = 16,
+        device: torch.device | str | None = None) -> dict[str, float]:
+    """Multi-scale sliced Wasserstein distance (Karras et al. 2018, sec. 5 and appendix D).
 
-    Returns ``{"<res>": distance * 1e3 per pyramid level, "avg": mean}`` (the paper reports
-    values x 1e3). Repeatable: every random choice comes from a generator seeded with ``seed``.
+    ``fake`` and ``real``: ``[N,C,H,W]`` image sets at the same resolution (any value range: each
+    set's descriptors are normalised per channel); the first ``min(N_fake, N_real)`` of each are
+    used. For every Laplacian-pyramid level, ``patches_per_image`` 7x7 descriptors per image are
+    compared with ``repeats x directions`` (4 x 128 = the paper's 512) random projections.
+
+    Returns ``{"<side>": SWD x 1e3 of that level (finest first), "avg": mean over levels}``; lower
+    is better. Repeatable: every random choice comes from a CPU generator seeded with ``seed``;
+    ``device`` (default CPU) only says where the projections are computed and sorted.
     """
+    if fake.shape[1:] != real.shape[1:]:
+        raise ValueError(f"swd: image sets differ in shape: {tuple(fake.shape[1:])} vs {tuple(real.shape[1:])}")
+    n = min(fake.shape[0], real.shape[0])
     g = torch.Generator().manual_seed(seed)
-    fake, real = fake.float().cpu(), real.float().cpu()
+    fake, real = fake[:n].detach().float().cpu(), real[:n].detach().float().cpu()
     out: dict[str, float] = {}
     for lf, lr_ in zip(laplacian_pyramid(fake, min_resolution), laplacian_pyramid(real, min_resolution)):
-        da = _normalize(patches(lf, patches_per_image, patch_size, g))
-        db = _normalize(patches(lr_, patches_per_image, patch_size, g))
+        da = normalize_descriptors(patches(lf, patches_per_image, patch_size, g))
+        db = normalize_descriptors(patches(lr_, patches_per_image, patch_size, g))
+        if device is not None:
+            da, db = da.to(device), db.to(device)
         out[str(lf.shape[-1])] = sliced_wasserstein(da, db, directions, repeats, g) * 1e3
     out["avg"] = sum(out.values()) / len(out)
     return out
 
 
 class SWD(Metric):
-    """Multi-scale sliced Wasserstein distance x 1e3 (PGGAN appendix D); lower is better."""
+    """Multi-scale sliced Wasserstein distance x 1e3 on Laplacian-pyramid patches (PGGAN appendix D); lower is better."""
 
     @attrs.frozen
     class Options:
-        num_images: int = option(1024, help="Images from G_ema and from the data (capped at the data's size).")
-        seed: int = option(0, help="Seed of the latents, patch positions and projections (repeatable).")
-        patches_per_image: int = option(128, help="7x7 descriptors drawn per image and level.")
-        directions: int = option(512, help="Random projections per repeat.")
+        num_images: int = option(1024, help="Images from G_ema and from the data (capped at the data's size); "
+                                            "the paper uses 16384.",
+                                 validator=lambda v: None if v >= 2 else "must be >= 2")
+        seed: int = option(0, help="Seed of the latents, real-image choice, patch positions and projections.")
+        patches_per_image: int = option(128, help="7x7 descriptors drawn per image and pyramid level.")
+        directions: int = option(128, help="Random projections per repeat (4 x 128 = the paper's 512).")
         repeats: int = option(4, help="Independent sets of projections averaged.")
 
     def compute(self, generate, reals, device):
@@ -104,8 +159,141 @@ class SWD(Metric):
         n = min(o.num_images, reals.shape[0])
         fake = generate(n)
         res = swd(fake, reals[:n], seed=o.seed, patches_per_image=o.patches_per_image,
-                  directions=o.directions, repeats=o.repeats)
+                  directions=o.directions, repeats=o.repeats, device=device)
         return {("Metrics/swd" if k == "avg" else f"Metrics/swd/{k}"): v for k, v in res.items()}
+
+
+# ------------------------------------------------------------------------------- fid / kid --
+
+
+def inception_weights_path(weights: str | None = None) -> Path:
+    """Where the InceptionV3 weights are looked for: ``weights`` if given, else torch-fidelity's
+    file in the torch hub cache (``$TORCH_HOME/hub/checkpoints``)."""
+    if weights:
+        return Path(weights).expanduser()
+    return Path(torch.hub.get_dir()) / "checkpoints" / INCEPTION_FILE
+
+
+def inception_problem(name: str, weights: str | None = None) -> str | None:
+    """One line naming what ``fid`` / ``kid`` lack (the torch-fidelity package, the weights file,
+    or both), or None when both are there. Never downloads anything."""
+    import importlib.util
+
+    missing = []
+    try:
+        has_pkg = importlib.util.find_spec("torch_fidelity") is not None
+    except (ImportError, ValueError):
+        has_pkg = False
+    if not has_pkg:
+        missing.append("the torch-fidelity package (pip install 'gankit[fid]')")
+    path = inception_weights_path(weights)
+    if not path.is_file():
+        fix = f"fetch {INCEPTION_URL} to that path" + ("" if weights else ", or set the metric's weights option")
+        missing.append(f"the InceptionV3 weights file {path} (gankit never downloads it: {fix}; "
+                       f"or use swd, which needs no weights)")
+    if not missing:
+        return None
+    return f"{name} needs " + " and ".join(missing)
+
+
+class _InceptionMetric(Metric):
+    """Shared by fid and kid: InceptionV3 pool features (2048-d) of both image sets."""
+
+    metric_name = ""
+
+    @attrs.frozen
+    class Options:
+        num_images: int = option(10000, help="Images from G_ema and from the data (capped at the data's size); "
+                                             "FID is biased upwards for small counts.",
+                                 validator=lambda v: None if v >= 2 else "must be >= 2")
+        seed: int = option(0, help="Seed of the latents and the real-image choice.")
+        weights: str | None = option(None, help="Local InceptionV3 weights file (torch-fidelity's); None = the "
+                                                "torch hub cache. Nothing is ever downloaded.")
+        batch_size: int = option(64, help="Images per Inception forward pass.")
+
+    def __init__(self, options=None, context=None):
+        super().__init__(options, context)
+        msg = inception_problem(self.metric_name, self.options.weights)
+        if msg:
+            raise GankitError(msg)
+
+    @classmethod
+    def problems(cls, options, recipe):
+        if recipe is not None and not Path(recipe.path).is_file():
+            return []  # a recipe read back from a checkpoint: checked when the metric is built
+        msg = inception_problem(cls.metric_name, options.weights)
+        return [("weights" if options.weights else "name", msg)] if msg else []
+
+    def _extractor(self, device):
+        from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+
+        path = inception_weights_path(self.options.weights)
+        try:
+            fe = FeatureExtractorInceptionV3("inception-v3-compat", ["2048"],
+                                             feature_extractor_weights_path=str(path))
+        except Exception as e:  # a damaged or foreign weights file
+            raise GankitError(f"{self.metric_name}: cannot load the Inception weights {path} "
+                              f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}); "
+                              f"delete the file and fetch {INCEPTION_URL} again") from None
+        return fe.to(device).eval()
+
+    @torch.no_grad()
+    def features(self, images: torch.Tensor, device, fe=None) -> torch.Tensor:
+        """``[N,C,H,W]`` in [-1, 1] (C = 1 or 3) -> pool features ``[N, 2048]`` (float64, CPU).
+        Images are quantised to uint8 like saved PNGs; grey images are repeated to RGB."""
+        fe = fe or self._extractor(device)
+        out = []
+        for i in range(0, images.shape[0], self.options.batch_size):
+            x = images[i:i + self.options.batch_size].float()
+            if x.shape[1] == 1:
+                x = x.expand(-1, 3, -1, -1)
+            x = ((x.clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8)
+            out.append(fe(x.to(device))[0].double().cpu())
+        return torch.cat(out)
+
+    def compute(self, generate, reals, device):
+        n = min(self.options.num_images, reals.shape[0])
+        fe = self._extractor(device)
+        f_fake = self.features(generate(n), device, fe)
+        f_real = self.features(reals[:n], device, fe)
+        return self.from_features(f_fake, f_real)
+
+    def from_features(self, f_fake: torch.Tensor, f_real: torch.Tensor) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class FID(_InceptionMetric):
+    """Frechet Inception distance (Heusel et al. 2017) via torch-fidelity; needs its InceptionV3 weights file."""
+
+    metric_name = "fid"
+
+    def from_features(self, f_fake, f_real):
+        from torch_fidelity.metric_fid import fid_features_to_statistics, fid_statistics_to_metric
+
+        value = fid_statistics_to_metric(fid_features_to_statistics(f_fake), fid_features_to_statistics(f_real),
+                                         verbose=False)["frechet_inception_distance"]
+        return {"Metrics/fid": float(value)}
+
+
+class KID(_InceptionMetric):
+    """Kernel Inception distance (Binkowski et al. 2018) via torch-fidelity; needs its InceptionV3 weights file."""
+
+    metric_name = "kid"
+
+    @attrs.frozen
+    class Options(_InceptionMetric.Options):
+        subsets: int = option(100, help="Random subsets the unbiased MMD^2 is averaged over.")
+        subset_size: int = option(1000, help="Images per subset (capped at the number of images).")
+
+    def from_features(self, f_fake, f_real):
+        from torch_fidelity.metric_kid import kid_features_to_metric
+
+        size = min(self.options.subset_size, f_fake.shape[0], f_real.shape[0])
+        res = kid_features_to_metric(f_fake, f_real, kid_subsets=self.options.subsets, kid_subset_size=size,
+                                     kid_kernel="poly", kid_kernel_poly_degree=3, kid_kernel_poly_gamma=None,
+                                     kid_kernel_poly_coef0=1, rng_seed=self.options.seed, verbose=False)
+        return {"Metrics/kid": float(res["kernel_inception_distance_mean"]),
+                "Metrics/kid/std": float(res["kernel_inception_distance_std"])}
 
 
 def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
@@ -125,6 +313,8 @@ def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
 @hookimpl
 def register_metrics(register):
     register("swd", SWD)
+    register("fid", FID)
+    register("kid", KID)
 
 
 @hookimpl

@@ -1,16 +1,52 @@
 """Update strategies: the order and isolation of the D and G steps of one iteration.
 
-See docs/strategies.md for the forward/backward count of each and what the seed articles said.
+Five strategies, from the seed articles (../shared/seeds/000: detach vs retain_graph and G
+first; 002: zero_grad with two optimizers; 003: one loss with the stop-gradient trick). Every one
+is correct on current PyTorch (>= 1.5, where optimizer steps bump the version counters of the
+parameters they update) and keeps the invariants tested in tests/test_strategies.py:
+
+* an ``opt_D.step`` never changes G's parameters and an ``opt_G.step`` never changes D's;
+* the gradients an optimizer steps with come only from its own network's objective: every
+  strategy clears (``set_to_none``) or overwrites the gradients of a network before the backward
+  that feeds its step, and a backward meant for one network accumulates nothing into the other
+  (``no_grad`` / ``detach`` for the fakes of a D step; D frozen, ``backward(inputs=...)`` or
+  ``autograd.grad`` for a G step).
+
+``d_steps`` (critic steps per G step) applies to all: each D step takes the next real batch
+``ctx.reals[j]`` and zeroed gradients. Strategies that pair the G step with one D step
+(``shared-fake``, ``single-loss``, ``simultaneous``) pair it with the *last* one and run the
+``d_steps - 1`` before it as plain critic steps on freshly generated fakes, so no graph is ever
+reused after the weights it was built with have changed.
+
+Counts in the docstrings are per iteration with ``d_steps = 1``, penalties aside (a gradient
+penalty adds one D forward on its inputs and a double backward per D objective). Measured costs
+are in docs/strategies.md (``gankit bench``). Stats: the last D step's ``d_objective`` stats
+(``Loss/D``, ``Loss/D/<penalty>``, ``Logits/real``, ``Logits/fake``) plus ``Loss/G``.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Sequence
 
 import attrs
 import torch
 
 from gan_kit import UpdateStrategy, d_objective, hookimpl, option
+
+__all__ = [
+    "CommonOptions",
+    "SingleLossOptions",
+    "DThenG",
+    "SharedFake",
+    "GThenD",
+    "SingleLoss",
+    "Simultaneous",
+    "frozen",
+    "g_step",
+    "critic_step",
+    "single_loss_objective",
+]
 
 
 def _d_steps_ok(v):
@@ -21,6 +57,16 @@ def _d_steps_ok(v):
 class CommonOptions:
     d_steps: int = option(1, help="Critic (D) steps per G step, each on a fresh real batch with zeroed grads.",
                           validator=_d_steps_ok)
+
+
+@attrs.frozen
+class SingleLossOptions(CommonOptions):
+    lam: float = option(
+        1.0, help="lambda, weight of the stop-gradient G term. With one plain-SGD learning rate for both nets it "
+                  "is the G:D learning-rate ratio (seed 003); gankit sets TTUR with optim.g_lr / optim.d_lr, so "
+                  "1 = exactly the simultaneous step, and under SGD the effective G:D ratio is lam * g_lr / d_lr. "
+                  "Adam divides out any constant gradient scale, so lam != 1 is rejected with Adam.",
+        validator=lambda v: None if v > 0 else f"must be > 0, got {v}")
 
 
 @contextlib.contextmanager
@@ -36,38 +82,244 @@ def frozen(net: torch.nn.Module):
             p.requires_grad_(f)
 
 
-def g_step(ctx, n: int) -> dict:
-    """A G step with its own forward through D (whose weights get no gradient)."""
+def _params(net: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for p in net.parameters() if p.requires_grad]
+
+
+def _grads_into(ctx, loss: torch.Tensor, params: Sequence[torch.Tensor], *, retain_graph: bool = False) -> list:
+    """``autograd.grad`` of ``loss`` (scaled by the GradScaler when there is one, which
+    ``opt_step`` unscales) for ``params``; unused parameters get None."""
+    if ctx.scaler is not None:
+        loss = ctx.scaler.scale(loss)
+    return list(torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True))
+
+
+def _set_grads(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:
+    # Assigning (not accumulating) also discards whatever gradient was there before (seed 002).
+    for p, g in zip(params, grads):
+        p.grad = g
+
+
+def critic_step(ctx, real: torch.Tensor, n: int, d_step: int, fake: torch.Tensor | None = None) -> dict:
+    """One plain D step: fakes ``[n,C,r,r]`` made under no_grad (or ``fake``, detached), D grads
+    set to None, ``d_objective`` on ``real``, backward, ``opt_D`` step. Returns its stats.
+
+    no_grad rather than detach: G builds no graph at all for the D step (seed 002's answer).
+    """
+    if fake is None:
+        with torch.no_grad(), ctx.autocast():
+            fake = ctx.G(ctx.latent(n))
+    else:
+        fake = fake.detach()
+    ctx.opt_D.zero_grad(set_to_none=True)
+    total, stats = d_objective(ctx, real, fake, d_step=d_step)
+    ctx.backward(total)
+    ctx.opt_step(ctx.opt_D)
+    return stats
+
+
+def _g_step(ctx, n: int) -> tuple[dict, torch.Tensor]:
     ctx.opt_G.zero_grad(set_to_none=True)
     with frozen(ctx.D):
         with ctx.autocast():
-            fake_logits = ctx.D(ctx.G(ctx.latent(n)))
+            fake = ctx.G(ctx.latent(n))
+            fake_logits = ctx.D(fake)
         loss = ctx.loss.g_loss(fake_logits.float())
         ctx.backward(loss)
     ctx.opt_step(ctx.opt_G)
-    return {"Loss/G": loss.detach()}
+    return {"Loss/G": loss.detach()}, fake
+
+
+def g_step(ctx, n: int) -> dict:
+    """A G step with its own G and D forward; D is frozen, so the backward computes D's input
+    gradients only and leaves no gradient on D's weights (nothing for seed 000's extra zero_grad)."""
+    return _g_step(ctx, n)[0]
 
 
 class DThenG(UpdateStrategy):
-    """D step on fakes made under no_grad, then a G step with a fresh forward (the reference strategy; seed 000 strategy 2, seed 002)."""
+    """D step on fakes made under no_grad, then a G step with a fresh forward through the updated D (the reference).
+
+    Per iteration: G forwards 2 (one under no_grad), D forwards 3 (real, fake; fake for G),
+    backwards 2 (D objective through D; G loss through frozen D into G).
+    Source: seed 000 strategy 2 and seed 002 (no_grad instead of detach: no G graph for the D
+    step); Goodfellow et al. 2014, Algorithm 1 (k = d_steps critic steps, then one G step).
+    """
 
     Options = CommonOptions
 
     def step(self, ctx):
-        stats = {}
         n = ctx.reals[0].shape[0]
+        stats: dict = {}
         for j, real in enumerate(ctx.reals):
-            # no_grad rather than detach: G builds no graph at all for the D step (seed 002).
-            with torch.no_grad(), ctx.autocast():
-                fake = ctx.G(ctx.latent(n))
-            ctx.opt_D.zero_grad(set_to_none=True)
-            total, stats = d_objective(ctx, real, fake, d_step=ctx.d_step + j)
-            ctx.backward(total)
-            ctx.opt_step(ctx.opt_D)
+            stats = critic_step(ctx, real, n, ctx.d_step + j)
         stats.update(g_step(ctx, n))
+        return stats
+
+
+class SharedFake(UpdateStrategy):
+    """One G forward and one D forward on the fakes serve both steps; G's gradient is taken through the pre-update D.
+
+    Per iteration: G forwards 1, D forwards 2 (real, fake - the fake logits feed both losses),
+    backwards 2 (G loss through D into G, weight gradients for G only; D objective, weight
+    gradients for D only). The G step sees the D *before* this iteration's (last) D step.
+    Source: seed 000 strategy 1 (one forward, ``backward(retain_graph=True)``). Its literal order
+    - D backward, ``opt_D.step()``, then the G backward through the old graph - raises
+    "one of the variables needed for gradient computation has been modified by an inplace
+    operation" on PyTorch >= 1.5 (the step bumps the version of D's weights saved in the graph);
+    before 1.5 it silently mixed saved old activations with new weights, a gradient of neither D.
+    Here G's gradient is computed first (``backward(inputs=G params, retain_graph=True)``), then
+    D's (``backward(inputs=D params)``, so nothing flows into G through the shared fake), then
+    both steps: mathematically the simultaneous update, at the cost of retaining the graph.
+    With ``d_steps`` > 1 the first ``d_steps - 1`` D steps are plain critic steps on fresh fakes
+    and the shared forward serves the last one, so the G step sees D after ``d_steps - 1`` steps.
+    """
+
+    Options = CommonOptions
+
+    def step(self, ctx):
+        n = ctx.reals[0].shape[0]
+        k = len(ctx.reals)
+        for j in range(k - 1):
+            critic_step(ctx, ctx.reals[j], n, ctx.d_step + j)
+        G_params, D_params = _params(ctx.G), _params(ctx.D)
+        ctx.opt_G.zero_grad(set_to_none=True)
+        ctx.opt_D.zero_grad(set_to_none=True)
+        with ctx.autocast():
+            fake = ctx.G(ctx.latent(n))
+            fake_logits = ctx.D(fake)
+        g_loss = ctx.loss.g_loss(fake_logits.float())
+        # G first, while D's weights are those the graph saved; retain it for the D objective.
+        ctx.backward(g_loss, inputs=G_params, retain_graph=True)
+        total, stats = d_objective(ctx, ctx.reals[-1], fake, d_step=ctx.d_step + k - 1, fake_logits=fake_logits)
+        ctx.backward(total, inputs=D_params)
+        ctx.opt_step(ctx.opt_D)
+        ctx.opt_step(ctx.opt_G)
+        stats["Loss/G"] = g_loss.detach()
+        return stats
+
+
+class GThenD(UpdateStrategy):
+    """G step first (D frozen), then the D step on the same fakes detached; no graph is retained.
+
+    Per iteration: G forwards 1, D forwards 3 (fake for G; real, fake for D), backwards 2
+    (G loss through frozen D into G; D objective through D). The G step sees the D of the
+    previous iteration; the first D step sees fakes of the pre-update G.
+    Source: seed 000 strategy 3 (its G backward also filled D's weight gradients, which it then
+    had to zero; freezing D skips computing them). With ``d_steps`` > 1 the later D steps draw
+    fresh fakes from the updated G under no_grad.
+    """
+
+    Options = CommonOptions
+
+    def step(self, ctx):
+        n = ctx.reals[0].shape[0]
+        g_stats, fake = _g_step(ctx, n)
+        stats: dict = {}
+        for j, real in enumerate(ctx.reals):
+            stats = critic_step(ctx, real, n, ctx.d_step + j, fake=fake if j == 0 else None)
+        stats.update(g_stats)
+        return stats
+
+
+def single_loss_objective(ctx, real: torch.Tensor, fake: torch.Tensor, *, lam: float = 1.0,
+                          d_step: int | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """Seed 003's single objective for ``real[N,C,r,r]`` and ``fake = G(z)`` (with G's graph).
+
+    ``total = d_objective(D(real), D(sg(fake))) + lam * (g_loss(D(fake)) - g_loss(D(sg(fake))))``
+    where ``sg`` is ``detach``. The bracket is identically 0 in value; its gradient is 0 for D
+    (the two D paths carry equal and opposite gradients, up to rounding) and
+    ``lam * grad_G g_loss(D(G(z)))`` for G; ``sg`` keeps the D objective out of G. Returns
+    ``(total, g_term, stats)``; ``stats["Loss/G"]`` is ``g_loss(D(fake))``.
+    """
+    fake_sg = fake.detach()
+    with ctx.autocast():
+        logits_sg = ctx.D(fake_sg)
+        logits = ctx.D(fake)
+    d_total, stats = d_objective(ctx, real, fake_sg, d_step=d_step, fake_logits=logits_sg)
+    g_sg = ctx.loss.g_loss(logits_sg.float())
+    g_term = ctx.loss.g_loss(logits.float()) - g_sg
+    stats["Loss/G"] = g_sg.detach()
+    return d_total + lam * g_term, g_term, stats
+
+
+class SingleLoss(UpdateStrategy):
+    """One objective with the stop-gradient trick, one backward, then both optimizer steps (seed 003).
+
+    Per iteration: G forwards 1, D forwards 3 (real, sg(fake), fake), backwards 1 (through D
+    three times - computing D weight gradients on the fake path that then cancel - and G once).
+    Objective: see ``single_loss_objective``. With plain SGD it equals ``simultaneous`` (tested
+    to 1e-6). Seed 003's lambda is the G:D learning-rate ratio because it uses one optimizer and
+    one learning rate for both nets; gankit has one optimizer per net and sets TTUR with
+    ``optim.g_lr`` / ``optim.d_lr``, so ``lam = 1`` is the default and, under SGD, the effective
+    ratio is ``lam * g_lr / d_lr``. Under Adam a constant gradient scale cancels in m / sqrt(v),
+    so ``lam`` would do nothing and a recipe with ``lam != 1`` and Adam is rejected at load.
+    With ``d_steps`` > 1 the first ``d_steps - 1`` D steps are plain critic steps on fresh fakes.
+    """
+
+    Options = SingleLossOptions
+
+    @classmethod
+    def problems(cls, options, recipe):
+        if recipe is not None and options.lam != 1.0 and recipe.optim.name == "adam":
+            yield "lam", (f"lam = {options.lam:g} has no effect with Adam (it rescales G's gradient, which Adam "
+                          f"normalises away); set the G:D learning-rate ratio (TTUR) with optim.g_lr and optim.d_lr, "
+                          f"or use optim.name = \"sgd\"")
+
+    def step(self, ctx):
+        n = ctx.reals[0].shape[0]
+        k = len(ctx.reals)
+        for j in range(k - 1):
+            critic_step(ctx, ctx.reals[j], n, ctx.d_step + j)
+        ctx.opt_G.zero_grad(set_to_none=True)
+        ctx.opt_D.zero_grad(set_to_none=True)
+        with ctx.autocast():
+            fake = ctx.G(ctx.latent(n))
+        total, _, stats = single_loss_objective(ctx, ctx.reals[-1], fake, lam=self.options.lam,
+                                                d_step=ctx.d_step + k - 1)
+        ctx.backward(total)
+        ctx.opt_step(ctx.opt_D)
+        ctx.opt_step(ctx.opt_G)
+        return stats
+
+
+class Simultaneous(UpdateStrategy):
+    """Both gradients at the same parameter point with torch.autograd.grad, then both optimizer steps.
+
+    Per iteration: G forwards 1, D forwards 3 (fake for G; real, sg(fake) for D), backwards 2
+    (``autograd.grad`` of the G loss for G's parameters through D - no D weight gradients - and
+    of the D objective for D's parameters). The gradients are assigned, not accumulated, so no
+    earlier gradient survives. Simultaneous gradient descent on the two-player game (e.g.
+    Mescheder et al. 2017, "The Numerics of GANs", sec. 2); the reference for ``single-loss``.
+    With ``d_steps`` > 1 the first ``d_steps - 1`` D steps are plain critic steps on fresh fakes.
+    """
+
+    Options = CommonOptions
+
+    def step(self, ctx):
+        n = ctx.reals[0].shape[0]
+        k = len(ctx.reals)
+        for j in range(k - 1):
+            critic_step(ctx, ctx.reals[j], n, ctx.d_step + j)
+        G_params, D_params = _params(ctx.G), _params(ctx.D)
+        with ctx.autocast():
+            fake = ctx.G(ctx.latent(n))
+            fake_logits = ctx.D(fake)
+        g_loss = ctx.loss.g_loss(fake_logits.float())
+        g_grads = _grads_into(ctx, g_loss, G_params)
+        total, stats = d_objective(ctx, ctx.reals[-1], fake.detach(), d_step=ctx.d_step + k - 1)
+        d_grads = _grads_into(ctx, total, D_params)
+        _set_grads(G_params, g_grads)
+        _set_grads(D_params, d_grads)
+        ctx.opt_step(ctx.opt_D)
+        ctx.opt_step(ctx.opt_G)
+        stats["Loss/G"] = g_loss.detach()
         return stats
 
 
 @hookimpl
 def register_update_strategies(register):
     register("d-then-g", DThenG)
+    register("shared-fake", SharedFake)
+    register("g-then-d", GThenD)
+    register("single-loss", SingleLoss)
+    register("simultaneous", Simultaneous)

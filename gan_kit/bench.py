@@ -1,0 +1,448 @@
+"""``gankit bench``: time the update strategies on a recipe's own model, data, resolution and
+device, side by side with a hand-written plain-PyTorch loop doing the math of ``d-then-g``.
+
+What is timed, per iteration (``d_steps`` D steps and one G step), identically for every row:
+
+* a strategy row: what ``gan_kit.engine.train`` does around the strategy - build the
+  ``StepContext``, ``strategy.step(ctx)``, ``scaler.update()`` under fp16, and the conversion of
+  the returned stats to floats (one device sync);
+* the ``hand-written`` row: ``zero_grad`` / forward / loss / penalties / ``backward`` / ``step``
+  written out in plain PyTorch on its own copies of G and D and its own optimizers (same
+  hyper-parameters), no gankit object involved, returning the two losses as floats.
+
+Data loading, EMA, hooks and reporting are excluded from both sides: every row receives the same
+pre-made real batches at the benchmark phase's resolution (alpha = 1). Rows are interleaved one
+iteration at a time, in a rotating order with the hand-written row next to ``d-then-g``, so
+machine drift and cache effects hit all alike; each
+row's figure is the median over the timed iterations, after ``warmup`` untimed ones; its
+throughput relative to the hand-written loop is the median of the per-round time ratios.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import attrs
+import click
+import torch
+
+from gan_kit.errors import GankitError
+
+__all__ = ["BenchRow", "BenchResult", "prepare", "measure", "run_bench", "hand_written_step", "bench"]
+
+REFERENCE = "hand-written"
+
+
+@attrs.define
+class BenchRow:
+    """One contender: ``step(reals)`` runs one iteration; ``times`` are seconds per timed one."""
+
+    name: str
+    step: Callable[[list[torch.Tensor]], Any]
+    nets: tuple = ()  # (G, D) the row trains, for inspection
+    times: list[float] = attrs.field(factory=list)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times)
+
+
+@attrs.define
+class BenchResult:
+    """Timings of every row and the setting they were measured in."""
+
+    recipe: Path
+    device: torch.device
+    precision: str
+    resolution: int
+    batch_size: int
+    d_steps: int
+    steps: int
+    warmup: int
+    rows: list[BenchRow]
+    reference_note: str = ""
+
+    def row(self, name: str) -> BenchRow | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def images_per_s(self, row: BenchRow) -> float:
+        """Real images consumed per second: ``batch_size * d_steps / median seconds per iteration``."""
+        return self.batch_size * self.d_steps / row.median_s
+
+    def relative(self, row: BenchRow) -> float | None:
+        """Throughput of ``row`` over the hand-written loop's: the median over rounds of
+        ``t_hand / t_row``. Paired per round (both ran within the same round), so slow drift of
+        the machine's load cancels; None without the reference row."""
+        ref = self.row(REFERENCE)
+        if ref is None:
+            return None
+        return statistics.median(h / t for h, t in zip(ref.times, row.times))
+
+    @property
+    def ratio(self) -> float | None:
+        """Engine (``d-then-g``) throughput over the hand-written loop's; None without both rows."""
+        eng = self.row("d-then-g")
+        return None if eng is None else self.relative(eng)
+
+
+# -------------------------------------------------------------------------------- setup ----
+
+
+def _bench_phase(run, resolution: int | None):
+    """The stabilised (alpha = 1) phase at ``resolution`` (default: the last one) of the schedule."""
+    from gan_kit.phase import Phase
+
+    phases, nimg = [], 0
+    while True:
+        ph = run.growth.phase_at(nimg)
+        phases.append(ph)
+        if ph.end_nimg == math.inf or len(phases) > 64:
+            break
+        nimg = int(ph.end_nimg)
+    want = resolution or phases[-1].resolution
+    match = [ph for ph in phases if ph.resolution == want]
+    if not match:
+        raise GankitError(f"--resolution {want}: not in the recipe's schedule "
+                          f"({', '.join(str(p.resolution) for p in phases)})")
+    ph = match[-1]
+    return Phase(index=ph.index, resolution=ph.resolution, alpha=1.0, batch_size=ph.batch_size,
+                 lr_scale=ph.lr_scale, start_nimg=ph.start_nimg, end_nimg=ph.end_nimg, fade_nimg=ph.fade_nimg)
+
+
+def _copies(run, phase):
+    """Fresh G, D (copies of the run's initial weights, set to ``phase``) and the engine's optimizers."""
+    from gan_kit.components import set_phase
+
+    G, D = copy.deepcopy(run.G), copy.deepcopy(run.D)
+    for net in (G, D):
+        set_phase(net, phase.resolution, phase.alpha)
+    opt_G, opt_D = run._optimizer(G, run.g_lr * phase.lr_scale), run._optimizer(D, run.d_lr * phase.lr_scale)
+    return G, D, opt_G, opt_D
+
+
+def _strategy(run, name: str):
+    from gan_kit.components import BuildContext
+
+    comp = run.registry.get("update", name)
+    if name == run.recipe.update.name:
+        options = run.recipe.update.options
+    else:
+        fields = {f.name for f in attrs.fields(comp.Options)}
+        options = comp.Options(**({"d_steps": run.strategy.d_steps} if "d_steps" in fields else {}))
+    return comp.factory(options, BuildContext(run.recipe.resolution, run.channels, run.recipe))
+
+
+def _engine_row(run, name: str, phase) -> BenchRow:
+    from gan_kit.components import StepContext
+    from gan_kit.engine import _to_floats
+
+    strategy = _strategy(run, name)
+    G, D, opt_G, opt_D = _copies(run, phase)
+    scaler = torch.amp.GradScaler(run.device.type) if run.scaler is not None else None
+    counters = {"step": 0, "d_step": 0}
+    skip = run.recipe.run.on_nonfinite == "skip"
+
+    def step(reals):
+        # Exactly what engine.train does per iteration around the strategy.
+        ctx = StepContext(G=G, D=D, opt_G=opt_G, opt_D=opt_D, loss=run.loss, penalties=run.penalties,
+                          reals=reals, latent=run.latent, phase=phase, autocast=run.autocast, scaler=scaler,
+                          step=counters["step"], d_step=counters["d_step"], skip_nonfinite=skip)
+        raw = strategy.step(ctx)
+        if scaler is not None:
+            scaler.update()
+        stats = _to_floats(dict(raw))
+        counters["step"] += 1
+        counters["d_step"] += len(reals)
+        return stats
+
+    if strategy.d_steps != run.strategy.d_steps:
+        raise GankitError(f"bench: strategy {name!r} takes {strategy.d_steps} D steps, the recipe {run.strategy.d_steps}")
+    return BenchRow(name, step, (G, D))
+
+
+# ----------------------------------------------------------------- the hand-written loop ----
+
+
+def _hand_d_loss(name: str) -> Callable | None:
+    F = torch.nn.functional
+    return {
+        "hinge": lambda r, f: F.relu(1 - r).mean() + F.relu(1 + f).mean(),
+        "bce": lambda r, f: F.softplus(-r).mean() + F.softplus(f).mean(),
+        "bce-minimax": lambda r, f: F.softplus(-r).mean() + F.softplus(f).mean(),
+        "wgan": lambda r, f: f.mean() - r.mean(),
+        "wgan-gp": lambda r, f: f.mean() - r.mean(),
+    }.get(name)
+
+
+def _hand_g_loss(name: str) -> Callable | None:
+    F = torch.nn.functional
+    return {
+        "hinge": lambda f: -f.mean(),
+        "bce": lambda f: F.softplus(-f).mean(),
+        "bce-minimax": lambda f: -F.softplus(f).mean(),
+        "wgan": lambda f: -f.mean(),
+        "wgan-gp": lambda f: -f.mean(),
+    }.get(name)
+
+
+def _hand_penalties(run) -> tuple[list[tuple[str, float, float, int]], str]:
+    """``(kind, weight, target, interval)`` for each penalty of the run, or a note why not."""
+    out = []
+    for wp in run.penalties:
+        opts = wp.penalty.options
+        if wp.name == "gradient-penalty":
+            out.append(("gp", wp.weight, float(opts.target), 1))
+        elif wp.name == "r1":
+            out.append(("r1", wp.weight, 0.0, int(opts.interval)))
+        elif wp.name == "drift":
+            out.append(("drift", wp.weight, 0.0, 1))
+        else:
+            return [], f"no hand-written version of penalty {wp.name!r}"
+    return out, ""
+
+
+def hand_written_step(G, D, opt_G, opt_D, *, latent_dim: int, loss: str, penalties, device,
+                      autocast: Callable = None, scaler=None) -> Callable[[list[torch.Tensor]], tuple]:
+    """A plain-PyTorch iteration of ``d-then-g`` on the given nets and optimizers.
+
+    Returns ``step(reals) -> (d_loss, g_loss)`` (floats). ``reals``: ``d_steps`` batches
+    ``[N,C,r,r]``. ``loss`` is a built-in loss name; ``penalties`` are ``(kind, weight, target,
+    interval)`` with kind ``gp`` (WGAN-GP, Gulrajani et al. 2017: per-sample norm over C, H, W,
+    eps 1e-12 in the root), ``r1`` (0.5 * E||grad D(x)||^2 times the lazy interval) or ``drift``
+    (E[D(x)^2] on the real logits already computed). Same RNG draws, in the same order, as the
+    engine's ``d-then-g``: z for the fakes, the GP weights, then z for the G step.
+    """
+    d_loss_fn, g_loss_fn = _hand_d_loss(loss), _hand_g_loss(loss)
+    if d_loss_fn is None:
+        raise GankitError(f"bench: no hand-written version of loss {loss!r}")
+    autocast = autocast or contextlib.nullcontext
+    scale = (lambda t: scaler.scale(t)) if scaler is not None else (lambda t: t)
+    d_params = list(D.parameters())
+    count = {"d_step": 0}
+
+    def input_grad(x):
+        x = x.detach().float().requires_grad_(True)
+        with autocast():
+            out = D(x).float().sum()
+        (g,) = torch.autograd.grad(scale(out), x, create_graph=True)
+        g = g.float()
+        return g / scaler.get_scale() if scaler is not None else g
+
+    def step(reals):
+        n = reals[0].shape[0]
+        for real in reals:
+            with torch.no_grad(), autocast():
+                fake = G(torch.randn(n, latent_dim, device=device))
+            opt_D.zero_grad(set_to_none=True)
+            with autocast():
+                real_logits, fake_logits = D(real).float(), D(fake).float()
+            d_loss = d_loss_fn(real_logits, fake_logits)
+            total = d_loss
+            for kind, weight, target, interval in penalties:
+                if kind == "gp":
+                    eps = torch.rand(n, *([1] * (real.dim() - 1)), device=device)
+                    g = input_grad(torch.lerp(fake.float(), real.float(), eps))
+                    norm = (g.flatten(1).square().sum(1) + 1e-12).sqrt()
+                    total = total + weight * (norm - target).square().mean()
+                elif kind == "r1" and count["d_step"] % interval == 0:
+                    g = input_grad(real)
+                    total = total + weight * 0.5 * g.flatten(1).square().sum(1).mean() * interval
+                elif kind == "drift":
+                    total = total + weight * real_logits.square().mean()
+            scale(total).backward()
+            (scaler.step if scaler is not None else lambda o: o.step())(opt_D)
+            count["d_step"] += 1
+        opt_G.zero_grad(set_to_none=True)
+        for p in d_params:  # D frozen: the G backward computes no D weight gradients
+            p.requires_grad_(False)
+        with autocast():
+            g_loss = g_loss_fn(D(G(torch.randn(n, latent_dim, device=device))).float())
+        scale(g_loss).backward()
+        for p in d_params:
+            p.requires_grad_(True)
+        (scaler.step if scaler is not None else lambda o: o.step())(opt_G)
+        if scaler is not None:
+            scaler.update()
+        return d_loss.item(), g_loss.item()
+
+    return step
+
+
+def _hand_row(run, phase) -> tuple[BenchRow | None, str]:
+    loss = run.recipe.loss.name
+    if _hand_d_loss(loss) is None:
+        return None, f"no hand-written version of loss {loss!r}"
+    penalties, note = _hand_penalties(run)
+    if note:
+        return None, note
+    G, D, _, _ = _copies(run, phase)
+    o = run.recipe.optim
+    lr_G, lr_D = run.g_lr * phase.lr_scale, run.d_lr * phase.lr_scale
+    if o.name == "sgd":
+        opt_G, opt_D = torch.optim.SGD(G.parameters(), lr=lr_G), torch.optim.SGD(D.parameters(), lr=lr_D)
+    else:
+        kw = {"fused": True} if run.device.type == "cuda" else {}
+        opt_G = torch.optim.Adam(G.parameters(), lr=lr_G, betas=o.betas, eps=o.eps, **kw)
+        opt_D = torch.optim.Adam(D.parameters(), lr=lr_D, betas=o.betas, eps=o.eps, **kw)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision)
+    if dtype is not None and (run.device.type == "cuda" or dtype is torch.bfloat16):
+        autocast = functools.partial(torch.autocast, run.device.type, dtype=dtype)
+    else:
+        autocast = None
+    scaler = torch.amp.GradScaler(run.device.type) if run.precision == "fp16" else None
+    step = hand_written_step(G, D, opt_G, opt_D, latent_dim=run.latent_dim, loss=loss, penalties=penalties,
+                             device=run.device, autocast=autocast, scaler=scaler)
+    return BenchRow(REFERENCE, step, (G, D)), ""
+
+
+# ------------------------------------------------------------------------------ measuring ----
+
+
+def prepare(recipe_path: str | Path, strategies: str = "all", *, overrides=(), resolution: int | None = None,
+            reference: bool = True, out_dir: str | Path | None = None):
+    """Build the run of ``recipe_path`` and one row per strategy (``"all"`` or comma-separated
+    names) plus the hand-written row. Returns ``(run, phase, rows, note)``; raises GankitError."""
+    from gan_kit.engine import Run
+    from gan_kit.recipe import load_recipe
+
+    recipe, plugins = load_recipe(recipe_path, list(overrides))
+    run = Run(recipe, plugins, out_dir=out_dir or os.devnull)
+    names = run.registry.names("update") if strategies == "all" else [s.strip() for s in strategies.split(",") if s.strip()]
+    for name in names:
+        try:
+            run.registry.get("update", name)
+        except KeyError as e:
+            raise GankitError(f"--strategies: {e.args[0]}") from None
+    phase = _bench_phase(run, resolution)
+    rows = [_engine_row(run, name, phase) for name in names]
+    note = ""
+    if reference:
+        row, note = _hand_row(run, phase)
+        if row is not None:
+            rows.append(row)
+    return run, phase, rows, note
+
+
+def _round_order(rows: list[BenchRow], i: int) -> list[BenchRow]:
+    """Round ``i``'s order: the rows rotated by ``i``, with the hand-written row kept next to
+    ``d-then-g`` (alternately before and after it), so the headline ratio compares runs made
+    seconds apart."""
+    ref, eng = next((r for r in rows if r.name == REFERENCE), None), next((r for r in rows if r.name == "d-then-g"), None)
+    units = [[r] for r in rows if r is not ref]
+    if ref is not None:
+        if eng is None:
+            units.append([ref])
+        else:
+            unit = next(u for u in units if u[0] is eng)
+            unit[:] = [eng, ref] if i % 2 == 0 else [ref, eng]
+    k = i % len(units)
+    return [r for u in units[k:] + units[:k] for r in u]
+
+
+def measure(run, phase, rows: list[BenchRow], *, steps: int, warmup: int, seed: int = 0,
+            progress: Callable[[int, int], None] | None = None) -> None:
+    """Run ``warmup + steps`` rounds; each round runs every row once on the same real batches, in
+    an order rotated by one per round (``_round_order``), timing each call of the timed rounds
+    (device-synchronised)."""
+    d_steps = run.strategy.d_steps
+    from gan_kit.phase import fade_real
+
+    n = phase.batch_size
+    per_round = n * d_steps
+    pool = run.real_images(min(per_round * min(warmup + steps, 8), len(run.dataset)), seed=seed)
+    pool = fade_real(pool, phase.resolution, 1.0).to(run.device)
+    sync = torch.cuda.synchronize if run.device.type == "cuda" else (lambda: None)
+    for i in range(warmup + steps):
+        idx = torch.arange(i * per_round, (i + 1) * per_round) % pool.shape[0]
+        batch = pool[idx.to(pool.device)]
+        if run.recipe.run.channels_last:
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        reals = [batch[j * n:(j + 1) * n] for j in range(d_steps)]
+        for row in _round_order(rows, i):
+            sync()
+            t0 = time.perf_counter()
+            row.step(reals)
+            sync()
+            if i >= warmup:
+                row.times.append(time.perf_counter() - t0)
+        if progress is not None:
+            progress(i + 1, warmup + steps)
+
+
+def run_bench(recipe_path, strategies: str = "all", *, steps: int = 20, warmup: int = 3, overrides=(),
+              resolution: int | None = None, reference: bool = True, progress=None) -> BenchResult:
+    """``prepare`` + ``measure``: the timings of every row on ``recipe_path``."""
+    run, phase, rows, note = prepare(recipe_path, strategies, overrides=overrides, resolution=resolution,
+                                     reference=reference)
+    measure(run, phase, rows, steps=steps, warmup=warmup, progress=progress)
+    return BenchResult(recipe=Path(recipe_path), device=run.device, precision=run.precision,
+                       resolution=phase.resolution, batch_size=phase.batch_size, d_steps=run.strategy.d_steps,
+                       steps=steps, warmup=warmup, rows=rows, reference_note=note)
+
+
+def result_table(result: BenchResult):
+    """A rich Table: ms/step (median, and the spread of the middle half), images/s, vs hand-written."""
+    from rich.table import Table
+
+    ref = result.row(REFERENCE)
+    table = Table(title=f"{result.recipe}: {result.resolution}px, batch {result.batch_size} x d_steps "
+                        f"{result.d_steps}, {result.device} {result.precision}, median of {result.steps} steps")
+    for col in ("strategy", "ms/step", "IQR ms", "images/s", "throughput vs hand-written"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for row in result.rows:
+        q = statistics.quantiles(row.times, n=4) if len(row.times) >= 2 else [row.median_s] * 3
+        rel = f"{result.relative(row):.2f}" if ref is not None else "-"
+        table.add_row(row.name, f"{row.median_s * 1e3:.1f}", f"{q[0] * 1e3:.1f}-{q[2] * 1e3:.1f}",
+                      f"{result.images_per_s(row):.0f}", rel)
+    return table
+
+
+@click.command("bench")
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--strategies", default="all", show_default=True,
+              help="Strategies to time: all, or comma-separated names (e.g. d-then-g,shared-fake).")
+@click.option("--steps", type=click.IntRange(1), default=20, show_default=True, help="Timed iterations per strategy.")
+@click.option("--warmup", type=click.IntRange(0), default=3, show_default=True,
+              help="Untimed iterations per strategy first.")
+@click.option("--resolution", type=int, default=None,
+              help="Phase resolution to time at (alpha 1); default: the final phase.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value.")
+@click.option("--no-reference", is_flag=True, help="Skip the hand-written reference loop.")
+@click.option("--debug", is_flag=True, help="Show full tracebacks.")
+def bench(recipe: Path, strategies: str, steps: int, warmup: int, resolution: int | None,
+          overrides: tuple[str, ...], no_reference: bool, debug: bool) -> None:
+    """Time each update strategy on RECIPE's model, data, resolution and device, next to a
+    hand-written plain-PyTorch d-then-g loop; the last line is the engine/hand-written ratio."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    try:
+        with console.status("benchmarking") as status:
+            result = run_bench(recipe, strategies, steps=steps, warmup=warmup, overrides=overrides,
+                               resolution=resolution, reference=not no_reference,
+                               progress=lambda i, n: status.update(f"benchmarking: round {i}/{n}"))
+    except GankitError as e:
+        if debug or os.environ.get("GANKIT_DEBUG"):
+            raise
+        for line in str(e).splitlines():
+            click.echo(f"error: {line}", err=True)
+        sys.exit(e.exit_code)
+    console.print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; warm-up {warmup} "
+                  f"iterations; rows interleaved per iteration")
+    console.print(result_table(result))
+    ratio = result.ratio
+    if ratio is None:
+        why = result.reference_note or ("d-then-g not benchmarked" if result.row("d-then-g") is None
+                                        else "reference skipped")
+        click.echo(f"engine/hand-written throughput: n/a ({why})")
+    else:
+        click.echo(f"engine/hand-written throughput: {ratio:.2f}")

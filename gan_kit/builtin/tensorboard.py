@@ -1,0 +1,53 @@
+"""TensorBoard events: every scalar of every tick (losses, penalties, metrics, progress, timing)
+written to ``<out_dir>/events`` when the ``tensorboard`` package is installed (optional extra
+``gankit[tensorboard]``); without it this plugin does nothing. The step axis is ``cur_nimg``
+(real images shown). View with ``tensorboard --logdir runs``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gan_kit import hookimpl
+
+_KEY = __name__
+
+
+def _writer_class():
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # torch raises ImportError when the tensorboard package is missing
+        return None
+    return SummaryWriter
+
+
+@hookimpl
+def run_started(run):
+    if not run.is_main:
+        return
+    cls = _writer_class()
+    if cls is None:
+        return
+    # purge_step drops events a crashed run wrote after the checkpoint it resumes from.
+    writer = cls(log_dir=str(run.out_dir / "events"), purge_step=run.cur_nimg if run.cur_nimg else None)
+    run.state[_KEY] = {"writer": writer}
+
+
+@hookimpl
+def tick_finished(run, stats):
+    st = run.state.get(_KEY)
+    if not st:
+        return
+    writer = st["writer"]
+    for k, v in stats.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            continue
+        writer.add_scalar(k, float(v), global_step=run.cur_nimg)
+    writer.flush()
+
+
+@hookimpl
+def run_finished(run, stats):
+    st = run.state.pop(_KEY, None)
+    if st:
+        st["writer"].close()

@@ -1,0 +1,137 @@
+"""A finished tiny run as pictures and numbers: `gankit report`, TensorBoard events, `gankit eval`."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+
+from gan_kit.cli import cli
+from gan_kit.engine import Run, train
+from gan_kit.recipe import load_recipe
+from gan_kit.report import _spans_from_rows, load_metrics, phase_spans
+
+_RUNS: dict[str, Path] = {}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The test machine is small and shared: one intra-op thread is many times faster here."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def finished_run(tiny_recipe_text, write_recipe) -> Path:
+    """A tiny run (4 -> 8 px) with SWD every tick, trained once per test session."""
+    if "run" not in _RUNS:
+        text = tiny_recipe_text + '\n[[metric]]\nname = "swd"\nnum_images = 48\nevery_kimg = 0.1\n'
+        recipe, plugins = load_recipe(write_recipe(text, "tiny-swd.toml"))
+        run = Run(recipe, plugins)
+        train(run)
+        _RUNS["run"] = run.out_dir
+        _RUNS["growth"] = run.growth
+    return _RUNS["run"]
+
+
+def test_report_writes_html_and_pngs_of_a_finished_run(finished_run):
+    result = CliRunner().invoke(cli, ["report", str(finished_run)])
+    assert result.exit_code == 0, result.output
+    html = (finished_run / "report.html").read_text()
+    names = ["losses", "penalties", "metrics", "phases"]
+    for name in names:
+        png = finished_run / "report" / f"{name}.png"
+        assert f'src="report/{name}.png"' in html or name == "phases"
+        with Image.open(png) as im:
+            assert im.format == "PNG" and im.width >= 600 and im.height >= 200
+            assert len(np.unique(np.asarray(im.convert("L")))) > 10  # something is drawn
+    with Image.open(finished_run / "report" / "phases.png") as im:
+        assert im.width > 2 * im.height  # the phase grids side by side
+    rows, bad = load_metrics(finished_run)
+    assert bad == 0 and rows[-1]["Progress/final"] is True
+    for i, res in sorted({(r["Progress/phase"], r["Progress/resolution"]) for r in rows}):
+        assert f'src="samples/phase-{i}-{res}px.png"' in html
+    assert 'src="samples/final.png"' in html
+    assert f"{rows[-1]['Metrics/swd']:.4g}" in html  # the last SWD in the summary table
+
+
+def test_phase_boundaries_come_from_the_growth_schedule(finished_run):
+    rows, _ = load_metrics(finished_run)
+    spans = phase_spans(finished_run, rows)
+    growth = _RUNS["growth"]
+    last = growth.phase_at(10**9)
+    assert [s.resolution for s in spans] == growth.resolutions() == [4, 8]
+    assert spans[1].start_kimg == last.start_nimg / 1000
+    assert spans[1].fade_end_kimg == (last.start_nimg + last.fade_nimg) / 1000
+    assert spans[-1].end_kimg == rows[-1]["Progress/kimg"]
+    rough = _spans_from_rows(rows)  # the fallback without recipe.toml agrees on the phases seen
+    assert [s.resolution for s in rough] == sorted({r["Progress/resolution"] for r in rows})
+
+
+def test_report_on_a_folder_without_metrics_is_one_line(tmp_path):
+    result = CliRunner().invoke(cli, ["report", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "no metrics.jsonl" in result.output and "Traceback" not in result.output
+
+
+def test_tensorboard_events_hold_every_tick_scalar(finished_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = list((finished_run / "events").glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    acc = EventAccumulator(str(finished_run / "events"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"Loss/D", "Loss/G", "Loss/D/gradient-penalty", "Metrics/swd", "Progress/kimg"} <= tags
+    rows, _ = load_metrics(finished_run)
+    swd = acc.Scalars("Metrics/swd")
+    assert [round(e.value, 3) for e in swd] == [round(r["Metrics/swd"], 3) for r in rows if "Metrics/swd" in r]
+    assert swd[-1].step == round(rows[-1]["Progress/kimg"] * 1000)
+
+
+def test_no_tensorboard_package_means_no_events(tiny_recipe_text, write_recipe, monkeypatch, tmp_path):
+    import gan_kit.builtin.tensorboard as tb
+
+    monkeypatch.setattr(tb, "_writer_class", lambda: None)
+    recipe, plugins = load_recipe(write_recipe(tiny_recipe_text.replace("total_kimg = 0.2", "total_kimg = 0.05")))
+    run = Run(recipe, plugins)
+    train(run)
+    assert (run.out_dir / "metrics.jsonl").is_file() and not (run.out_dir / "events").exists()
+
+
+def test_eval_reproduces_the_final_swd_and_prints_the_baselines(finished_run):
+    rows, _ = load_metrics(finished_run)
+    ckpt = finished_run / "checkpoints" / "latest.pt"
+    result = CliRunner().invoke(cli, ["eval", str(ckpt), "--json"])
+    assert result.exit_code == 0, result.output
+    trained = json.loads(result.output)["results"]["swd"]["trained"]
+    assert trained["Metrics/swd"] == pytest.approx(rows[-1]["Metrics/swd"], rel=1e-5)
+
+    result = CliRunner().invoke(cli, ["eval", str(ckpt), "--baselines", "--n", "40"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "40 images per set" in lines[1]
+    values = {}
+    for line in lines[2:]:
+        label, value = re.match(r"\s+(.*?)\s{2,}([\d.]+)", line).groups()
+        values[label.split(" (")[0].split(" G_ema")[0]] = float(value)
+    assert set(values) == {"real vs real", "untrained", "trained"}
+    assert values["real vs real"] < values["untrained"]
+
+
+def test_eval_fid_without_weights_is_one_line_not_a_traceback(finished_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty"))
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    ckpt = finished_run / "checkpoints" / "latest.pt"
+    result = CliRunner().invoke(cli, ["eval", str(ckpt), "--metric", "fid"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and result.output.startswith("error: fid needs ")
+    assert "Traceback" not in result.output and str(tmp_path / "empty") in result.output
