@@ -129,7 +129,9 @@ class Run:
         # The networks the strategies call: compiled when asked; penalties keep the eager D
         # (double backward is not supported through compiled graphs).
         if r.run.compile:
-            self.G_train, self.D_train = torch.compile(self.G), torch.compile(self.D)
+            backend = r.run.compile_backend
+            self.G_train = torch.compile(self.G, backend=backend)
+            self.D_train = torch.compile(self.D, backend=backend)
         else:
             self.G_train, self.D_train = self.G, self.D
 

@@ -75,14 +75,17 @@ def test_adam_state_survives_growth_and_inactive_blocks_get_no_updates(tiny_reci
     rec = Recorder()
     # final 16px, but stop while still at 8px: the 16px blocks must never move
     run = build(tiny_recipe, ["data.resolution=16", "run.total_kimg=0.12"], extra=[rec])
-    inactive = {n: p.detach().clone() for n, p in list(run.G.named_parameters()) + list(run.D.named_parameters())
-                if ".16." in n or n.endswith(".16") or "_rgb.16" in n}
-    assert inactive
+    def named():
+        return [(f"G.{n}", p) for n, p in run.G.named_parameters()] + \
+               [(f"D.{n}", p) for n, p in run.D.named_parameters()]
+
+    inactive = {n: p.detach().clone() for n, p in named() if ".16." in n}
+    assert len(inactive) == 12  # G: 2 convs + toRGB, D: fromRGB + 2 convs, weight and bias each
     ids_before = [id(p) for p in run.G.parameters()]
     train(run)
     assert rec.growth_checks and all(rec.growth_checks)
     assert [id(p) for p in run.G.parameters()] == ids_before
-    params = dict(list(run.G.named_parameters()) + list(run.D.named_parameters()))
+    params = dict(named())
     for name, value in inactive.items():
         assert torch.equal(params[name], value), name
         assert run.opt_G.state.get(params[name]) in (None, {}) and run.opt_D.state.get(params[name]) in (None, {})
