@@ -5,14 +5,13 @@
 Default recipes: recipes/pggan.toml and, when present, recipes/dcgan.toml. For each recipe every
 strategy and the hand-written plain-PyTorch d-then-g loop are timed in one process, interleaved
 per iteration (see gan_kit/bench.py for exactly what is timed). Prints, per strategy and recipe,
-the median ms per iteration and the throughput relative to the hand-written loop and to the
+the best ms per iteration and the throughput relative to the hand-written loop and to the
 engine's d-then-g, then one line per recipe: ``<recipe>: engine/hand-written throughput: X.XX``.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -53,8 +52,8 @@ def main(argv=None) -> int:
                 cells.append("-")
                 continue
             rel_hand = res.relative(row)
-            rel_eng = statistics.median(e / t for e, t in zip(eng.times, row.times)) if eng is not None else None
-            text = f"{row.median_s * 1e3:.0f} ms"
+            rel_eng = eng.best_s / row.best_s if eng is not None else None
+            text = f"{row.best_s * 1e3:.0f} ms"
             text += f"  x{rel_hand:.2f}" if rel_hand is not None else ""
             text += f" (x{rel_eng:.2f})" if rel_eng is not None and name != REFERENCE else ""
             cells.append(text)

@@ -100,6 +100,10 @@ class Run:
             precision = "bf16" if self.device.type == "cuda" else "fp32"
         self.precision = precision
 
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = r.run.tf32
+            torch.backends.cudnn.allow_tf32 = r.run.tf32
+            torch.backends.cudnn.benchmark = r.run.cudnn_benchmark
         self.dataset = self.build(r.data).build(r.resolution)
         if len(self.dataset) == 0:
             raise GankitError(f"{r.path}: data: the {r.data.name!r} dataset is empty")

@@ -77,6 +77,8 @@ class RunOptions:
     num_workers: int = option(0, help="Data-loader worker processes (0 = load in the main process).",
                               validator=_non_negative)
     compile: bool = option(False, help="torch.compile G and D (recompiles at most once per phase).")
+    tf32: bool = option(True, help="Allow TF32 matmul/convolution on CUDA (Ampere and newer).")
+    cudnn_benchmark: bool = option(True, help="Let cuDNN pick the fastest convolution algorithms (CUDA).")
     compile_backend: str = option("inductor", help='torch.compile backend ("inductor"; "aot_eager" traces '
                                                    "without generating code, for checks).")
     channels_last: bool = option(False, help="Use the channels_last memory format for images and weights.")

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from gan_kit.builtin.losses import BCE, Hinge
+from gan_kit.builtin.losses import BCE
 from gan_kit.builtin.penalties import Drift, GradientPenalty
 from gan_kit.builtin.strategies import single_loss_objective
 from gan_kit.components import Loss, StepContext, WeightedPenalty, d_objective

@@ -86,12 +86,14 @@ def tick_finished(run, stats):
 
 
 def save_grid(run, path, phase=None) -> None:
-    """A grid of G_ema images on the fixed latents, upscaled (nearest) to the final resolution."""
+    """A grid of G_ema images on the fixed latents, upscaled (nearest) to the final resolution and
+    to at least 32 pixels a side, so early phases and small images stay visible."""
     import torchvision.utils as vutils
 
     images = run.generate(run.fixed_z, phase=phase)
-    if images.shape[-1] != run.recipe.resolution:
-        images = F.interpolate(images, size=run.recipe.resolution, mode="nearest")
+    size = max(run.recipe.resolution, 32)
+    if images.shape[-1] != size:
+        images = F.interpolate(images, size=size, mode="nearest")
     nrow = max(1, int(math.sqrt(images.shape[0])))
     path.parent.mkdir(parents=True, exist_ok=True)
     vutils.save_image(images.clamp(-1, 1), path, nrow=nrow, normalize=True, value_range=(-1, 1), padding=1)
