@@ -163,3 +163,46 @@ def test_nonfinite_skip_counts_keeps_weights_finite_and_is_bounded(tiny_recipe):
     assert run.skipped_steps == 6
     for p in list(run.D.parameters()) + list(run.G_ema.parameters()):
         assert torch.isfinite(p).all()
+
+
+def test_ema_half_life_with_rampup_follows_stylegan2():
+    from gan_kit.ema import ema_beta
+
+    assert ema_beta(0.999, None, None, 64, 10**6) == 0.999
+    # half-life 10 kimg: after 10k images (batch 64 per step) the old average has half its weight
+    beta = ema_beta(0.999, 10.0, None, 64, 10**6)
+    assert beta ** (10_000 / 64) == pytest.approx(0.5)
+    # ramp-up: early on the half-life is cur_nimg * rampup, so G_ema tracks G closely
+    early = ema_beta(0.999, 10.0, 0.05, 64, 20_000)  # half-life min(10000, 1000) = 1000 images
+    assert early == pytest.approx(0.5 ** (64 / 1000))
+    assert early < beta
+
+
+def test_group_size_that_does_not_divide_the_batch_is_a_recipe_error(tiny_recipe):
+    from gan_kit.errors import RecipeError
+
+    with pytest.raises(RecipeError) as e:
+        load_recipe(tiny_recipe, ["growth.batch_size=6"])
+    assert "architecture.mbstd_group_size" in str(e.value)
+    assert "group size 4 does not divide the batch size 6" in str(e.value)
+
+
+def test_penalties_never_touch_the_fade_state(tiny_recipe):
+    from gan_kit.components import StepContext, d_objective
+    from gan_kit.phase import Phase, fade_real
+
+    run = build(tiny_recipe)
+    phase = Phase(index=1, resolution=8, alpha=0.37, batch_size=8)
+    run.phase = phase
+    run.set_phase(phase)
+    real = fade_real(run.dataset.images[:8], 8, 0.37)
+    ctx = StepContext(G=run.G, D=run.D, opt_G=run.opt_G, opt_D=run.opt_D, loss=run.loss,
+                      penalties=run.penalties, reals=[real], latent=run.latent, phase=phase)
+    with torch.no_grad():
+        fake = run.G(run.latent(8))
+    total, stats = d_objective(ctx, real, fake)
+    total.backward()
+    assert "Loss/D/gradient-penalty" in stats
+    for net in (run.G, run.D, run.G_ema):
+        assert net.resolution == 8 and net.alpha.item() == pytest.approx(0.37)
+        assert net.alpha.grad is None and not net.alpha.requires_grad
