@@ -24,7 +24,7 @@ def _phase_text(phase) -> str:
 
 @hookimpl
 def run_started(run):
-    st = run.state[_KEY] = {"console": Console(stderr=True), "progress": None, "t0": time.perf_counter(),
+    st = run.state[_KEY] = {"console": Console(stderr=True, soft_wrap=True), "progress": None, "t0": time.perf_counter(),
                             "last_t": time.perf_counter(), "last_nimg": run.cur_nimg, "img_s": 0.0}
     if run.is_main:
         (run.out_dir / "samples").mkdir(parents=True, exist_ok=True)
