@@ -28,6 +28,7 @@ from gan_kit.components import (  # noqa: E402
     UpdateStrategy,
     WeightedPenalty,
     d_objective,
+    g_objective,
     set_phase,
 )
 from gan_kit.errors import GankitError, PluginError, RecipeError  # noqa: E402
@@ -52,6 +53,7 @@ __all__ = [
     "UpdateStrategy",
     "WeightedPenalty",
     "d_objective",
+    "g_objective",
     "set_phase",
     "GankitError",
     "PluginError",

@@ -98,11 +98,13 @@ def _warn_broken(plugins) -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a recipe value, e.g. --set run.total_kimg=2 --set loss.name=bce.")
 @click.option("--resume", is_flag=True, help="Continue from the run directory's checkpoints/latest.pt.")
+@click.option("--overwrite", is_flag=True, help="Replace a run already in the run directory (its metrics, "
+                                                "samples and checkpoints are deleted).")
 @click.option("--dry-run", is_flag=True, help="Check the recipe, build every component, print the plan; no training.")
 @click.option("--nproc", type=int, default=None, help="Start N processes through torchrun (one per GPU).")
 @user_errors
-def run(recipe: Path, out_dir: Path | None, overrides: tuple[str, ...], resume: bool, dry_run: bool,
-        nproc: int | None) -> None:
+def run(recipe: Path, out_dir: Path | None, overrides: tuple[str, ...], resume: bool, overwrite: bool,
+        dry_run: bool, nproc: int | None) -> None:
     """Train the GAN described by RECIPE."""
     if nproc and nproc > 1 and "LOCAL_RANK" not in os.environ:
         from gan_kit.distributed import launch
@@ -126,7 +128,7 @@ def run(recipe: Path, out_dir: Path | None, overrides: tuple[str, ...], resume: 
             _print_plan(the_run)
             return
         try:
-            train(the_run, resume=resume)
+            train(the_run, resume=resume, overwrite=overwrite)
         finally:
             from gan_kit.builtin.reporting import stop_progress
 
@@ -302,6 +304,8 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path) -> None:
 
     from gan_kit.engine import load_generator
 
+    if out.suffix.lower() not in (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff"):
+        raise GankitError(f"--out: {str(out)!r} has no image extension (use .png or .jpg)")
     G_ema, phase, _ = load_generator(checkpoint)
     z = torch.randn(num, G_ema.latent_dim, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():

@@ -30,6 +30,7 @@ __all__ = [
     "Metric",
     "StepContext",
     "d_objective",
+    "g_objective",
     "set_phase",
 ]
 
@@ -73,7 +74,12 @@ class Loss(ComponentBase):
     ``g_loss(fake_logits[N], real_logits=None) -> scalar`` is minimised by G.
     ``implied_penalties()`` lists ``(penalty name, weight, options dict)`` that come with the
     loss (the ``wgan-gp`` preset adds the gradient penalty and drift this way).
+    A loss whose G side needs D's logits on real images (relativistic losses) sets
+    ``needs_real_logits = True``; every update strategy then passes ``real_logits`` (computed on
+    the iteration's last real batch, without gradient) through ``g_objective``.
     """
+
+    needs_real_logits: bool = False
 
     def d_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -252,6 +258,16 @@ class StepContext:
                 self.skipped = True
                 return
         opt.step()
+
+
+def g_objective(ctx: "StepContext", fake_logits: torch.Tensor) -> torch.Tensor:
+    """G's loss ``loss.g_loss(fake_logits[N], real_logits)``; ``real_logits`` is D's output on
+    ``ctx.reals[-1]`` (no gradient) when the loss sets ``needs_real_logits``, else None."""
+    real_logits = None
+    if getattr(ctx.loss, "needs_real_logits", False):
+        with torch.no_grad(), ctx.autocast():
+            real_logits = ctx.D(ctx.reals[-1]).float()
+    return ctx.loss.g_loss(fake_logits.float(), real_logits)
 
 
 def d_objective(

@@ -8,6 +8,7 @@ import contextlib
 import math
 import os
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,7 +22,7 @@ from gan_kit import checkpoint as ckpt
 from gan_kit.components import BuildContext, StepContext, WeightedPenalty, set_phase
 from gan_kit.data import PhaseBatchSampler, make_loader
 from gan_kit.ema import ema_beta, make_ema, update_ema
-from gan_kit.errors import GankitError, TrainingError
+from gan_kit.errors import CheckpointError, GankitError, TrainingError
 from gan_kit.phase import Phase, fade_real
 from gan_kit.plugins import Plugins
 from gan_kit.recipe import ComponentSpec, Recipe, recipe_to_toml
@@ -291,12 +292,54 @@ class Run:
         self.hook.checkpoint_saved(run=self, path=path)
         return path
 
-    def resume(self, path: str | Path | None = None) -> None:
+    def resume(self, path: str | Path | None = None) -> list[str]:
+        """Restore the latest (or the given) checkpoint exactly.
+
+        Tables that shape the networks or the data (``architecture``, ``data``, ``init``) must
+        match the checkpoint's recipe: a mismatch raises ``CheckpointError`` naming the key. Other
+        changes (a longer ``total_kimg``, another loss) are allowed and returned as
+        ``"key: old -> new"`` lines for the caller to report.
+        """
+        import tomllib
+
         path = Path(path) if path else self.out_dir / "checkpoints" / "latest.pt"
         if not path.is_file():
             raise GankitError(f"--resume: no checkpoint at {path} (run without --resume to start fresh)")
-        self.load_state_dict(ckpt.load(path, map_location=self.device))
+        state = ckpt.load(path, map_location=self.device)
+        old = _flatten(tomllib.loads(state["recipe"]))
+        new = _flatten(tomllib.loads(recipe_to_toml(self.recipe)))
+        changes = []
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) == new.get(key):
+                continue
+            change = f"{key}: {old.get(key, '(unset)')!r} -> {new.get(key, '(unset)')!r}"
+            if key.split(".")[0] in ("architecture", "data", "init"):
+                raise CheckpointError(
+                    f"--resume: {path} was trained with {key} = {old.get(key, '(unset)')!r}, the recipe now says "
+                    f"{new.get(key, '(unset)')!r}; resume with the run's own recipe ({self.out_dir / 'recipe.toml'}) "
+                    f"or start a new run with --out")
+            changes.append(change)
+        try:
+            self.load_state_dict(state)
+        except (RuntimeError, KeyError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CheckpointError(f"--resume: {path} does not fit this recipe's networks ({first[:160]})") from None
         self.last_checkpoint = path
+        return changes
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, item in enumerate(v):
+                out.update(_flatten(item, f"{key}[{i}]."))
+        else:
+            out[key] = v
+    return out
 
 
 def load_generator(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Phase, Recipe]:
@@ -358,15 +401,42 @@ def write_recipe(run: Run) -> None:
     (run.out_dir / "recipe.toml").write_text(recipe_to_toml(run.recipe, header), encoding="utf-8")
 
 
-def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None) -> dict[str, float]:
+RUN_FILES = ("metrics.jsonl", "recipe.toml", "samples", "checkpoints", "events", "report", "report.html")
+
+
+def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None,
+          overwrite: bool = False) -> dict[str, float]:
     """Train until ``run.total_nimg`` images have been shown (or ``max_steps`` iterations).
 
-    Returns the final tick's stats. Raises ``TrainingError`` on a non-finite loss with
-    ``run.on_nonfinite = "stop"`` (the last checkpoint is left untouched).
+    A fresh run refuses a run directory that already holds a run (``GankitError``) unless
+    ``overwrite`` removes that run's files first. Returns the final tick's stats. Raises
+    ``TrainingError`` on a non-finite loss with ``run.on_nonfinite = "stop"`` (the last checkpoint
+    is left untouched).
     """
+    import shutil
+
     r = run.recipe
     if resume:
-        run.resume(resume if isinstance(resume, (str, Path)) else None)
+        for change in run.resume(resume if isinstance(resume, (str, Path)) else None):
+            if run.is_main:
+                print(f"note: resuming with a changed recipe: {change}", file=sys.stderr)
+        if run.cur_nimg >= run.total_nimg:
+            raise GankitError(
+                f"--resume: the run is already at {run.cur_nimg / 1000:g} kimg >= run.total_kimg = "
+                f"{run.total_nimg / 1000:g}; raise it to train further (--set run.total_kimg=...)")
+    elif run.is_main:
+        existing = [name for name in RUN_FILES[:4] if (run.out_dir / name).exists()]
+        if existing and not overwrite:
+            raise GankitError(
+                f"{run.out_dir}: already holds a run ({', '.join(existing)}); continue it with --resume, "
+                f"pick another folder with --out, or replace it with --overwrite")
+        if overwrite:
+            for name in RUN_FILES:
+                target = run.out_dir / name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                elif target.exists():
+                    target.unlink()
     if run.is_main:
         write_recipe(run)
     d_steps = run.strategy.d_steps

@@ -39,7 +39,15 @@ __all__ = [
 
 
 def _positive(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"must be finite, got {v!r} (use a positive number)"
     return None if v > 0 else f"must be > 0, got {v!r} (use a positive number)"
+
+
+def _device(v):
+    if re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v):
+        return None
+    return f'unknown device {v!r} (use "auto", "cpu", "cuda" or "cuda:N")'
 
 
 def _non_negative(v):
@@ -58,7 +66,8 @@ class RunOptions:
     """The ``[run]`` table: length, place and precision of training."""
 
     seed: int = option(0, help="Seed of every random number generator (torch, numpy, python).")
-    device: str = option("auto", help='"auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N".')
+    device: str = option("auto", help='"auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N".',
+                         validator=_device)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = option(
         "auto", help='"auto" = bf16 autocast on CUDA and fp32 on the CPU; "fp16" adds a GradScaler.')
     out_dir: str = option("runs/gankit", help="Run directory (relative to the working directory).")
@@ -119,7 +128,7 @@ class DataSlot:
 
 @attrs.frozen
 class PenaltySlot:
-    weight: float = option(1.0, help="Multiplier of this penalty in the D objective.")
+    weight: float = option(1.0, help="Multiplier of this penalty in the D objective.", validator=_non_negative)
 
 
 @attrs.frozen

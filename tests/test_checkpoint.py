@@ -140,3 +140,25 @@ def test_checkpoint_holds_everything_for_an_exact_resume(tiny_recipe, tmp_path):
     assert set(state["rng"]) >= {"torch", "numpy", "python"}
     assert state["data_position"] == run.cur_nimg == 24
     assert 'name = "hinge"' in state["recipe"]
+
+
+def test_run_directory_safety_and_resume_checks(tiny_recipe, tmp_path, capsys):
+    from gan_kit.errors import GankitError
+
+    out = tmp_path / "safe"
+    run_for(tiny_recipe, out, 0.016)
+    with pytest.raises(GankitError, match=r"already holds a run \(metrics.jsonl, recipe.toml, samples, "
+                                          r"checkpoints\); continue it with --resume"):
+        run_for(tiny_recipe, out, 0.016)
+    with pytest.raises(GankitError, match=r"--resume: the run is already at 0.016 kimg >= run.total_kimg = 0.016"):
+        run_for(tiny_recipe, out, 0.016, resume=True)
+    with pytest.raises(CheckpointError, match=r"was trained with architecture.latent_dim = 8, the recipe now says 16"):
+        run_for(tiny_recipe, out, 0.032, resume=True, overrides=["architecture.latent_dim=16"])
+    run = run_for(tiny_recipe, out, 0.032, resume=True, overrides=["loss.name=bce"])
+    assert run.cur_nimg == 32
+    assert "note: resuming with a changed recipe: loss.name: 'hinge' -> 'bce'" in capsys.readouterr().err
+    recipe, plugins = load_recipe(tiny_recipe, [f"run.out_dir='{out}'", "run.total_kimg=0.016"])
+    fresh = Run(recipe, plugins)
+    train(fresh, overwrite=True)
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1 and ckpt.load(
+        out / "checkpoints" / "latest.pt")["cur_nimg"] == 16

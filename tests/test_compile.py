@@ -21,7 +21,8 @@ def named(run):
 
 def one_step(path, strategy, compiled):
     overrides = [f"update.name={strategy}", "optim.name=sgd", "optim.lr=1.0", "run.tick_kimg=10",
-                 f"run.compile={'true' if compiled else 'false'}", "run.compile_backend=aot_eager"]
+                 f"run.compile={'true' if compiled else 'false'}", "run.compile_backend=aot_eager",
+                 f"run.out_dir='{path.parent / ('compiled' if compiled else 'eager')}'"]
     recipe, plugins = load_recipe(path, overrides)
     run = Run(recipe, plugins)
     before = {n: p.detach().clone() for n, p in named(run)}

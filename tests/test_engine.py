@@ -144,14 +144,24 @@ class NaNPlugin:
         register("nan-after-3", NaNLoss)
 
 
+class CheckpointBytes:
+    saved: dict = {}
+
+    @hookimpl
+    def checkpoint_saved(self, run, path):
+        CheckpointBytes.saved[path.name] = path.read_bytes()
+
+
 def test_nonfinite_stop_names_step_and_leaves_checkpoint(tiny_recipe):
     NaNLoss.calls = 0
-    run = build(tiny_recipe, ["loss.name=nan-after-3", "run.snapshot_ticks=1"], extra=[NaNPlugin()])
-    run.save_checkpoint("latest")
-    before = (run.out_dir / "checkpoints" / "latest.pt").read_bytes()
-    with pytest.raises(TrainingError, match=r"step 4 \(kimg 0\.032, 4px\): Loss/D is nan; stopped"):
+    CheckpointBytes.saved.clear()
+    # a checkpoint after the first tick (2 steps), NaN from the 4th step on
+    run = build(tiny_recipe, ["loss.name=nan-after-3", "run.snapshot_ticks=1", "run.tick_kimg=0.016"],
+                extra=[NaNPlugin(), CheckpointBytes()])
+    with pytest.raises(TrainingError, match=r"step 4 \(kimg 0\.032, 4px\): Loss/D is nan; stopped \(last good "
+                                            r"checkpoint: .*latest\.pt\)"):
         train(run)
-    assert (run.out_dir / "checkpoints" / "latest.pt").read_bytes() == before
+    assert (run.out_dir / "checkpoints" / "latest.pt").read_bytes() == CheckpointBytes.saved["latest.pt"]
 
 
 def test_nonfinite_skip_counts_keeps_weights_finite_and_is_bounded(tiny_recipe):

@@ -395,3 +395,35 @@ def test_each_strategy_trains_the_tiny_recipe(tiny_recipe, name):
     for key in ("Loss/D", "Loss/G", "Loss/D/gradient-penalty"):
         assert math.isfinite(stats[key]), key
     assert not same(g0, params(run.G)) and not same(d0, params(run.D))
+
+
+class _Relativistic:
+    """A relativistic-average-style G loss that needs D's logits on real images."""
+
+    needs_real_logits = True
+    seen = []
+
+    def d_loss(self, real_logits, fake_logits):
+        return torch.nn.functional.softplus(-(real_logits - fake_logits.mean())).mean() + \
+            torch.nn.functional.softplus(fake_logits - real_logits.mean()).mean()
+
+    def g_loss(self, fake_logits, real_logits=None):
+        _Relativistic.seen.append(real_logits)
+        return torch.nn.functional.softplus(-(fake_logits - real_logits.mean())).mean()
+
+    def implied_penalties(self):
+        return []
+
+
+@pytest.mark.parametrize("strategy", ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous"])
+def test_losses_that_need_real_logits_get_them_in_every_strategy(tiny_recipe, strategy):
+    from gan_kit.engine import Run, train
+    from gan_kit.recipe import load_recipe
+
+    recipe, plugins = load_recipe(tiny_recipe, [f"update.name={strategy}", "penalty=[]"])
+    run = Run(recipe, plugins)
+    run.loss = _Relativistic()
+    _Relativistic.seen.clear()
+    train(run, max_steps=2)
+    assert _Relativistic.seen and all(r is not None and r.shape == (8,) and not r.requires_grad
+                                      for r in _Relativistic.seen)

@@ -32,7 +32,7 @@ from typing import Sequence
 import attrs
 import torch
 
-from gan_kit import UpdateStrategy, d_objective, hookimpl, option
+from gan_kit import UpdateStrategy, d_objective, g_objective, hookimpl, option
 
 __all__ = [
     "CommonOptions",
@@ -124,7 +124,7 @@ def _g_step(ctx, n: int) -> tuple[dict, torch.Tensor]:
         with ctx.autocast():
             fake = ctx.G(ctx.latent(n))
             fake_logits = ctx.D(fake)
-        loss = ctx.loss.g_loss(fake_logits.float())
+        loss = g_objective(ctx, fake_logits)
         ctx.backward(loss)
     ctx.opt_step(ctx.opt_G)
     return {"Loss/G": loss.detach()}, fake
@@ -187,7 +187,7 @@ class SharedFake(UpdateStrategy):
         with ctx.autocast():
             fake = ctx.G(ctx.latent(n))
             fake_logits = ctx.D(fake)
-        g_loss = ctx.loss.g_loss(fake_logits.float())
+        g_loss = g_objective(ctx, fake_logits)
         # G first, while D's weights are those the graph saved; retain it for the D objective.
         ctx.backward(g_loss, inputs=G_params, retain_graph=True)
         total, stats = d_objective(ctx, ctx.reals[-1], fake, d_step=ctx.d_step + k - 1, fake_logits=fake_logits)
@@ -236,8 +236,8 @@ def single_loss_objective(ctx, real: torch.Tensor, fake: torch.Tensor, *, lam: f
         logits_sg = ctx.D(fake_sg)
         logits = ctx.D(fake)
     d_total, stats = d_objective(ctx, real, fake_sg, d_step=d_step, fake_logits=logits_sg)
-    g_sg = ctx.loss.g_loss(logits_sg.float())
-    g_term = ctx.loss.g_loss(logits.float()) - g_sg
+    g_sg = g_objective(ctx, logits_sg)
+    g_term = g_objective(ctx, logits) - g_sg
     stats["Loss/G"] = g_sg.detach()
     return d_total + lam * g_term, g_term, stats
 
@@ -304,7 +304,7 @@ class Simultaneous(UpdateStrategy):
         with ctx.autocast():
             fake = ctx.G(ctx.latent(n))
             fake_logits = ctx.D(fake)
-        g_loss = ctx.loss.g_loss(fake_logits.float())
+        g_loss = g_objective(ctx, fake_logits)
         g_grads = _grads_into(ctx, g_loss, G_params)
         total, stats = d_objective(ctx, ctx.reals[-1], fake.detach(), d_step=ctx.d_step + k - 1)
         d_grads = _grads_into(ctx, total, D_params)
