@@ -48,7 +48,9 @@ recipes/x.toml: loss.name: unknown loss 'hing' (did you mean 'hinge'?); availabl
 - `--set KEY=VALUE` (on `gankit run`, `gankit recipe show`, `gankit recipe check`): override one
   value. KEY is dotted (`loss.name`, `growth.batch_size.16`, array items by number:
   `penalty.0.weight`); VALUE is a TOML value (`2`, `0.5`, `true`, `[0.0, 0.99]`, `{ 4 = 64 }`,
-  `'"text"'`), and a bare word such as `bce` is taken as a string.
+  `'"text"'`), and a bare word such as `bce` is taken as a string. `--set loss.name=X` keeps
+  the table's other keys: when the recipe sets options of the old component, replace the whole
+  table instead (`--set 'loss={name="X"}'`; `--set 'penalty=[]'` drops every penalty).
 - TOML has no null: where an option's type includes `none`, the string `"none"` sets it to None
   (e.g. `--set optim.g_lr=none` undoes a value from an `extends` base).
 - Types are converted where it is safe: an integer where a float is declared, `2.0` where an
