@@ -6,7 +6,6 @@ plain lines on stderr and exits with code 2; ``--debug`` shows the traceback ins
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -18,44 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 from gan_kit import __version__
+from gan_kit.cli_errors import user_errors
 from gan_kit.errors import GankitError
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _print_error(e: BaseException) -> None:
-    for line in str(e).splitlines() or [type(e).__name__]:
-        click.echo(f"error: {line}", err=True)
-
-
-def user_errors(fn):
-    """Add ``--debug`` and turn GankitError into one-line messages with exit code 2."""
-
-    @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
-    @functools.wraps(fn)
-    def wrapper(*args, debug: bool = False, **kwargs):
-        ctx = click.get_current_context(silent=True)
-        group_debug = bool(ctx and ctx.find_root().meta.get("gankit.debug"))
-        debug = debug or group_debug or os.environ.get("GANKIT_DEBUG", "") not in ("", "0")
-        try:
-            return fn(*args, **kwargs)
-        except GankitError as e:
-            if debug:
-                raise
-            _print_error(e)
-            sys.exit(e.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-        except (click.exceptions.Exit, click.ClickException, SystemExit):
-            raise
-        except Exception as e:  # an unexpected failure: one line, the traceback with --debug
-            if debug:
-                raise
-            click.echo(f"error: {type(e).__name__}: {e} (run again with --debug for the traceback)", err=True)
-            sys.exit(1)
-
-    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -390,7 +390,6 @@ def _to_floats(stats: dict[str, Any]) -> dict[str, float]:
 
 
 def write_recipe(run: Run) -> None:
-    import importlib.metadata as md
 
     versions = [f"torch {torch.__version__}", f"gankit {__version__}"]
     for source in sorted(set(run.plugins.sources.values())):

@@ -12,7 +12,6 @@ untrained G_ema (the recipe's initialisation, same seed) vs real, and the traine
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -20,20 +19,11 @@ from typing import Any
 import attrs
 import click
 
+from gan_kit.cli_errors import user_errors as _user_errors
+
 __all__ = ["eval_command", "evaluate_checkpoint"]
 
 
-def _user_errors(fn):
-    """``gan_kit.cli.user_errors``, looked up at call time (gan_kit.cli imports this module)."""
-
-    @click.option("--debug", is_flag=True, help="Show full tracebacks.")
-    @functools.wraps(fn)
-    def wrapper(*args, debug: bool = False, **kwargs):
-        from gan_kit.cli import user_errors
-
-        return user_errors(fn)(*args, debug=debug, **kwargs)
-
-    return wrapper
 
 
 def _metric(run, name: str, num: int | None):

@@ -15,7 +15,6 @@ Needs matplotlib (``pip install 'gankit[report]'``).
 
 from __future__ import annotations
 
-import functools
 import html
 import json
 import math
@@ -27,20 +26,11 @@ from typing import Any
 import attrs
 import click
 
+from gan_kit.cli_errors import user_errors as _user_errors
+
 __all__ = ["report", "write_report", "load_metrics", "phase_spans", "PhaseSpan"]
 
 
-def _user_errors(fn):
-    """``gan_kit.cli.user_errors``, looked up at call time (gan_kit.cli imports this module)."""
-
-    @click.option("--debug", is_flag=True, help="Show full tracebacks.")
-    @functools.wraps(fn)
-    def wrapper(*args, debug: bool = False, **kwargs):
-        from gan_kit.cli import user_errors
-
-        return user_errors(fn)(*args, debug=debug, **kwargs)
-
-    return wrapper
 
 
 @attrs.frozen

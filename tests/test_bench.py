@@ -12,14 +12,6 @@ from click.testing import CliRunner
 from gan_kit import bench as B
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("overrides", [
     [],                                                            # hinge + gradient penalty
     ["loss.name=wgan-gp", "penalty=[]"],                           # wgan + GP 10 + drift 0.001

@@ -21,15 +21,6 @@ from gan_kit.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The test machine is small and shared: one intra-op thread is many times faster here."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _rgb(w, h, color):
     return Image.new("RGB", (w, h), color)
 

@@ -16,15 +16,6 @@ from gan_kit.phase import Phase
 from gan_kit.recipe import load_recipe
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The test machine is small and shared: one intra-op thread is many times faster here."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture
 def no_weights(tmp_path, monkeypatch):
     """An empty torch hub cache: no Inception weights anywhere."""

@@ -15,15 +15,6 @@ from gan_kit.components import StepContext, WeightedPenalty, d_objective
 from gan_kit.phase import Phase
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors gain nothing from intra-op threads, and on a shared 2-core machine they lose a lot.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 class Quadratic(nn.Module):
     """D(x) = 0.5 * sum(W * x^2) per sample, so grad_x D = W * x (known per sample)."""
 

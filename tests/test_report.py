@@ -20,15 +20,6 @@ from gan_kit.report import _spans_from_rows, load_metrics, phase_spans
 _RUNS: dict[str, Path] = {}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The test machine is small and shared: one intra-op thread is many times faster here."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture
 def finished_run(tiny_recipe_text, write_recipe) -> Path:
     """A tiny run (4 -> 8 px) with SWD every tick, trained once per test session."""

@@ -25,15 +25,6 @@ STRATEGIES = ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneou
 N, Z = 8, 4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors gain nothing from intra-op threads, and on a shared 2-core machine they lose a lot.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def registry():
     return build_plugins(load_entry_points=False).registry

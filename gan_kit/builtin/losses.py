@@ -7,7 +7,6 @@ Sign convention: D's logits are high for real images. Every function returns a s
 from __future__ import annotations
 
 import attrs
-import torch
 import torch.nn.functional as F
 
 from gan_kit import Loss, hookimpl, option

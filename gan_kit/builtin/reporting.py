@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 
-import torch
 import torch.nn.functional as F
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn

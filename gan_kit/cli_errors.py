@@ -1,0 +1,48 @@
+"""One-line user errors for every gankit command (shared by gan_kit.cli and the modules that add
+commands to it): ``GankitError`` prints as ``error: <line>`` per problem and exits with its code
+(2); ``--debug`` (on the command or the group) or ``GANKIT_DEBUG=1`` shows the traceback."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import click
+
+from gan_kit.errors import GankitError
+
+
+def print_error(e: BaseException) -> None:
+    for line in str(e).splitlines() or [type(e).__name__]:
+        click.echo(f"error: {line}", err=True)
+
+
+def user_errors(fn):
+    """Add ``--debug`` and turn GankitError into one-line messages with exit code 2."""
+
+    @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+    @functools.wraps(fn)
+    def wrapper(*args, debug: bool = False, **kwargs):
+        ctx = click.get_current_context(silent=True)
+        group_debug = bool(ctx and ctx.find_root().meta.get("gankit.debug"))
+        debug = debug or group_debug or os.environ.get("GANKIT_DEBUG", "") not in ("", "0")
+        try:
+            return fn(*args, **kwargs)
+        except GankitError as e:
+            if debug:
+                raise
+            print_error(e)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as e:  # an unexpected failure: one line, the traceback with --debug
+            if debug:
+                raise
+            click.echo(f"error: {type(e).__name__}: {e} (run again with --debug for the traceback)", err=True)
+            sys.exit(1)
+
+    return wrapper
