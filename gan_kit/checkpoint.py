@@ -64,6 +64,8 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if first.startswith("Weights only load failed"):
+            first = "it holds objects a safe (weights_only) load refuses"
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or foreign file: {first[:200]})") from None
     if not isinstance(state, dict) or state.get("magic") != MAGIC:
         raise CheckpointError(f"{path}: not a gankit checkpoint (no '{MAGIC}' marker)")
