@@ -44,3 +44,38 @@ def test_compiled_and_eager_gradients_agree(tiny_recipe, strategy):
             "D.dense.parametrizations.weight.original"} <= set(moved), moved
     for name in eager:
         torch.testing.assert_close(compiled[name], eager[name], rtol=1e-4, atol=1e-4, msg=name)
+
+
+COMPILES = []
+
+
+def _counting_backend(gm, example_inputs):
+    COMPILES.append(len(gm.graph.nodes))
+    return gm.forward  # run the captured graph eagerly
+
+
+torch._dynamo.register_backend(name="gankit_test_counting")(_counting_backend)
+
+
+def test_alpha_moving_through_a_fade_never_recompiles(tiny_recipe):
+    """The resolution is a Python attribute (one set of graphs per phase); alpha is a tensor buffer,
+    so the fade, which changes it every step, and the fade -> stabilise switch reuse the graphs."""
+    from gan_kit import hookimpl
+
+    seen = []
+
+    class Watch:
+        @hookimpl
+        def step_finished(self, run, stats):
+            seen.append((run.phase.index, run.phase.alpha, len(COMPILES)))
+
+    torch._dynamo.reset()
+    COMPILES.clear()
+    recipe, plugins = load_recipe(tiny_recipe, ["run.compile=true", "run.compile_backend=gankit_test_counting",
+                                                "run.total_kimg=0.12"], extra_plugins=[Watch()])
+    train(Run(recipe, plugins))
+    fade = [s for s in seen if s[0] == 1]
+    assert len({a for _, a, _ in fade}) == 6 and fade[-1][1] == 1.0  # 0, 0.2, ..., 0.8 in the fade, then 1
+    # every graph of the 8px phase is compiled on its first step; none after, whatever alpha does
+    assert fade[1][2] == fade[-1][2]
+    assert fade[0][2] > seen[0][2]  # growing did compile the new resolution's graphs
