@@ -118,6 +118,17 @@ def critic_step(ctx, real: torch.Tensor, n: int, d_step: int, fake: torch.Tensor
     return stats
 
 
+def leading_critic_steps(ctx) -> tuple[int, int]:
+    """For strategies that pair the G step with one D step: run the first ``d_steps - 1`` plain
+    critic steps (fresh fakes, ``ctx.reals[:-1]``) and return ``(n, d_step)``, the per-process
+    batch size and the D-step index of the last real batch, which the paired step uses."""
+    n = ctx.reals[0].shape[0]
+    k = len(ctx.reals)
+    for j in range(k - 1):
+        critic_step(ctx, ctx.reals[j], n, ctx.d_step + j)
+    return n, ctx.d_step + k - 1
+
+
 def _g_step(ctx, n: int) -> tuple[dict, torch.Tensor]:
     ctx.opt_G.zero_grad(set_to_none=True)
     with frozen(ctx.D):
@@ -177,10 +188,7 @@ class SharedFake(UpdateStrategy):
     Options = CommonOptions
 
     def step(self, ctx):
-        n = ctx.reals[0].shape[0]
-        k = len(ctx.reals)
-        for j in range(k - 1):
-            critic_step(ctx, ctx.reals[j], n, ctx.d_step + j)
+        n, last = leading_critic_steps(ctx)
         G_params, D_params = _params(ctx.G), _params(ctx.D)
         ctx.opt_G.zero_grad(set_to_none=True)
         ctx.opt_D.zero_grad(set_to_none=True)
@@ -190,7 +198,7 @@ class SharedFake(UpdateStrategy):
         g_loss = g_objective(ctx, fake_logits)
         # G first, while D's weights are those the graph saved; retain it for the D objective.
         ctx.backward(g_loss, inputs=G_params, retain_graph=True)
-        total, stats = d_objective(ctx, ctx.reals[-1], fake, d_step=ctx.d_step + k - 1, fake_logits=fake_logits)
+        total, stats = d_objective(ctx, ctx.reals[-1], fake, d_step=last, fake_logits=fake_logits)
         ctx.backward(total, inputs=D_params)
         ctx.opt_step(ctx.opt_D)
         ctx.opt_step(ctx.opt_G)
@@ -266,16 +274,13 @@ class SingleLoss(UpdateStrategy):
                           f"or use optim.name = \"sgd\"")
 
     def step(self, ctx):
-        n = ctx.reals[0].shape[0]
-        k = len(ctx.reals)
-        for j in range(k - 1):
-            critic_step(ctx, ctx.reals[j], n, ctx.d_step + j)
+        n, last = leading_critic_steps(ctx)
         ctx.opt_G.zero_grad(set_to_none=True)
         ctx.opt_D.zero_grad(set_to_none=True)
         with ctx.autocast():
             fake = ctx.G(ctx.latent(n))
         total, _, stats = single_loss_objective(ctx, ctx.reals[-1], fake, lam=self.options.lam,
-                                                d_step=ctx.d_step + k - 1)
+                                                d_step=last)
         ctx.backward(total)
         ctx.opt_step(ctx.opt_D)
         ctx.opt_step(ctx.opt_G)
@@ -296,17 +301,14 @@ class Simultaneous(UpdateStrategy):
     Options = CommonOptions
 
     def step(self, ctx):
-        n = ctx.reals[0].shape[0]
-        k = len(ctx.reals)
-        for j in range(k - 1):
-            critic_step(ctx, ctx.reals[j], n, ctx.d_step + j)
+        n, last = leading_critic_steps(ctx)
         G_params, D_params = _params(ctx.G), _params(ctx.D)
         with ctx.autocast():
             fake = ctx.G(ctx.latent(n))
             fake_logits = ctx.D(fake)
         g_loss = g_objective(ctx, fake_logits)
         g_grads = _grads_into(ctx, g_loss, G_params)
-        total, stats = d_objective(ctx, ctx.reals[-1], fake.detach(), d_step=ctx.d_step + k - 1)
+        total, stats = d_objective(ctx, ctx.reals[-1], fake.detach(), d_step=last)
         d_grads = _grads_into(ctx, total, D_params)
         _set_grads(G_params, g_grads)
         _set_grads(D_params, d_grads)
