@@ -206,6 +206,10 @@ class StepContext:
     scaler:  a ``torch.amp.GradScaler`` for fp16, else None.
     step:    index of this iteration since the start of training (resume-safe).
     d_step:  index of the next D step since the start (advanced by ``next_d_step``).
+    G, D:    the networks to train through: under several processes with ``run.grad_sync =
+             "ddp"`` these are the DistributedDataParallel wrappers (compiled when asked).
+    all_reduce_grads: ``run.grad_sync = "all-reduce"`` under several processes: ``opt_step``
+             averages the optimizer's gradients across processes first.
     """
 
     G: nn.Module
@@ -226,6 +230,7 @@ class StepContext:
     rank: int = 0
     world_size: int = 1
     D_penalty: nn.Module | None = None
+    all_reduce_grads: bool = False
 
     def batch_rand(self, n: int, *shape: int, device: torch.device | None = None) -> torch.Tensor:
         """``torch.rand(n, *shape)`` for this process's ``n`` samples: drawn at the global batch
@@ -245,7 +250,7 @@ class StepContext:
         With ``skip_nonfinite`` (recipe ``run.on_nonfinite = "skip"``) a step whose gradients
         hold NaN/inf is not taken and ``skipped`` is set (one device sync per call).
         """
-        if self.world_size > 1:
+        if self.all_reduce_grads and self.world_size > 1:
             from gan_kit.distributed import all_reduce_grads
 
             all_reduce_grads((p for g in opt.param_groups for p in g["params"]), self.world_size)

@@ -1,13 +1,26 @@
 """Many processes through torchrun (torch.distributed): process-group set-up, the launcher behind
 ``gankit run --nproc N``, and the gradient / buffer synchronisation the engine uses.
 
-Every process runs the same training loop on its slice of each global batch. Gradients are
-averaged across processes right before every optimizer step (``StepContext.opt_step``), after
-whatever forwards, ``autograd.grad`` calls and backwards the update strategy ran, so gradient
-penalties, regulariser-only steps and the ``simultaneous`` / ``single-loss`` strategies (whose
-gradients DDP's backward hooks would never see) are synchronised alike. This is the scheme of
-StyleGAN3's training loop (one flattened all-reduce per optimizer step); buffers (BatchNorm
-running statistics) are broadcast from rank 0 after every iteration.
+Every process runs the same training loop on its slice of each global batch. With
+``run.grad_sync = "ddp"`` (the default) G and D are wrapped in separate
+``DistributedDataParallel`` modules, so gradients are averaged by DDP's bucketed all-reduce while
+the backward still runs (communication overlaps computation). Three GAN details:
+
+* ``find_unused_parameters=True``: a progressive network holds every resolution's blocks from the
+  start, and a phase uses only some of them (and the old toRGB/fromRGB only while fading);
+* the G step's forward through the frozen D runs under ``D.no_sync()`` (``strategies.frozen``),
+  since D takes no gradient there and DDP would otherwise wait for it;
+* DDP hooks into the gradients a *backward* accumulates. A gradient penalty's ``autograd.grad``
+  with respect to D's *inputs* is fine (the penalty's weight gradients come from the ordinary
+  backward of the total), and ``backward(inputs=...)`` is fine, but weight gradients taken with
+  ``torch.autograd.grad`` and assigned to ``.grad`` are never averaged. Such a strategy needs
+  ``run.grad_sync = "all-reduce"``; ``check_in_sync`` stops a run whose processes drifted apart
+  instead of letting it train on silently.
+
+``run.grad_sync = "all-reduce"`` instead averages every gradient with one flattened all-reduce
+right before each optimizer step (``StepContext.opt_step``), whatever produced it - StyleGAN3's
+scheme; no overlap. Buffers (BatchNorm running statistics) are broadcast from rank 0 after every
+iteration in both modes (DDP's own per-forward buffer broadcast is off).
 
 All processes share one RNG seed and draw every per-sample random number (latents z, gradient-
 penalty interpolation weights) at the global batch size, each keeping its strided slice
@@ -25,6 +38,7 @@ from typing import Iterable
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def is_distributed() -> bool:
@@ -97,3 +111,45 @@ def broadcast_parameters(*modules: torch.nn.Module) -> None:
         for m in modules:
             for p in m.parameters():
                 dist.broadcast(p, src=0)
+
+
+def wrap_ddp(module: torch.nn.Module, device: torch.device) -> DDP:
+    """``module`` in a ``DistributedDataParallel`` wrapper set up for GAN training (see above).
+
+    The wrapper shares ``module``'s parameters: optimizers, EMA and checkpoints keep using
+    ``module`` itself.
+    """
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DDP(module, device_ids=device_ids, find_unused_parameters=True, broadcast_buffers=False)
+
+
+def find_ddp(module: torch.nn.Module) -> DDP | None:
+    """The ``DistributedDataParallel`` wrapper ``module`` is or holds (through ``torch.compile``'s
+    ``_orig_mod``), else None."""
+    while module is not None:
+        if isinstance(module, DDP):
+            return module
+        module = getattr(module, "_orig_mod", None)
+    return None
+
+
+def out_of_sync(modules: dict[str, torch.nn.Module], world_size: int) -> list[str]:
+    """Names of the ``modules`` whose parameters differ across processes (a collective: every
+    process must call it at the same point).
+
+    Each process sums ``sum(p)`` and ``sum(p^2)`` over the parameters in float64; synchronised
+    processes hold bit-identical weights, so any difference beyond rounding of the sums means
+    some gradient was not averaged.
+    """
+    sums = []
+    for module in modules.values():
+        ps = [p.detach().double() for p in module.parameters()]
+        sums += [sum(p.sum() for p in ps), sum(p.square().sum() for p in ps)]
+    local = torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in sums]).to(
+        next(iter(modules.values())).parameters().__next__().device)
+    gathered = [torch.empty_like(local) for _ in range(world_size)]
+    dist.all_gather(gathered, local)
+    spread = torch.stack(gathered).amax(0) - torch.stack(gathered).amin(0)
+    scale = torch.stack(gathered).abs().amax(0).clamp_min(1.0)
+    bad = (spread > 1e-9 * scale).tolist()
+    return [name for i, name in enumerate(modules) if bad[2 * i] or bad[2 * i + 1]]

@@ -131,14 +131,22 @@ class Run:
             broadcast_parameters(self.G, self.D)
         self.G_ema = make_ema(self.G)
         self.latent_dim = int(getattr(self.G, "latent_dim"))
-        # The networks the strategies call: compiled when asked; penalties keep the eager D
-        # (double backward is not supported through compiled graphs).
+        # The networks the strategies call: in DDP wrappers under several processes, then
+        # compiled when asked (torch.compile(DDP(net)) lets Dynamo split graphs at DDP's buckets).
+        # Penalties keep the eager D - still the DDP one, so a penalty-only backward is averaged
+        # too - because compiled graphs have no double backward.
+        self.all_reduce_grads = self.world_size > 1 and r.run.grad_sync == "all-reduce"
+        G_train, D_train = self.G, self.D
+        if self.world_size > 1 and r.run.grad_sync == "ddp":
+            from gan_kit.distributed import wrap_ddp
+
+            G_train, D_train = wrap_ddp(self.G, self.device), wrap_ddp(self.D, self.device)
+        self.D_penalty = D_train
         if r.run.compile:
             backend = r.run.compile_backend
-            self.G_train = torch.compile(self.G, backend=backend)
-            self.D_train = torch.compile(self.D, backend=backend)
-        else:
-            self.G_train, self.D_train = self.G, self.D
+            G_train = torch.compile(G_train, backend=backend)
+            D_train = torch.compile(D_train, backend=backend)
+        self.G_train, self.D_train = G_train, D_train
 
         o = r.optim
         self.g_lr = o.g_lr if o.g_lr is not None else o.lr
@@ -171,6 +179,33 @@ class Run:
         # moves the training RNG (exact resume).
         gen = torch.Generator().manual_seed(r.run.seed + 12345)
         self.fixed_z = torch.randn(r.run.sample_grid, self.latent_dim, generator=gen)
+
+    def step_context(self, phase: Phase, reals: list[torch.Tensor]) -> StepContext:
+        """The ``StepContext`` of the next iteration: ``reals`` are its ``d_steps`` real batches
+        ``[N,C,r,r]`` (this process's slice, already faded to ``phase``)."""
+        return StepContext(G=self.G_train, D=self.D_train, opt_G=self.opt_G, opt_D=self.opt_D, loss=self.loss,
+                           penalties=self.penalties, reals=reals, latent=self.latent, phase=phase,
+                           autocast=self.autocast, scaler=self.scaler, step=self.step, d_step=self.d_step,
+                           skip_nonfinite=self.recipe.run.on_nonfinite == "skip", rank=self.rank,
+                           world_size=self.world_size, D_penalty=self.D_penalty,
+                           all_reduce_grads=self.all_reduce_grads)
+
+    def check_in_sync(self) -> None:
+        """Raise ``TrainingError`` when G's or D's weights differ across processes (a collective;
+        a no-op with one process). Called at every tick: a gradient DDP never saw is the silent
+        multi-GPU bug this catches."""
+        if self.world_size < 2:
+            return
+        from gan_kit.distributed import out_of_sync
+
+        bad = out_of_sync({"G": self.G, "D": self.D}, self.world_size)
+        if bad:
+            fix = ('its strategy must make weight gradients with a backward (ctx.backward(loss, inputs=...)), not '
+                   'torch.autograd.grad into .grad, or set run.grad_sync = "all-reduce"'
+                   if self.recipe.run.grad_sync == "ddp" else "a plugin changed the weights on some processes only")
+            raise TrainingError(
+                f"step {self.step}: the weights of {' and '.join(bad)} differ across the {self.world_size} processes, "
+                f"so gradients were not averaged (update strategy {self.recipe.update.name!r}): {fix}")
 
     def phases(self) -> list[Phase]:
         """Every phase the schedule visits before ``total_nimg`` (first image of each)."""
@@ -465,6 +500,7 @@ def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None,
 
     def finish_tick(final: bool) -> dict[str, Any]:
         nonlocal tick_sums, tick_count, tick_start_time, tick_start_nimg
+        run.check_in_sync()  # before the tick's hooks write a checkpoint
         elapsed = max(time.perf_counter() - tick_start_time, 1e-9)
         stats: dict[str, Any] = {k: v / max(tick_count, 1) for k, v in tick_sums.items()}
         stats.update({
@@ -500,11 +536,7 @@ def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None,
         per = batch.shape[0] // d_steps
         reals = [fade_real(batch[j * per:(j + 1) * per], phase.resolution, phase.alpha) for j in range(d_steps)]
 
-        ctx = StepContext(G=run.G_train, D=run.D_train, opt_G=run.opt_G, opt_D=run.opt_D, loss=run.loss,
-                          penalties=run.penalties, reals=reals, latent=run.latent, phase=phase,
-                          autocast=run.autocast, scaler=run.scaler, step=run.step, d_step=run.d_step,
-                          skip_nonfinite=r.run.on_nonfinite == "skip", rank=run.rank,
-                          world_size=run.world_size, D_penalty=run.D)
+        ctx = run.step_context(phase, reals)
         raw = strategy.step(ctx)
         scaler_skipped = False
         if run.scaler is not None:

@@ -91,6 +91,10 @@ class RunOptions:
     compile_backend: str = option("inductor", help='torch.compile backend ("inductor"; "aot_eager" traces '
                                                    "without generating code, for checks).")
     channels_last: bool = option(False, help="Use the channels_last memory format for images and weights.")
+    grad_sync: Literal["ddp", "all-reduce"] = option(
+        "ddp", help='Several processes: "ddp" = separate DistributedDataParallel wrappers for G and D '
+                    '(bucketed all-reduce overlapping the backward); "all-reduce" = one flattened '
+                    "all-reduce before each optimizer step, also for strategies that set .grad themselves.")
     progress: bool = option(True, help="Show the rich progress bar.")
 
 

@@ -9,8 +9,11 @@ parameters they update) and keeps the invariants tested in tests/test_strategies
 * the gradients an optimizer steps with come only from its own network's objective: every
   strategy clears (``set_to_none``) or overwrites the gradients of a network before the backward
   that feeds its step, and a backward meant for one network accumulates nothing into the other
-  (``no_grad`` / ``detach`` for the fakes of a D step; D frozen, ``backward(inputs=...)`` or
-  ``autograd.grad`` for a G step).
+  (``no_grad`` / ``detach`` for the fakes of a D step; D frozen or ``backward(inputs=...)`` for a
+  G step).
+
+Weight gradients always come from a backward (never ``torch.autograd.grad`` assigned to
+``.grad``), so DistributedDataParallel averages every one of them across processes.
 
 ``d_steps`` (critic steps per G step) applies to all: each D step takes the next real batch
 ``ctx.reals[j]`` and zeroed gradients. Strategies that pair the G step with one D step
@@ -27,7 +30,6 @@ are in docs/strategies.md (``gankit bench``). Stats: the last D step's ``d_objec
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
 
 import attrs
 import torch
@@ -72,11 +74,20 @@ class SingleLossOptions(CommonOptions):
 @contextlib.contextmanager
 def frozen(net: torch.nn.Module):
     """Parameters of ``net`` stop requiring grad inside the block: a backward through it then
-    computes no weight gradients for it (input gradients still flow)."""
+    computes no weight gradients for it (input gradients still flow).
+
+    When ``net`` is (or compiles) a DistributedDataParallel wrapper, its forwards inside the block
+    also run under ``no_sync()``: DDP would otherwise expect weight gradients from the next
+    backward and wait for the frozen net's (gan_kit.distributed).
+    """
+    from gan_kit.distributed import find_ddp
+
     flags = [p.requires_grad for p in net.parameters()]
+    ddp = find_ddp(net)
     net.requires_grad_(False)
     try:
-        yield
+        with ddp.no_sync() if ddp is not None else contextlib.nullcontext():
+            yield
     finally:
         for p, f in zip(net.parameters(), flags):
             p.requires_grad_(f)
@@ -84,20 +95,6 @@ def frozen(net: torch.nn.Module):
 
 def _params(net: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in net.parameters() if p.requires_grad]
-
-
-def _grads_into(ctx, loss: torch.Tensor, params: Sequence[torch.Tensor], *, retain_graph: bool = False) -> list:
-    """``autograd.grad`` of ``loss`` (scaled by the GradScaler when there is one, which
-    ``opt_step`` unscales) for ``params``; unused parameters get None."""
-    if ctx.scaler is not None:
-        loss = ctx.scaler.scale(loss)
-    return list(torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True))
-
-
-def _set_grads(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:
-    # Assigning (not accumulating) also discards whatever gradient was there before (seed 002).
-    for p, g in zip(params, grads):
-        p.grad = g
 
 
 def critic_step(ctx, real: torch.Tensor, n: int, d_step: int, fake: torch.Tensor | None = None) -> dict:
@@ -288,13 +285,15 @@ class SingleLoss(UpdateStrategy):
 
 
 class Simultaneous(UpdateStrategy):
-    """Both gradients at the same parameter point with torch.autograd.grad, then both optimizer steps.
+    """Both gradients at the same parameter point, each from its own backward, then both optimizer steps.
 
     Per iteration: G forwards 1, D forwards 3 (fake for G; real, sg(fake) for D), backwards 2
-    (``autograd.grad`` of the G loss for G's parameters through D - no D weight gradients - and
-    of the D objective for D's parameters). The gradients are assigned, not accumulated, so no
-    earlier gradient survives. Simultaneous gradient descent on the two-player game (e.g.
-    Mescheder et al. 2017, "The Numerics of GANs", sec. 2); the reference for ``single-loss``.
+    (the G loss for G's parameters only, ``backward(inputs=G params)``, through D - no D weight
+    gradients; the D objective for D's parameters). Both gradients are taken before either step,
+    on gradients cleared first, so no earlier gradient survives. Simultaneous gradient descent on
+    the two-player game (e.g. Mescheder et al. 2017, "The Numerics of GANs", sec. 2); the
+    reference for ``single-loss``. ``backward(inputs=...)`` rather than ``torch.autograd.grad``:
+    the same numbers, but accumulated by a backward, which is what DDP averages across processes.
     With ``d_steps`` > 1 the first ``d_steps - 1`` D steps are plain critic steps on fresh fakes.
     """
 
@@ -303,15 +302,15 @@ class Simultaneous(UpdateStrategy):
     def step(self, ctx):
         n, last = leading_critic_steps(ctx)
         G_params, D_params = _params(ctx.G), _params(ctx.D)
+        ctx.opt_G.zero_grad(set_to_none=True)
+        ctx.opt_D.zero_grad(set_to_none=True)
         with ctx.autocast():
             fake = ctx.G(ctx.latent(n))
             fake_logits = ctx.D(fake)
         g_loss = g_objective(ctx, fake_logits)
-        g_grads = _grads_into(ctx, g_loss, G_params)
+        ctx.backward(g_loss, inputs=G_params)
         total, stats = d_objective(ctx, ctx.reals[-1], fake.detach(), d_step=last)
-        d_grads = _grads_into(ctx, total, D_params)
-        _set_grads(G_params, g_grads)
-        _set_grads(D_params, d_grads)
+        ctx.backward(total, inputs=D_params)
         ctx.opt_step(ctx.opt_D)
         ctx.opt_step(ctx.opt_G)
         stats["Loss/G"] = g_loss.detach()
