@@ -18,7 +18,6 @@ import time
 
 import torch
 
-from gan_kit.components import StepContext
 from gan_kit.engine import Run
 from gan_kit.phase import Phase, fade_real
 from gan_kit.recipe import load_recipe
@@ -55,10 +54,7 @@ def bench_config(resolution: int, device: str, precision: str, compiled: bool, s
         real = fade_real(reals, res, alpha)
 
         def step():
-            ctx = StepContext(G=run.G_train, D=run.D_train, opt_G=run.opt_G, opt_D=run.opt_D, loss=run.loss,
-                              penalties=run.penalties, reals=[real], latent=run.latent, phase=phase,
-                              autocast=run.autocast, scaler=run.scaler, D_penalty=run.D)
-            return run.strategy.step(ctx)
+            return run.strategy.step(run.step_context(phase, [real]))
 
         if cuda:
             torch.cuda.reset_peak_memory_stats()

@@ -192,8 +192,8 @@ class Run:
 
     def check_in_sync(self) -> None:
         """Raise ``TrainingError`` when G's or D's weights differ across processes (a collective;
-        a no-op with one process). Called at every tick: a gradient DDP never saw is the silent
-        multi-GPU bug this catches."""
+        a no-op with one process). Called at every tick and phase change, before the hooks that
+        write checkpoints: a gradient DDP never saw is the silent multi-GPU bug this catches."""
         if self.world_size < 2:
             return
         from gan_kit.distributed import out_of_sync
@@ -524,6 +524,7 @@ def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None,
     while run.cur_nimg < run.total_nimg and (max_steps is None or steps_done < max_steps):
         phase = run.growth.phase_at(run.cur_nimg)
         if phase.index != run.phase.index:
+            run.check_in_sync()  # before phase_started writes the finished phase's checkpoint
             run.previous_phase = run.phase
             run.hook.phase_started(run=run, phase=phase)
             run.apply_lr(phase)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import torch
 
@@ -140,3 +141,89 @@ def test_global_batch_must_divide_across_processes(tiny_recipe, tmp_path):
     assert "growth.batch_size: 9 at 4px does not divide across 2 processes (use a multiple of 2)" in r.stderr
     # each process prints one line and exits 2; no frame of gankit's code (torchrun adds its own report)
     assert "exitcode  : 2" in r.stderr and 'gan_kit/engine.py", line' not in r.stderr
+
+
+ASSIGN_GRADS = textwrap.dedent('''
+    """Test plugin: a D-then-G strategy that takes weight gradients with torch.autograd.grad and
+    assigns them to .grad - correct on one process, invisible to DDP's backward hooks."""
+    import torch
+    from gan_kit import UpdateStrategy, d_objective, g_objective, hookimpl
+
+
+    def assign(loss, params):
+        for p, g in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
+            p.grad = g
+
+
+    class AssignGrads(UpdateStrategy):
+        def step(self, ctx):
+            n = ctx.reals[0].shape[0]
+            with torch.no_grad():
+                fake = ctx.G(ctx.latent(n))
+            total, stats = d_objective(ctx, ctx.reals[0], fake, d_step=ctx.d_step)
+            assign(total, [p for p in ctx.D.parameters() if p.requires_grad])
+            ctx.opt_step(ctx.opt_D)
+            G_params = [p for p in ctx.G.parameters() if p.requires_grad]
+            loss = g_objective(ctx, ctx.D(ctx.G(ctx.latent(n))))
+            assign(loss, G_params)
+            ctx.opt_step(ctx.opt_G)
+            stats["Loss/G"] = loss.detach()
+            return stats
+
+
+    @hookimpl
+    def register_update_strategies(register):
+        register("assign-grads", AssignGrads)
+''')
+
+
+def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_path):
+    """Under two processes every built-in strategy (separate DDP wrappers for G and D; compiled
+    through DDP for one), the flattened all-reduce, and a third-party strategy that assigns .grad
+    under "all-reduce" all end where one process with the same global batch ends (1e-5), after a
+    growth with a gradient penalty. The same third-party strategy under DDP - whose weight
+    gradients DDP never averages - is stopped with a one-line message, not left to train on."""
+    from gan_kit.engine import Run, train
+    from gan_kit.recipe import load_recipe
+
+    plugin = tmp_path / "assign_grads.py"
+    plugin.write_text(ASSIGN_GRADS)
+    base = ["run.total_kimg=0.08"]
+    configs = {
+        "shared-fake": ["update.name='shared-fake'"],
+        "g-then-d": ["update.name='g-then-d'"],
+        "single-loss": ["update.name='single-loss'"],
+        "simultaneous": ["update.name='simultaneous'", "update.d_steps=2", "growth.batch_size=4",
+                         "architecture.mbstd_group_size=2"],
+        "all-reduce": ["run.grad_sync='all-reduce'"],
+        "compiled": ["run.compile=true", "run.compile_backend='aot_eager'"],
+        "assign-all-reduce": [f"plugins=['{plugin.as_posix()}']", "update.name='assign-grads'",
+                              "run.grad_sync='all-reduce'"],
+        "assign-ddp": [f"plugins=['{plugin.as_posix()}']", "update.name='assign-grads'"],
+    }
+    worker = Path(__file__).with_name("ddp_worker.py")
+    two = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(worker),
+         str(tiny_recipe), str(tmp_path / "two"), *(f"{k}={';'.join(base + v)}" for k, v in configs.items())],
+        capture_output=True, text=True, timeout=900)
+    assert two.returncode == 0, two.stderr[-3000:]
+
+    error = (tmp_path / "two" / "assign-ddp" / "error.txt").read_text()
+    assert error.startswith("step 5: the weights of G and D differ across the 2 processes, so gradients "
+                            "were not averaged (update strategy 'assign-grads')"), error
+    assert 'run.grad_sync = "all-reduce"' in error and "\n" not in error
+    assert not (tmp_path / "two" / "assign-ddp" / "checkpoints" / "latest.pt").exists()
+
+    for name, overrides in configs.items():
+        if name == "assign-ddp":
+            continue
+        assert not (tmp_path / "two" / name / "error.txt").exists(), name
+        r, plugins = load_recipe(tiny_recipe, base + [o for o in overrides if "compile" not in o])
+        one_dir = tmp_path / "one" / name
+        train(Run(r, plugins, out_dir=one_dir))
+        a = ckpt.load(tmp_path / "two" / name / "checkpoints" / "latest.pt")
+        b = ckpt.load(one_dir / "checkpoints" / "latest.pt")
+        assert a["cur_nimg"] == b["cur_nimg"] == 80 and a["phase"]["resolution"] == 8, name
+        for net in ("G", "D", "G_ema"):
+            for k in b[net]:
+                torch.testing.assert_close(a[net][k], b[net][k], rtol=0, atol=1e-5, msg=f"{name}: {net}.{k}")

@@ -1,0 +1,44 @@
+"""Run by tests/test_distributed.py under torchrun: trains several configurations of one recipe in
+one process group (one torchrun start for all of them) and records each outcome.
+
+usage: torchrun --nproc-per-node 2 tests/ddp_worker.py RECIPE OUT_DIR NAME=OVERRIDE;OVERRIDE ...
+
+Each configuration trains into OUT_DIR/NAME; a run stopped by a GankitError writes its one-line
+message to OUT_DIR/NAME/error.txt (rank 0) instead of failing the whole launch.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import attrs
+import torch
+
+from gan_kit import distributed
+from gan_kit.engine import Run, train
+from gan_kit.errors import GankitError
+from gan_kit.recipe import load_recipe
+
+
+def main(recipe: str, out: str, configs: list[str]) -> None:
+    torch.set_num_threads(1)
+    distributed.init()
+    try:
+        for config in configs:
+            name, _, overrides = config.partition("=")
+            out_dir = Path(out) / name
+            r, plugins = load_recipe(recipe, [o for o in overrides.split(";") if o])
+            r = attrs.evolve(r, run=attrs.evolve(r.run, out_dir=str(out_dir)))
+            try:
+                train(Run(r, plugins))
+            except GankitError as e:
+                if distributed.dist.get_rank() == 0:
+                    out_dir.mkdir(parents=True, exist_ok=True)
+                    (out_dir / "error.txt").write_text(str(e))
+    finally:
+        distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])
