@@ -120,7 +120,8 @@ def wrap_ddp(module: torch.nn.Module, device: torch.device) -> DDP:
     ``module`` itself.
     """
     device_ids = [device.index] if device.type == "cuda" else None
-    return DDP(module, device_ids=device_ids, find_unused_parameters=True, broadcast_buffers=False)
+    return DDP(module, device_ids=device_ids, find_unused_parameters=True,
+               forward_sync_buffers=False)
 
 
 def find_ddp(module: torch.nn.Module) -> DDP | None:
