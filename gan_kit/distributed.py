@@ -154,3 +154,20 @@ def out_of_sync(modules: dict[str, torch.nn.Module], world_size: int) -> list[st
     scale = torch.stack(gathered).abs().amax(0).clamp_min(1.0)
     bad = (spread > 1e-9 * scale).tolist()
     return [name for i, name in enumerate(modules) if bad[2 * i] or bad[2 * i + 1]]
+
+
+def average_stats(stats: dict[str, float], device: torch.device) -> dict[str, float]:
+    """The mean of each per-process stat over all processes (one all-reduce; a collective).
+
+    Per-process losses are means over equal per-process batches, so their mean is the loss of the
+    global batch - the figure a one-process run reports. A NaN/inf on any process makes the mean
+    non-finite on every process, so all of them stop (or skip) on the same step instead of one
+    raising while the others wait in the next all-reduce.
+    """
+    keys = sorted(stats)
+    if not keys:
+        return stats
+    values = torch.tensor([stats[k] for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(values)
+    values /= dist.get_world_size()
+    return {**stats, **dict(zip(keys, values.tolist()))}

@@ -554,6 +554,10 @@ def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None,
 
             broadcast_buffers(run.G, run.D)
         stats = _to_floats(dict(raw))
+        if run.world_size > 1:
+            from gan_kit.distributed import average_stats
+
+            stats = average_stats(stats, run.device)
         bad = _finite(stats) or ("gradients" if ctx.skipped else None)
         if scaler_skipped:
             run.scaler_skips = getattr(run, "scaler_skips", 0) + 1

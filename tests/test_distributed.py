@@ -3,6 +3,7 @@ with the same global batch (issue 7)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -68,6 +69,15 @@ def test_two_process_run_matches_one_process(tiny_recipe, tmp_path):
     for net in ("G", "D", "G_ema"):
         for k in b[net]:
             torch.testing.assert_close(a[net][k], b[net][k], rtol=0, atol=1e-5, msg=f"{net}.{k}")
+    # the logged losses are those of the global batch (averaged over processes), as with one process
+    lines_two = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    lines_one = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines_two) == len(lines_one) >= 1
+    for t, o in zip(lines_two, lines_one):
+        keys = [k for k in o if k.startswith(("Loss/", "Logits/"))]
+        assert {"Loss/D", "Loss/G", "Loss/D/gradient-penalty"} <= set(keys)
+        for k in keys:
+            assert abs(t[k] - o[k]) <= 1e-4 * max(1.0, abs(o[k])), (k, t[k], o[k])
 
 
 BN_CHECKER = CHECKER.replace("list(run.G.parameters()) + list(run.D.parameters())",
@@ -177,17 +187,42 @@ ASSIGN_GRADS = textwrap.dedent('''
 ''')
 
 
+NAN_ON_RANK_1 = textwrap.dedent('''
+    """Test plugin: the hinge loss, but D's loss is NaN on process 1 from its third call on."""
+    import torch.distributed as dist
+    from gan_kit import hookimpl
+    from gan_kit.builtin.losses import Hinge
+
+
+    class NanOnRank1(Hinge):
+        calls = 0
+
+        def d_loss(self, real_logits, fake_logits):
+            NanOnRank1.calls += 1
+            out = super().d_loss(real_logits, fake_logits)
+            return out * float("nan") if dist.get_rank() == 1 and NanOnRank1.calls >= 3 else out
+
+
+    @hookimpl
+    def register_losses(register):
+        register("nan-on-rank-1", NanOnRank1)
+''')
+
+
 def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_path):
     """Under two processes every built-in strategy (separate DDP wrappers for G and D; compiled
     through DDP for one), the flattened all-reduce, and a third-party strategy that assigns .grad
     under "all-reduce" all end where one process with the same global batch ends (1e-5), after a
     growth with a gradient penalty. The same third-party strategy under DDP - whose weight
-    gradients DDP never averages - is stopped with a one-line message, not left to train on."""
+    gradients DDP never averages - is stopped with a one-line message, not left to train on, and a
+    NaN loss on one process stops both processes on the same step."""
     from gan_kit.engine import Run, train
     from gan_kit.recipe import load_recipe
 
     plugin = tmp_path / "assign_grads.py"
     plugin.write_text(ASSIGN_GRADS)
+    nan_plugin = tmp_path / "nan_on_rank_1.py"
+    nan_plugin.write_text(NAN_ON_RANK_1)
     base = ["run.total_kimg=0.08"]
     configs = {
         "shared-fake": ["update.name='shared-fake'"],
@@ -200,6 +235,7 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
         "assign-all-reduce": [f"plugins=['{plugin.as_posix()}']", "update.name='assign-grads'",
                               "run.grad_sync='all-reduce'"],
         "assign-ddp": [f"plugins=['{plugin.as_posix()}']", "update.name='assign-grads'"],
+        "nan-on-rank-1": [f"plugins=['{nan_plugin.as_posix()}']", "loss.name='nan-on-rank-1'"],
     }
     worker = Path(__file__).with_name("ddp_worker.py")
     two = subprocess.run(
@@ -213,9 +249,12 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
                             "were not averaged (update strategy 'assign-grads')"), error
     assert 'run.grad_sync = "all-reduce"' in error and "\n" not in error
     assert not (tmp_path / "two" / "assign-ddp" / "checkpoints" / "latest.pt").exists()
+    # a NaN on one process stops every process on the same step (no process left waiting in an all-reduce)
+    error = (tmp_path / "two" / "nan-on-rank-1" / "error.txt").read_text()
+    assert error.startswith("step 3 (kimg 0.024, 4px): Loss/D is nan; stopped"), error
 
     for name, overrides in configs.items():
-        if name == "assign-ddp":
+        if name in ("assign-ddp", "nan-on-rank-1"):
             continue
         assert not (tmp_path / "two" / name / "error.txt").exists(), name
         r, plugins = load_recipe(tiny_recipe, base + [o for o in overrides if "compile" not in o])
