@@ -66,6 +66,11 @@ class PhaseBatchSampler(Sampler[list[int]]):
     which keeps the strided minibatch-stddev groups of a one-process run. The stream position
     advances by the global amount, so it equals ``cur_nimg`` and resumes exactly from a
     checkpoint, whatever the process count.
+
+    It plays the part of ``torch.utils.data.DistributedSampler`` (a per-process share of one
+    shuffled epoch stream), which cannot serve here: that one splits an epoch contiguously by
+    index into per-process lists fixed by ``set_epoch``, knows no batch size that changes with the
+    phase, and resumes mid-epoch only by replaying it with the same process count.
     """
 
     def __init__(self, n: int, seed: int, start: int, batch_for: Callable[[int], tuple[int, int]],
