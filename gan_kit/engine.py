@@ -143,6 +143,12 @@ class Run:
             G_train, D_train = wrap_ddp(self.G, self.device), wrap_ddp(self.D, self.device)
         self.D_penalty = D_train
         if r.run.compile:
+            # AOTAutograd's donated buffers forbid retain_graph=True in a backward through a
+            # compiled graph, which shared-fake (and any strategy that backpropagates one graph
+            # twice) needs; the cost is only some buffer reuse in the backward.
+            from torch._functorch import config as functorch_config
+
+            functorch_config.donated_buffer = False
             backend = r.run.compile_backend
             G_train = torch.compile(G_train, backend=backend)
             D_train = torch.compile(D_train, backend=backend)
