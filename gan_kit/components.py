@@ -231,6 +231,7 @@ class StepContext:
     world_size: int = 1
     D_penalty: nn.Module | None = None
     all_reduce_grads: bool = False
+    _scaler_stepped: set = attrs.field(factory=set, init=False, repr=False)
 
     def batch_rand(self, n: int, *shape: int, device: torch.device | None = None) -> torch.Tensor:
         """``torch.rand(n, *shape)`` for this process's ``n`` samples: drawn at the global batch
@@ -245,7 +246,9 @@ class StepContext:
         loss.backward(**kwargs)
 
     def opt_step(self, opt: torch.optim.Optimizer) -> None:
-        """``opt.step()``, through the GradScaler when one is in use.
+        """``opt.step()``, through the GradScaler when one is in use (updating the scaler first
+        when this optimizer already stepped since the last update, e.g. the second of
+        ``d_steps`` critic steps).
 
         With ``skip_nonfinite`` (recipe ``run.on_nonfinite = "skip"``) a step whose gradients
         hold NaN/inf is not taken and ``skipped`` is set (one device sync per call).
@@ -255,7 +258,14 @@ class StepContext:
 
             all_reduce_grads((p for g in opt.param_groups for p in g["params"]), self.world_size)
         if self.scaler is not None:
+            if id(opt) in self._scaler_stepped:
+                # The same optimizer steps again this iteration (d_steps > 1): GradScaler allows
+                # one step per optimizer between updates, so its previous step closes a scaler
+                # round (the engine updates once more after the strategy).
+                self.scaler.update()
+                self._scaler_stepped.clear()
             self.scaler.step(opt)  # the scaler already skips steps with inf/NaN gradients
+            self._scaler_stepped.add(id(opt))
             return
         if self.skip_nonfinite:
             grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]

@@ -544,11 +544,11 @@ def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None,
         reals = [fade_real(batch[j * per:(j + 1) * per], phase.resolution, phase.alpha) for j in range(d_steps)]
 
         ctx = run.step_context(phase, reals)
+        scale = run.scaler.get_scale() if run.scaler is not None else None
         raw = strategy.step(ctx)
         scaler_skipped = False
         if run.scaler is not None:
-            scale = run.scaler.get_scale()
-            run.scaler.update()  # once per iteration, after both networks' steps
+            run.scaler.update()  # after both networks' steps (opt_step adds one per extra critic step)
             # A lower scale means the scaler found inf/NaN gradients and skipped the step: the
             # normal fp16 overflow handling, not divergence, unless the scale collapses.
             scaler_skipped = run.scaler.get_scale() < scale

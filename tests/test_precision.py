@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 import torch
 from torch import nn
 
@@ -56,3 +58,25 @@ def test_fp16_with_gradscaler_and_gradient_penalty_trains_without_scale_collapse
         assert torch.isfinite(p).all()
     saved = ckpt.load(run.out_dir / "checkpoints" / "latest.pt")
     assert saved["scaler"]["scale"] == scale  # the scaler state travels with the checkpoint
+
+
+@pytest.mark.parametrize("strategy", ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous"])
+def test_fp16_with_two_critic_steps_updates_the_scaler_between_d_steps(tiny_recipe, strategy):
+    """GradScaler allows one step per optimizer between updates; with d_steps = 2, D steps twice
+    an iteration, so the scaler is updated after the first critic step too: two updates per
+    iteration, every D and G step taken."""
+    recipe, plugins = load_recipe(tiny_recipe, ["run.precision=fp16", f"update.name={strategy}",
+                                                "update.d_steps=2", "growth.batch_size=4",
+                                                "architecture.mbstd_group_size=2"])
+    run = Run(recipe, plugins)
+    updates, steps = [], []
+    real_update, real_step = run.scaler.update, run.scaler.step
+    run.scaler.update = lambda *a: (updates.append(1), real_update(*a))
+    run.scaler.step = lambda opt: (steps.append("D" if opt is run.opt_D else "G"), real_step(opt))
+    before = [p.detach().clone() for p in list(run.G.parameters()) + list(run.D.parameters())]
+    train(run, max_steps=3)
+    assert len(updates) == 6
+    after = list(run.G.parameters()) + list(run.D.parameters())
+    assert all(torch.isfinite(p).all() for p in after)
+    assert steps.count("D") == 6 and steps.count("G") == 3  # (a step with inf gradients is skipped inside)
+    assert any(not torch.equal(b, a) for b, a in zip(before, after))
