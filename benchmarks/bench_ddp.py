@@ -83,6 +83,8 @@ def main() -> None:
         print("| resolution | global batch | ddp img/s | all-reduce img/s | ddp / all-reduce |")
         print("|---|---|---|---|---|")
         print("\n".join(lines))
+    runs.clear()
+    first = run = None  # noqa: F841 - DDP wrappers must go before the process group
     distributed.shutdown()
 
 

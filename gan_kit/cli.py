@@ -66,41 +66,56 @@ def _warn_broken(plugins) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace a run already in the run directory (its metrics, "
                                                 "samples and checkpoints are deleted).")
 @click.option("--dry-run", is_flag=True, help="Check the recipe, build every component, print the plan; no training.")
-@click.option("--nproc", type=int, default=None, help="Start N processes through torchrun (one per GPU).")
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help="Start N processes through torchrun (one per GPU).")
 @user_errors
 def run(recipe: Path, out_dir: Path | None, overrides: tuple[str, ...], resume: bool, overwrite: bool,
         dry_run: bool, nproc: int | None) -> None:
     """Train the GAN described by RECIPE."""
-    if nproc and nproc > 1 and "LOCAL_RANK" not in os.environ:
+    from gan_kit.engine import Run, preflight, train
+    from gan_kit.recipe import load_recipe
+
+    def load():
+        r, plugins = load_recipe(recipe, list(overrides))
+        if out_dir is not None:
+            r = attrs.evolve(r, run=attrs.evolve(r.run, out_dir=str(out_dir)))
+        return r, plugins
+
+    launcher = nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ
+    if launcher and not dry_run:
+        # Problems every process would hit are reported here, once, before torchrun starts.
+        preflight(*load(), nproc, check_run_dir=not (resume or overwrite))
         from gan_kit.distributed import launch
 
         sys.exit(launch(nproc, sys.argv[1:]))
-    from gan_kit.engine import Run, train
-    from gan_kit.recipe import load_recipe
 
     distributed = None
     if "LOCAL_RANK" in os.environ:
         from gan_kit import distributed
 
         distributed.init()
+    clean = False
     try:
-        r, plugins = load_recipe(recipe, list(overrides))
+        r, plugins = load()
         _warn_broken(plugins)
-        if out_dir is not None:
-            r = attrs.evolve(r, run=attrs.evolve(r.run, out_dir=str(out_dir)))
         the_run = Run(r, plugins)
         if dry_run:
+            if launcher:  # planned here, once; still check the batches for nproc processes
+                preflight(r, plugins, nproc, check_run_dir=False)
             _print_plan(the_run)
+            clean = True
             return
         try:
             train(the_run, resume=resume, overwrite=overwrite)
+            clean = True
         finally:
             from gan_kit.builtin.reporting import stop_progress
 
             stop_progress(the_run)
     finally:
         if distributed is not None:
-            distributed.shutdown()
+            the_run = None  # noqa: F841 - its DDP wrappers must go before the process group
+            distributed.shutdown(clean=clean)
 
 
 def _print_plan(run) -> None:

@@ -32,8 +32,6 @@ makes a 2-process run match a 1-process run with the same global batch.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from typing import Iterable
 
 import torch
@@ -55,16 +53,48 @@ def init() -> None:
     dist.init_process_group(backend=backend)
 
 
-def shutdown() -> None:
-    if is_distributed():
-        dist.destroy_process_group()
+def shutdown(clean: bool = True) -> None:
+    """Leave the process group. ``clean`` (the run ended normally on every process): wait at a
+    barrier first, so no process tears its connections down while another still finishes (rank 0
+    writes the final checkpoint and grid); after an error the others may not reach it.
+
+    Drop every DistributedDataParallel wrapper (the Run) and collect it first: a DDP reducer
+    outliving its process group aborts the interpreter at exit ("terminate called without an
+    active exception").
+    """
+    if not is_distributed():
+        return
+    import gc
+
+    gc.collect()
+    if clean:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def broadcast_object(obj):
+    """Rank 0's ``obj`` (any picklable value) on every process; ``obj`` itself with one process."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def launch(nproc: int, argv: list[str]) -> int:
-    """Re-run this ``gankit`` command under torchrun with ``nproc`` processes; returns its exit code."""
-    args = []
-    skip = False
-    for i, a in enumerate(argv):
+    """Re-run this ``gankit`` command (``argv`` without the program name) under torchrun with
+    ``nproc`` processes on this machine; returns the exit code of the first process that failed
+    (a user error is 2, as with one process), else 0.
+
+    torchrun runs in this process (``torch.distributed.run``), so its report of a failed child -
+    a traceback of the launcher itself - is replaced by the child's exit code: the child already
+    printed its own one-line error.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    args, skip = [], False
+    for a in argv:
         if skip:
             skip = False
             continue
@@ -74,9 +104,12 @@ def launch(nproc: int, argv: list[str]) -> int:
         if a.startswith("--nproc="):
             continue
         args.append(a)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "gan_kit", *args]
-    return subprocess.call(cmd)
+    try:
+        run(parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "gan_kit", *args]))
+    except ChildFailedError as e:
+        codes = [f.exitcode for _, f in sorted(e.failures.items())]
+        return next((c for c in codes if c > 0), 1)
+    return 0
 
 
 def all_reduce_grads(params: Iterable[torch.Tensor], world_size: int) -> None:

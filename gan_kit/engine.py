@@ -215,29 +215,12 @@ class Run:
 
     def phases(self) -> list[Phase]:
         """Every phase the schedule visits before ``total_nimg`` (first image of each)."""
-        out, nimg = [], 0
-        while nimg < max(self.total_nimg, 1):
-            ph = self.growth.phase_at(nimg)
-            out.append(ph)
-            if ph.end_nimg == math.inf:
-                break
-            nimg = int(ph.end_nimg)
-        return out
+        return schedule(self.growth, self.total_nimg)
 
     def _check_batches(self) -> None:
-        """Global batches must split evenly over the processes, and each process's batch must
-        suit the architecture (``Architecture.batch_problem``, e.g. PGGAN's minibatch-stddev group)."""
-        check = getattr(self.arch, "batch_problem", None)
-        for ph in self.phases():
-            if ph.batch_size % self.world_size:
-                raise GankitError(
-                    f"{self.recipe.path}: growth.batch_size: {ph.batch_size} at {ph.resolution}px does not divide "
-                    f"across {self.world_size} processes (use a multiple of {self.world_size})")
-            per_rank = ph.batch_size // self.world_size
-            msg = check(per_rank) if check is not None else None
-            if msg:
-                raise GankitError(f"{self.recipe.path}: architecture: {msg} (the per-process batch at "
-                                  f"{ph.resolution}px: {ph.batch_size} over {self.world_size} processes)")
+        problem = batch_problem(self.recipe, self.phases(), self.arch, self.world_size)
+        if problem:
+            raise GankitError(problem)
 
     def _optimizer(self, net: nn.Module, lr: float) -> torch.optim.Optimizer:
         o = self.recipe.optim
@@ -444,6 +427,61 @@ def write_recipe(run: Run) -> None:
 RUN_FILES = ("metrics.jsonl", "recipe.toml", "samples", "checkpoints", "events", "report", "report.html")
 
 
+def run_dir_problem(out_dir: Path) -> str | None:
+    """Why a fresh run may not start in ``out_dir`` (it already holds a run), else None."""
+    existing = [name for name in RUN_FILES[:4] if (Path(out_dir) / name).exists()]
+    if existing:
+        return (f"{out_dir}: already holds a run ({', '.join(existing)}); continue it with --resume, "
+                f"pick another folder with --out, or replace it with --overwrite")
+    return None
+
+
+def schedule(growth, total_nimg: int) -> list[Phase]:
+    """Every phase ``growth`` visits before ``total_nimg`` images (first image of each)."""
+    out, nimg = [], 0
+    while nimg < max(total_nimg, 1):
+        ph = growth.phase_at(nimg)
+        out.append(ph)
+        if ph.end_nimg == math.inf:
+            break
+        nimg = int(ph.end_nimg)
+    return out
+
+
+def batch_problem(recipe: Recipe, phases: list[Phase], arch: Any, world_size: int) -> str | None:
+    """Why the schedule's global batches do not suit ``world_size`` processes, else None: each
+    must split evenly, and each process's share must suit the architecture
+    (``Architecture.batch_problem``, e.g. PGGAN's minibatch-stddev group)."""
+    check = getattr(arch, "batch_problem", None)
+    for ph in phases:
+        if ph.batch_size % world_size:
+            return (f"{recipe.path}: growth.batch_size: {ph.batch_size} at {ph.resolution}px does not divide "
+                    f"across {world_size} processes (use a multiple of {world_size})")
+        msg = check(ph.batch_size // world_size) if check is not None else None
+        if msg:
+            return (f"{recipe.path}: architecture: {msg} (the per-process batch at {ph.resolution}px: "
+                    f"{ph.batch_size} over {world_size} processes)")
+    return None
+
+
+def preflight(recipe: Recipe, plugins: Plugins, world_size: int, *, check_run_dir: bool) -> None:
+    """The checks ``gankit run --nproc N`` makes once, before starting N processes that would
+    each report the same problem: the batches for N processes and (``check_run_dir``, a fresh
+    run) whether the run directory is free. Builds the
+    growth scheduler and the architecture component only (no networks, no data). Raises
+    ``GankitError``."""
+    def build(spec):
+        comp = plugins.registry.get(spec.kind, spec.name)
+        return comp.factory(spec.options, BuildContext(resolution=recipe.resolution, channels=0, recipe=recipe))
+
+    total = int(round(recipe.run.total_kimg * 1000))
+    problem = batch_problem(recipe, schedule(build(recipe.growth), total), build(recipe.architecture), world_size)
+    if problem is None and check_run_dir:
+        problem = run_dir_problem(Path(recipe.run.out_dir))
+    if problem:
+        raise GankitError(problem)
+
+
 def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None,
           overwrite: bool = False) -> dict[str, float]:
     """Train until ``run.total_nimg`` images have been shown (or ``max_steps`` iterations).
@@ -464,19 +502,23 @@ def train(run: Run, *, resume: bool | str = False, max_steps: int | None = None,
             raise GankitError(
                 f"--resume: the run is already at {run.cur_nimg / 1000:g} kimg >= run.total_kimg = "
                 f"{run.total_nimg / 1000:g}; raise it to train further (--set run.total_kimg=...)")
-    elif run.is_main:
-        existing = [name for name in RUN_FILES[:4] if (run.out_dir / name).exists()]
-        if existing and not overwrite:
-            raise GankitError(
-                f"{run.out_dir}: already holds a run ({', '.join(existing)}); continue it with --resume, "
-                f"pick another folder with --out, or replace it with --overwrite")
-        if overwrite:
-            for name in RUN_FILES:
-                target = run.out_dir / name
-                if target.is_dir():
-                    shutil.rmtree(target)
-                elif target.exists():
-                    target.unlink()
+    else:
+        # Rank 0 decides and tells the others, so every process stops with the same line
+        # (instead of the others failing later on a closed connection).
+        problem = run_dir_problem(run.out_dir) if run.is_main and not overwrite else None
+        if run.world_size > 1:
+            from gan_kit.distributed import broadcast_object
+
+            problem = broadcast_object(problem)
+        if problem:
+            raise GankitError(problem)
+    if overwrite and not resume and run.is_main:
+        for name in RUN_FILES:
+            target = run.out_dir / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
     if run.is_main:
         write_recipe(run)
     d_steps = run.strategy.d_steps

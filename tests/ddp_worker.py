@@ -31,11 +31,13 @@ def main(recipe: str, out: str, configs: list[str]) -> None:
             r, plugins = load_recipe(recipe, [o for o in overrides.split(";") if o])
             r = attrs.evolve(r, run=attrs.evolve(r.run, out_dir=str(out_dir)))
             try:
-                train(Run(r, plugins))
+                run = Run(r, plugins)
+                train(run)
             except GankitError as e:
                 if distributed.dist.get_rank() == 0:
                     out_dir.mkdir(parents=True, exist_ok=True)
                     (out_dir / "error.txt").write_text(str(e))
+            run = None  # its DDP wrappers must go before the process group
     finally:
         distributed.shutdown()
 

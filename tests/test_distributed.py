@@ -266,3 +266,29 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
         for net in ("G", "D", "G_ema"):
             for k in b[net]:
                 torch.testing.assert_close(a[net][k], b[net][k], rtol=0, atol=1e-5, msg=f"{name}: {net}.{k}")
+
+
+def test_nproc_reports_problems_once_with_exit_code_2(tiny_recipe, tmp_path):
+    """`gankit run --nproc 2` checks the batches for 2 processes and the run directory before
+    starting torchrun (one line, exit 2, no processes started); a failure inside training exits
+    with the failing process's code (2 for a user-facing error), without torchrun's own traceback."""
+    base = [sys.executable, "-m", "gan_kit", "run", str(tiny_recipe), "--nproc", "2"]
+    r = subprocess.run(base + ["--set", "growth.batch_size=12", "--out", str(tmp_path / "a")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"error: {tiny_recipe}: architecture: mbstd_group_size 4 does not divide the batch 6 (the per-process "
+        f"batch at 4px: 12 over 2 processes)"], r.stderr
+    used = tmp_path / "used"
+    (used / "checkpoints").mkdir(parents=True)
+    r = subprocess.run(base + ["--out", str(used)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and r.stderr.strip().startswith(f"error: {used}: already holds a run"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+    plugin = tmp_path / "nan_on_rank_1.py"
+    plugin.write_text(NAN_ON_RANK_1)
+    r = subprocess.run(base + ["--out", str(tmp_path / "nan"), "--set", f"plugins=['{plugin.as_posix()}']",
+                               "--set", "loss.name='nan-on-rank-1'"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "error: step 3 (kimg 0.024, 4px): Loss/D is nan; stopped" in r.stderr
+    assert "Traceback" not in r.stderr and "ChildFailedError" not in r.stderr, r.stderr[-3000:]
