@@ -84,7 +84,7 @@ def run(recipe: Path, out_dir: Path | None, overrides: tuple[str, ...], resume: 
     launcher = nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ
     if launcher and not dry_run:
         # Problems every process would hit are reported here, once, before torchrun starts.
-        preflight(*load(), nproc, check_run_dir=not (resume or overwrite))
+        preflight(*load(), nproc, check_run_dir=not (resume or overwrite), resume=resume)
         from gan_kit.distributed import launch
 
         sys.exit(launch(nproc, sys.argv[1:]))

@@ -464,10 +464,11 @@ def batch_problem(recipe: Recipe, phases: list[Phase], arch: Any, world_size: in
     return None
 
 
-def preflight(recipe: Recipe, plugins: Plugins, world_size: int, *, check_run_dir: bool) -> None:
+def preflight(recipe: Recipe, plugins: Plugins, world_size: int, *, check_run_dir: bool,
+              resume: bool = False) -> None:
     """The checks ``gankit run --nproc N`` makes once, before starting N processes that would
     each report the same problem: the batches for N processes and (``check_run_dir``, a fresh
-    run) whether the run directory is free. Builds the
+    run) whether the run directory is free, or (``resume``) whether it has a checkpoint. Builds the
     growth scheduler and the architecture component only (no networks, no data). Raises
     ``GankitError``."""
     def build(spec):
@@ -478,6 +479,9 @@ def preflight(recipe: Recipe, plugins: Plugins, world_size: int, *, check_run_di
     problem = batch_problem(recipe, schedule(build(recipe.growth), total), build(recipe.architecture), world_size)
     if problem is None and check_run_dir:
         problem = run_dir_problem(Path(recipe.run.out_dir))
+    latest = Path(recipe.run.out_dir) / "checkpoints" / "latest.pt"
+    if problem is None and resume and not latest.exists():
+        problem = f"--resume: no checkpoint at {latest} (run without --resume to start fresh)"
     if problem:
         raise GankitError(problem)
 

@@ -284,6 +284,11 @@ def test_nproc_reports_problems_once_with_exit_code_2(tiny_recipe, tmp_path):
     r = subprocess.run(base + ["--out", str(used)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and r.stderr.strip().startswith(f"error: {used}: already holds a run"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+    r = subprocess.run(base + ["--out", str(tmp_path / "empty"), "--resume"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: --resume: no checkpoint at {tmp_path / 'empty' / 'checkpoints' / 'latest.pt'} "
+        f"(run without --resume to start fresh)"], r.stderr
 
     plugin = tmp_path / "nan_on_rank_1.py"
     plugin.write_text(NAN_ON_RANK_1)
