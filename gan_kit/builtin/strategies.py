@@ -48,6 +48,7 @@ __all__ = [
     "g_step",
     "critic_step",
     "single_loss_objective",
+    "paired_step",
 ]
 
 
@@ -126,6 +127,34 @@ def leading_critic_steps(ctx) -> tuple[int, int]:
     return n, ctx.d_step + k - 1
 
 
+def paired_step(ctx, *, share_fake_logits: bool) -> dict:
+    """The G step and the last D step of an iteration at the same parameter point (after
+    ``leading_critic_steps``): one G forward, G's gradient by ``backward(inputs=G params)``
+    through D (no D weight gradients), D's by ``backward(inputs=D params)`` (nothing into G),
+    both on cleared gradients, then both optimizer steps. ``share_fake_logits``: the D objective
+    reuses the logits of the G loss's D forward (``shared-fake``; the graph is retained for the
+    second backward) instead of a fresh D forward on ``sg(fake)`` (``simultaneous``)."""
+    n, last = leading_critic_steps(ctx)
+    G_params, D_params = _params(ctx.G), _params(ctx.D)
+    ctx.opt_G.zero_grad(set_to_none=True)
+    ctx.opt_D.zero_grad(set_to_none=True)
+    with ctx.autocast():
+        fake = ctx.G(ctx.latent(n))
+        fake_logits = ctx.D(fake)
+    g_loss = g_objective(ctx, fake_logits)
+    # G first, while D's weights are those the graph saved.
+    ctx.backward(g_loss, inputs=G_params, retain_graph=share_fake_logits)
+    if share_fake_logits:
+        total, stats = d_objective(ctx, ctx.reals[-1], fake, d_step=last, fake_logits=fake_logits)
+    else:
+        total, stats = d_objective(ctx, ctx.reals[-1], fake.detach(), d_step=last)
+    ctx.backward(total, inputs=D_params)
+    ctx.opt_step(ctx.opt_D)
+    ctx.opt_step(ctx.opt_G)
+    stats["Loss/G"] = g_loss.detach()
+    return stats
+
+
 def _g_step(ctx, n: int) -> tuple[dict, torch.Tensor]:
     ctx.opt_G.zero_grad(set_to_none=True)
     with frozen(ctx.D):
@@ -185,22 +214,7 @@ class SharedFake(UpdateStrategy):
     Options = CommonOptions
 
     def step(self, ctx):
-        n, last = leading_critic_steps(ctx)
-        G_params, D_params = _params(ctx.G), _params(ctx.D)
-        ctx.opt_G.zero_grad(set_to_none=True)
-        ctx.opt_D.zero_grad(set_to_none=True)
-        with ctx.autocast():
-            fake = ctx.G(ctx.latent(n))
-            fake_logits = ctx.D(fake)
-        g_loss = g_objective(ctx, fake_logits)
-        # G first, while D's weights are those the graph saved; retain it for the D objective.
-        ctx.backward(g_loss, inputs=G_params, retain_graph=True)
-        total, stats = d_objective(ctx, ctx.reals[-1], fake, d_step=last, fake_logits=fake_logits)
-        ctx.backward(total, inputs=D_params)
-        ctx.opt_step(ctx.opt_D)
-        ctx.opt_step(ctx.opt_G)
-        stats["Loss/G"] = g_loss.detach()
-        return stats
+        return paired_step(ctx, share_fake_logits=True)
 
 
 class GThenD(UpdateStrategy):
@@ -300,21 +314,7 @@ class Simultaneous(UpdateStrategy):
     Options = CommonOptions
 
     def step(self, ctx):
-        n, last = leading_critic_steps(ctx)
-        G_params, D_params = _params(ctx.G), _params(ctx.D)
-        ctx.opt_G.zero_grad(set_to_none=True)
-        ctx.opt_D.zero_grad(set_to_none=True)
-        with ctx.autocast():
-            fake = ctx.G(ctx.latent(n))
-            fake_logits = ctx.D(fake)
-        g_loss = g_objective(ctx, fake_logits)
-        ctx.backward(g_loss, inputs=G_params)
-        total, stats = d_objective(ctx, ctx.reals[-1], fake.detach(), d_step=last)
-        ctx.backward(total, inputs=D_params)
-        ctx.opt_step(ctx.opt_D)
-        ctx.opt_step(ctx.opt_G)
-        stats["Loss/G"] = g_loss.detach()
-        return stats
+        return paired_step(ctx, share_fake_logits=False)
 
 
 @hookimpl
