@@ -74,7 +74,7 @@ def main() -> None:
         img_s = {m: batch * d_steps * args.steps / statistics.median(t) for m, t in times.items()}
         lines.append(f"| {res} | {batch} | {img_s['ddp']:.0f} | {img_s['all-reduce']:.0f} | "
                      f"{img_s['ddp'] / img_s['all-reduce']:.2f} |")
-    for mode, run in runs.items():  # the two must still be doing the same thing on every rank
+    for run in runs.values():  # both must still hold the same weights on every rank
         run.check_in_sync()
     if rank == 0:
         where = torch.cuda.get_device_name() if first.device.type == "cuda" else f"CPU, {args.threads} thread(s) each"

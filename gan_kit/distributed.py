@@ -177,15 +177,13 @@ def out_of_sync(modules: dict[str, torch.nn.Module], world_size: int) -> list[st
     """
     sums = []
     for module in modules.values():
-        ps = [p.detach().double() for p in module.parameters()]
-        sums += [sum(p.sum() for p in ps), sum(p.square().sum() for p in ps)]
-    local = torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in sums]).to(
-        next(iter(modules.values())).parameters().__next__().device)
+        flat = torch.cat([p.detach().double().reshape(-1) for p in module.parameters()])
+        sums += [flat.sum(), flat.square().sum()]
+    local = torch.stack(sums)
     gathered = [torch.empty_like(local) for _ in range(world_size)]
     dist.all_gather(gathered, local)
-    spread = torch.stack(gathered).amax(0) - torch.stack(gathered).amin(0)
-    scale = torch.stack(gathered).abs().amax(0).clamp_min(1.0)
-    bad = (spread > 1e-9 * scale).tolist()
+    every = torch.stack(gathered)
+    bad = (every.amax(0) - every.amin(0) > 1e-9 * every.abs().amax(0).clamp_min(1.0)).tolist()
     return [name for i, name in enumerate(modules) if bad[2 * i] or bad[2 * i + 1]]
 
 
