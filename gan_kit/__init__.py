@@ -1,15 +1,18 @@
 """gankit: train GANs from a TOML recipe; every GAN decision is a swappable pluggy plugin.
 
-Public API for plugin authors::
+Everything a plugin needs is importable from here (docs/writing-plugins.md walks through each
+component kind)::
 
-    from gan_kit import hookimpl, option, Loss
+    from gan_kit import hookimpl, option, Loss, Penalty, UpdateStrategy, StepContext
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pluggy
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Decorator marking a plugin's hook implementations.
 hookimpl = pluggy.HookimplMarker("gankit")
@@ -17,45 +20,74 @@ hookimpl = pluggy.HookimplMarker("gankit")
 from gan_kit.components import (  # noqa: E402
     Architecture,
     BuildContext,
-    ComponentBase,
     DatasetFactory,
+    DInputs,
+    GInputs,
+    Growable,
     GrowthScheduler,
     Initializer,
     Loss,
     Metric,
     Penalty,
-    StepContext,
     UpdateStrategy,
     WeightedPenalty,
-    d_objective,
-    g_objective,
-    set_phase,
 )
-from gan_kit.errors import GankitError, PluginError, RecipeError  # noqa: E402
+from gan_kit.errors import CheckpointError, GankitError, PluginError, RecipeError, TrainingError  # noqa: E402
+from gan_kit.hookspecs import Register  # noqa: E402
+from gan_kit.layers import fan_in, init_gain, set_init_gain, weight_layers  # noqa: E402
 from gan_kit.options import option  # noqa: E402
 from gan_kit.phase import Phase  # noqa: E402
+from gan_kit.stash import Stash, StashKey  # noqa: E402
+from gan_kit.step import StepContext  # noqa: E402
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gan_kit.run import Run
+
+
+def __getattr__(name: str) -> Any:
+    # ``Run`` pulls in the recipe loader and the plugin manager, which import this package:
+    # loaded on first use to keep ``import gan_kit`` free of cycles.
+    if name == "Run":
+        from gan_kit.run import Run
+
+        return Run
+    raise AttributeError(f"module 'gan_kit' has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",
     "hookimpl",
     "option",
-    "Phase",
+    "Register",
+    # component kinds
     "Architecture",
-    "BuildContext",
-    "ComponentBase",
     "DatasetFactory",
     "GrowthScheduler",
     "Initializer",
     "Loss",
     "Metric",
     "Penalty",
-    "StepContext",
     "UpdateStrategy",
+    # what components receive
+    "BuildContext",
+    "StepContext",
+    "DInputs",
+    "GInputs",
     "WeightedPenalty",
-    "d_objective",
-    "g_objective",
-    "set_phase",
+    "Phase",
+    "Growable",
+    "Run",
+    "Stash",
+    "StashKey",
+    # layer helpers for initializers and architectures
+    "weight_layers",
+    "fan_in",
+    "init_gain",
+    "set_init_gain",
+    # errors
     "GankitError",
     "PluginError",
     "RecipeError",
+    "CheckpointError",
+    "TrainingError",
 ]

@@ -105,3 +105,26 @@ def set_rng_state(state: dict) -> None:
         cuda = state["cuda"]
         if len(cuda) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(cuda)
+
+
+def load_generator(path: str | Path, device: str | torch.device = "cpu"):
+    """G_ema of a checkpoint, rebuilt from the recipe saved in it and set to the saved phase.
+
+    Returns ``(G_ema, phase, recipe, latent_dim)``. Raises ``CheckpointError`` / ``RecipeError``.
+    """
+    from gan_kit.components import BuildContext, set_phase
+    from gan_kit.phase import Phase
+    from gan_kit.recipe import load_recipe
+
+    state = load(path, map_location=device)
+    recipe, plugins = load_recipe(Path(f"{path}[recipe]"), text=state["recipe"])
+    channels = int(state["channels"])
+    ctx = BuildContext(resolution=recipe.resolution, channels=channels, recipe=recipe)
+    arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
+    G, _ = arch.build(recipe.resolution, channels)
+    plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx).apply(G)
+    G.load_state_dict(state["G_ema"])
+    G = G.to(device).eval().requires_grad_(False)
+    phase = Phase(**state["phase"])
+    set_phase(G, phase.resolution, phase.alpha)
+    return G, phase, recipe, int(arch.latent_dim)

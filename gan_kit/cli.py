@@ -57,34 +57,38 @@ def _warn_broken(plugins) -> None:
 
 
 @cli.command()
-@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run directory (default: run.out_dir of the recipe).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a recipe value, e.g. --set run.total_kimg=2 --set loss.name=bce.")
-@click.option("--resume", is_flag=True, help="Continue from the run directory's checkpoints/latest.pt.")
+@click.option("--resume", "resume", is_flag=False, flag_value="", default=None, metavar="[RUN_DIR]",
+              help="Continue a run exactly from its checkpoints/latest.pt, with the recipe saved in it: "
+                   "`--resume runs/x` needs nothing else; with RECIPE, its run directory (or --out). "
+                   "A RECIPE or --set may change what can change mid-run (lr, betas, penalty weights, EMA, "
+                   "intervals, total_kimg).")
 @click.option("--overwrite", is_flag=True, help="Replace a run already in the run directory (its metrics, "
                                                 "samples and checkpoints are deleted).")
-@click.option("--dry-run", is_flag=True, help="Check the recipe, build every component, print the plan; no training.")
+@click.option("--dry-run", is_flag=True, help="Check the recipe, build every component, print the plan "
+                                              "(with --resume: the resume point and the recipe changes); no training.")
 @click.option("--nproc", type=click.IntRange(min=1), default=None,
               help="Start N processes through torchrun (one per GPU).")
 @user_errors
-def run(recipe: Path, out_dir: Path | None, overrides: tuple[str, ...], resume: bool, overwrite: bool,
+def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], resume: str | None, overwrite: bool,
         dry_run: bool, nproc: int | None) -> None:
-    """Train the GAN described by RECIPE."""
+    """Train the GAN described by RECIPE (or continue the run in RUN_DIR with --resume)."""
     from gan_kit.engine import Run, preflight, train
-    from gan_kit.recipe import load_recipe
+    from gan_kit.launch import load_for_run
 
-    def load():
-        r, plugins = load_recipe(recipe, list(overrides))
-        if out_dir is not None:
-            r = attrs.evolve(r, run=attrs.evolve(r.run, out_dir=str(out_dir)))
-        return r, plugins
-
+    resuming = resume is not None
+    if resuming and overwrite:
+        raise GankitError("--resume and --overwrite contradict each other: --resume continues the run, "
+                          "--overwrite deletes it (choose one)")
     launcher = nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ
     if launcher and not dry_run:
         # Problems every process would hit are reported here, once, before torchrun starts.
-        preflight(*load(), nproc, check_run_dir=not (resume or overwrite), resume=resume)
+        r, plugins, _ = load_for_run(recipe, out_dir, overrides, resume)
+        preflight(r, plugins, nproc, check_run_dir=not (resuming or overwrite), resume=resuming)
         from gan_kit.distributed import launch
 
         sys.exit(launch(nproc, sys.argv[1:]))
@@ -96,29 +100,24 @@ def run(recipe: Path, out_dir: Path | None, overrides: tuple[str, ...], resume: 
         distributed.init()
     clean = False
     try:
-        r, plugins = load()
+        r, plugins, changes = load_for_run(recipe, out_dir, overrides, resume)
         _warn_broken(plugins)
         the_run = Run(r, plugins)
         if dry_run:
             if launcher:  # planned here, once; still check the batches for nproc processes
                 preflight(r, plugins, nproc, check_run_dir=False)
-            _print_plan(the_run)
+            _print_plan(the_run, changes if resuming else None)
             clean = True
             return
-        try:
-            train(the_run, resume=resume, overwrite=overwrite)
-            clean = True
-        finally:
-            from gan_kit.builtin.reporting import stop_progress
-
-            stop_progress(the_run)
+        train(the_run, resume=resuming, overwrite=overwrite)
+        clean = True
     finally:
         if distributed is not None:
             the_run = None  # noqa: F841 - its DDP wrappers must go before the process group
             distributed.shutdown(clean=clean)
 
 
-def _print_plan(run) -> None:
+def _print_plan(run, changes: list[str] | None = None) -> None:
     console = Console()
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     r = run.recipe
@@ -129,19 +128,18 @@ def _print_plan(run) -> None:
     console.print(f"loss {r.loss.name}; penalties {', '.join(f'{p.name} x{p.weight:g}' for p in run.penalties) or 'none'}; "
                   f"update {r.update.name}; init {r.init.name}")
     table = Table("phase", "resolution", "starts at kimg", "fade kimg", "batch", "lr scale")
-    seen = set()
-    nimg = 0
-    while nimg < run.total_nimg:
-        ph = run.growth.phase_at(nimg)
-        if ph.index in seen:
-            break
-        seen.add(ph.index)
+    for ph in run.phases():
         table.add_row(str(ph.index), f"{ph.resolution}px", f"{ph.start_nimg / 1000:g}", f"{ph.fade_nimg / 1000:g}",
                       str(ph.batch_size), f"{ph.lr_scale:g}")
-        if ph.end_nimg == float("inf"):
-            break
-        nimg = int(ph.end_nimg)
     console.print(table)
+    if changes is not None:
+        from gan_kit.rundir import latest_checkpoint
+        from gan_kit import checkpoint as ckpt
+
+        state = ckpt.load(latest_checkpoint(run.out_dir))
+        console.print(f"resume from {latest_checkpoint(run.out_dir)} at kimg {state['cur_nimg'] / 1000:g} "
+                      f"(step {state['step']}, tick {state['tick']})")
+        console.print("recipe changes: " + ("; ".join(changes) if changes else "none"))
     console.print(f"total {run.total_nimg / 1000:g} kimg -> {run.out_dir}")
 
 
@@ -270,42 +268,46 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
 
 @cli.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-n", "num", type=click.IntRange(1), default=64, show_default=True, help="Number of images.")
+@click.option("-n", "--n", "num", type=click.IntRange(1), default=64, show_default=True, help="Number of images.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the latents.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("grid.png"),
               show_default=True, help="PNG file for the grid.")
 @user_errors
 def sample(checkpoint: Path, num: int, seed: int, out: Path) -> None:
-    """Write a grid of images from the checkpoint's G_ema at its resolution."""
-    import math
-
+    """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at
+    least 32 px, like the run's own grids)."""
     import torch
-    import torchvision.utils as vutils
 
-    from gan_kit.engine import load_generator
+    from gan_kit.checkpoint import load_generator
+    from gan_kit.grids import save_grid
 
     if out.suffix.lower() not in (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff"):
         raise GankitError(f"--out: {str(out)!r} has no image extension (use .png or .jpg)")
-    G_ema, phase, _ = load_generator(checkpoint)
-    z = torch.randn(num, G_ema.latent_dim, generator=torch.Generator().manual_seed(seed))
+    G_ema, phase, _, latent_dim = load_generator(checkpoint)
+    z = torch.randn(num, latent_dim, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         images = G_ema(z).float()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    vutils.save_image(images.clamp(-1, 1), out, nrow=max(1, int(math.sqrt(num))), normalize=True,
-                      value_range=(-1, 1), padding=1)
+    save_grid(images, out)
     click.echo(f"wrote {num} images at {phase.resolution}px (alpha {phase.alpha:.2f}) to {out}")
 
 
 from gan_kit.evaluate import eval_command  # noqa: E402
-
-cli.add_command(eval_command, "eval")
-
 from gan_kit.report import report  # noqa: E402
 
+cli.add_command(eval_command, "eval")
 cli.add_command(report)
 
-from gan_kit.bench import bench  # noqa: E402
-cli.add_command(bench)
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                               "help_option_names": []})
+@click.pass_context
+def bench(ctx: click.Context) -> None:
+    """Time every update strategy side by side on a recipe (see `gankit bench --help`)."""
+    # The benchmark (and its hand-written reference loop) stays out of the import path of
+    # training: loaded only when asked for.
+    from gan_kit.bench import bench as bench_command
+
+    bench_command.main(args=ctx.args, prog_name="gankit bench", standalone_mode=True)
 
 
 def main() -> None:

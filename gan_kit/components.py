@@ -7,14 +7,17 @@ engine instantiates it as ``Factory(options, context)``.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, ContextManager, Iterable, Mapping
+import math
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Mapping
 
 import attrs
 import torch
 from torch import nn
 
 from gan_kit.phase import Phase
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gan_kit.step import StepContext
 
 __all__ = [
     "BuildContext",
@@ -28,10 +31,10 @@ __all__ = [
     "Architecture",
     "DatasetFactory",
     "Metric",
-    "StepContext",
-    "d_objective",
-    "g_objective",
+    "Growable",
     "set_phase",
+    "DInputs",
+    "GInputs",
 ]
 
 
@@ -91,26 +94,80 @@ class Loss(ComponentBase):
         return []
 
 
-class Penalty(ComponentBase):
-    """A D regulariser: ``penalty(D, real[N,C,H,W], fake[N,C,H,W], ctx=None) -> scalar``.
+@attrs.frozen
+class DInputs:
+    """What a D penalty receives: the inputs and outputs of the D objective's own forwards.
 
-    The value is unweighted; the strategy adds ``weight * value`` to the D objective. Gradient
-    norms are taken per sample over all non-batch dims, in float32. ``interval`` > 1 makes the
-    penalty lazy (applied every ``interval`` D steps); ``applies_at(step)`` says when.
+    D:           the discriminator to run extra forwards through (eager, so a double backward
+                 works; it applies the run's augmentation, like every D the engine hands out).
+    real, fake:  ``[N,C,r,r]`` images of this D step, detached (no graph), in the dtype the data
+                 and G produce (float32; G's output dtype under autocast - cast as you need).
+    real_logits, fake_logits: ``[N]`` float32 logits of ``D(real)`` and ``D(fake)`` from the D
+                 objective, WITH their graph to D's weights: a penalty on them (a drift term)
+                 needs no forward of its own. None in a lazy regularisation step, which runs no
+                 D objective.
     """
 
-    interval: int = 1
+    D: nn.Module
+    real: torch.Tensor
+    fake: torch.Tensor
+    real_logits: torch.Tensor | None = None
+    fake_logits: torch.Tensor | None = None
 
-    def __call__(self, D: nn.Module, real: torch.Tensor, fake: torch.Tensor, ctx: "StepContext | None" = None):
+
+@attrs.frozen
+class GInputs:
+    """What a G penalty receives.
+
+    G:           the generator (eager) to run its own forwards through.
+    batch_size:  this process's batch size N of the G step.
+    fake:        the G step's images ``[N,C,r,r]`` with their graph to G, or None (a lazy
+                 regularisation step, or a strategy that did not pass them).
+    fake_logits: ``[N]`` float32 logits of D on ``fake``, with their graph, or None.
+    """
+
+    G: nn.Module
+    batch_size: int
+    fake: torch.Tensor | None = None
+    fake_logits: torch.Tensor | None = None
+
+
+class Penalty(ComponentBase):
+    """A regulariser added to D's objective (``network = "D"``, the default) or G's
+    (``network = "G"``): ``penalty(inputs, ctx) -> scalar``.
+
+    ``inputs`` is a ``DInputs`` (D penalties) or ``GInputs`` (G penalties); ``ctx`` is the
+    ``StepContext`` (``ctx.input_gradients``, ``ctx.gradients``, ``ctx.latent``,
+    ``ctx.batch_rand``, ``ctx.autocast``). The value is unweighted: the engine multiplies it by
+    the recipe's ``weight``. Gradient norms should be taken per sample over all non-batch dims,
+    in float32.
+
+    Lazy regularisation (StyleGAN2, Karras et al. 2020, sec. 3.1): a penalty whose ``interval``
+    is k > 1 is not part of the objective; every k-th iteration the engine runs it as a step of
+    its own (its network's gradients cleared, ``weight * k * value`` backpropagated, one
+    optimizer step), and scales that network's Adam learning rate by k/(k+1) and betas to the
+    power k/(k+1), as stylegan2-ada-pytorch does. ``interval`` comes from an ``interval`` option
+    when the penalty declares one.
+
+    A penalty with state (a running mean) implements ``state_dict() -> dict`` and
+    ``load_state_dict(dict)``; the engine keeps it in checkpoints.
+    """
+
+    network: ClassVar[Literal["D", "G"]] = "D"
+
+    @property
+    def interval(self) -> int:
+        """Lazy regularisation interval k (1 = part of every objective); penalties with an
+        ``interval`` option return it."""
+        return 1
+
+    def __call__(self, inputs: Any, ctx: "StepContext") -> torch.Tensor:
         raise NotImplementedError
-
-    def applies_at(self, step: int) -> bool:
-        return step % max(1, self.interval) == 0
 
 
 @attrs.frozen
 class WeightedPenalty:
-    """A penalty instance with its recipe name and weight."""
+    """A penalty instance with its recipe name (the stat ``Loss/D/<name>``) and weight."""
 
     name: str
     penalty: Penalty
@@ -125,10 +182,10 @@ class UpdateStrategy(ComponentBase):
     zeroed gradients for every D step.
     """
 
-    #: Number of real batches (D steps) one ``step`` consumes; strategies set it from options.
     @property
     def d_steps(self) -> int:
-        return int(getattr(self.options, "d_steps", 1))
+        """Real batches (critic steps) one ``step`` consumes; 1 unless a strategy says otherwise."""
+        return 1
 
     def step(self, ctx: "StepContext") -> Mapping[str, Any]:
         raise NotImplementedError
@@ -145,6 +202,19 @@ class GrowthScheduler(ComponentBase):
         """Every resolution the schedule visits, in order."""
         return [self.context.resolution]
 
+    def phases(self, total_nimg: int) -> list[Phase]:
+        """Every phase visited before ``total_nimg`` images, as ``phase_at`` gives it at the
+        phase's first image: the one walk of the schedule that training, the dry-run plan, bench
+        and report use."""
+        out, nimg = [], 0
+        while nimg < max(total_nimg, 1):
+            ph = self.phase_at(nimg)
+            out.append(ph)
+            if ph.end_nimg == math.inf:
+                break
+            nimg = int(ph.end_nimg)
+        return out
+
 
 class Initializer(ComponentBase):
     """``apply(module)`` initialises every conv / linear layer of ``module`` in place."""
@@ -153,20 +223,47 @@ class Initializer(ComponentBase):
         raise NotImplementedError
 
 
+class Growable:
+    """A network that grows (mix into the ``nn.Module``): it builds every block up front and
+    takes the phase at run time through ``set_phase``, so its parameters keep their identity (and
+    optimizer state, and G_ema's average) across growth. The engine calls ``set_phase`` on G, D
+    and G_ema whenever the phase or alpha changes."""
+
+    def set_phase(self, resolution: int, alpha: float) -> None:
+        """Run at ``resolution`` pixels with the newest block faded in by ``alpha`` in [0, 1]."""
+        raise NotImplementedError
+
+
+def set_phase(module: nn.Module, resolution: int, alpha: float) -> None:
+    """Tell ``module`` (or the ``Growable`` network inside its DDP / compile wrappers) the phase."""
+    while not isinstance(module, Growable):
+        inner = getattr(module, "module", None) or getattr(module, "_orig_mod", None)
+        if inner is None:
+            return
+        module = inner
+    module.set_phase(resolution, alpha)
+
+
 class Architecture(ComponentBase):
     """``build(resolution, channels) -> (G, D)`` for the final resolution.
 
-    G maps ``z[N, G.latent_dim]`` to images ``[N, channels, r, r]`` in about [-1, 1]; D maps
-    images to logits ``[N]``. A growable pair also has ``set_phase(resolution, alpha)`` and builds
-    every block up front, so parameters keep their identity (and optimizer state) across growth.
+    G maps ``z[N, latent_dim]`` to images ``[N, channels, r, r]`` in about [-1, 1]; D maps
+    images to logits ``[N]``. A growable pair mixes in ``Growable``. ``latent_dim`` is the size of
+    z (architectures with a ``latent_dim`` option get it from there).
     """
+
+    @property
+    def latent_dim(self) -> int:
+        """Size of the latent z that G takes (architectures with a ``latent_dim`` option return it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define latent_dim (the size of z)")
 
     def build(self, resolution: int, channels: int) -> tuple[nn.Module, nn.Module]:
         raise NotImplementedError
 
-    def batch_problem(self, batch: int) -> str | None:
-        """Why D cannot take a per-process batch of ``batch`` images (checked for every phase
-        before training, e.g. a minibatch-stddev group that does not divide it), or None."""
+    def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
+        """Why D cannot take a per-process batch of ``batch`` images with ``world_size``
+        processes (checked for every phase before training, e.g. a minibatch-stddev group that
+        does not divide it), or None."""
         return None
 
 
@@ -182,142 +279,19 @@ class Metric(ComponentBase):
 
     ``generate(n) -> Tensor[n,C,H,W]`` draws images from G_ema (in [-1, 1]); ``reals`` is a
     tensor of real images at the same resolution. Keys are slash paths like ``Metrics/swd``.
+
+    Declared: ``num_images`` (images of each set it wants; the run caps it at the data set's
+    size), ``min_images`` (fewer cannot give a value: the recipe is refused), ``unit`` and
+    ``higher_is_better`` (for reports).
     """
+
+    min_images: ClassVar[int] = 2
+    unit: ClassVar[str] = ""
+    higher_is_better: ClassVar[bool] = False
+
+    #: Metrics with a ``num_images`` / ``seed`` option override these with properties.
+    num_images: int = 1024
+    seed: int = 0
 
     def compute(self, generate: Callable[[int], torch.Tensor], reals: torch.Tensor, device: torch.device) -> dict[str, float]:
         raise NotImplementedError
-
-
-def set_phase(module: nn.Module, resolution: int, alpha: float) -> None:
-    """Tell a growable network (or its DDP / compile wrapper) the current phase."""
-    target = getattr(module, "module", module)
-    target = getattr(target, "_orig_mod", target)
-    if hasattr(target, "set_phase"):
-        target.set_phase(resolution, alpha)
-
-
-@attrs.define
-class StepContext:
-    """Everything an update strategy needs for one iteration.
-
-    reals:   ``d_steps`` real batches ``[N,C,r,r]``, already at the phase's resolution and fade.
-    latent:  ``latent(n) -> z[n, latent_dim]`` on the right device.
-    autocast: a context-manager factory (bf16/fp16 autocast on CUDA, a no-op on the CPU).
-    scaler:  a ``torch.amp.GradScaler`` for fp16, else None.
-    step:    index of this iteration since the start of training (resume-safe).
-    d_step:  index of the next D step since the start (advanced by ``next_d_step``).
-    G, D:    the networks to train through: under several processes with ``run.grad_sync =
-             "ddp"`` these are the DistributedDataParallel wrappers (compiled when asked).
-    all_reduce_grads: ``run.grad_sync = "all-reduce"`` under several processes: ``opt_step``
-             averages the optimizer's gradients across processes first.
-    """
-
-    G: nn.Module
-    D: nn.Module
-    opt_G: torch.optim.Optimizer
-    opt_D: torch.optim.Optimizer
-    loss: Loss
-    penalties: list[WeightedPenalty]
-    reals: list[torch.Tensor]
-    latent: Callable[[int], torch.Tensor]
-    phase: Phase
-    autocast: Callable[[], ContextManager] = contextlib.nullcontext
-    scaler: Any = None
-    step: int = 0
-    d_step: int = 0
-    skip_nonfinite: bool = False
-    skipped: bool = False
-    rank: int = 0
-    world_size: int = 1
-    D_penalty: nn.Module | None = None
-    all_reduce_grads: bool = False
-    _scaler_stepped: set = attrs.field(factory=set, init=False, repr=False)
-
-    def batch_rand(self, n: int, *shape: int, device: torch.device | None = None) -> torch.Tensor:
-        """``torch.rand(n, *shape)`` for this process's ``n`` samples: drawn at the global batch
-        size and sliced ``[rank::world_size]``, so a run matches across process counts."""
-        x = torch.rand(n * self.world_size, *shape, device=device)
-        return x[self.rank::self.world_size] if self.world_size > 1 else x
-
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward()``, through the GradScaler when one is in use."""
-        if self.scaler is not None:
-            loss = self.scaler.scale(loss)
-        loss.backward(**kwargs)
-
-    def opt_step(self, opt: torch.optim.Optimizer) -> None:
-        """``opt.step()``, through the GradScaler when one is in use (updating the scaler first
-        when this optimizer already stepped since the last update, e.g. the second of
-        ``d_steps`` critic steps).
-
-        With ``skip_nonfinite`` (recipe ``run.on_nonfinite = "skip"``) a step whose gradients
-        hold NaN/inf is not taken and ``skipped`` is set (one device sync per call).
-        """
-        if self.all_reduce_grads and self.world_size > 1:
-            from gan_kit.distributed import all_reduce_grads
-
-            all_reduce_grads((p for g in opt.param_groups for p in g["params"]), self.world_size)
-        if self.scaler is not None:
-            if id(opt) in self._scaler_stepped:
-                # The same optimizer steps again this iteration (d_steps > 1): GradScaler allows
-                # one step per optimizer between updates, so its previous step closes a scaler
-                # round (the engine updates once more after the strategy).
-                self.scaler.update()
-                self._scaler_stepped.clear()
-            self.scaler.step(opt)  # the scaler already skips steps with inf/NaN gradients
-            self._scaler_stepped.add(id(opt))
-            return
-        if self.skip_nonfinite:
-            grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
-            if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
-                self.skipped = True
-                return
-        opt.step()
-
-
-def g_objective(ctx: "StepContext", fake_logits: torch.Tensor) -> torch.Tensor:
-    """G's loss ``loss.g_loss(fake_logits[N], real_logits)``; ``real_logits`` is D's output on
-    ``ctx.reals[-1]`` (no gradient) when the loss sets ``needs_real_logits``, else None."""
-    real_logits = None
-    if getattr(ctx.loss, "needs_real_logits", False):
-        with torch.no_grad(), ctx.autocast():
-            real_logits = ctx.D(ctx.reals[-1]).float()
-    return ctx.loss.g_loss(fake_logits.float(), real_logits)
-
-
-def d_objective(
-    ctx: StepContext,
-    real: torch.Tensor,
-    fake: torch.Tensor,
-    *,
-    d_step: int | None = None,
-    fake_logits: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The D objective ``d_loss(D(real), D(fake)) + sum(weight * penalty)`` and its stats.
-
-    ``fake`` should carry no graph to G (made under no_grad or detached) unless the caller
-    wants G gradients. Penalties whose ``applies_at(d_step)`` is False are skipped.
-    ``fake_logits``: D's logits ``[N]`` for ``fake`` when the caller already has them (a strategy
-    that shares one D forward between the D and G objectives); D is then not run on ``fake``.
-    """
-    with ctx.autocast():
-        real_logits = ctx.D(real)
-        if fake_logits is None:
-            fake_logits = ctx.D(fake)
-    loss = ctx.loss.d_loss(real_logits.float(), fake_logits.float())
-    stats: dict[str, torch.Tensor] = {
-        "Loss/D": loss.detach(),
-        "Logits/real": real_logits.detach().float().mean(),
-        "Logits/fake": fake_logits.detach().float().mean(),
-    }
-    total = loss
-    step = ctx.d_step if d_step is None else d_step
-    for wp in ctx.penalties:
-        if not wp.penalty.applies_at(step):
-            continue
-        # Penalties take input gradients with create_graph; they run on the eager D when D is
-        # compiled (torch.compile's AOTAutograd has no double backward).
-        value = wp.penalty(ctx.D_penalty if ctx.D_penalty is not None else ctx.D, real, fake, ctx=ctx)
-        total = total + wp.weight * value
-        stats[f"Loss/D/{wp.name}"] = value.detach()
-    return total, stats

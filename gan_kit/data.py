@@ -100,3 +100,14 @@ def make_loader(dataset: Dataset, sampler: PhaseBatchSampler, num_workers: int, 
                       collate_fn=collate_images, persistent_workers=num_workers > 0,
                       prefetch_factor=2 if num_workers > 0 else None,
                       generator=torch.Generator().manual_seed(sampler.seed))
+
+
+def iter_batches(loader: DataLoader) -> Iterator:
+    """Iterate ``loader``; a ``GankitError`` raised in a worker process reaches the caller as
+    that one-line error instead of the worker's re-raised traceback."""
+    it = iter(loader)
+    while True:
+        try:
+            yield next(it)
+        except StopIteration:
+            return

@@ -48,3 +48,29 @@ def update_ema(G_ema: nn.Module, G: nn.Module, beta: float) -> None:
         torch._foreach_lerp_(ema_params, [p.detach() for p in params], 1.0 - beta)
     for b_ema, b in zip(G_ema.buffers(), G.buffers()):
         b_ema.copy_(b)
+
+
+@torch.no_grad()
+def refresh_batchnorm(G_ema: nn.Module, latent, autocast, batches: int = 16, batch_size: int = 64) -> None:
+    """Recompute the running statistics of every BatchNorm layer of ``G_ema`` from its own
+    forwards: ``batches`` batches of ``latent(batch_size)`` latents, averaged with equal weights
+    (the same thing ``torch.optim.swa_utils.update_bn`` does for averaged weights, Izmailov et al.
+    2018, sec. 3.2). G_ema's weights are an average of G's; G's running statistics, which the
+    per-step update copies, describe G's activations, not G_ema's. A no-op without BatchNorm."""
+    norms = [m for m in G_ema.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the batches below
+    was_training = G_ema.training
+    G_ema.train()
+    try:
+        for _ in range(batches):
+            with autocast():
+                G_ema(latent(batch_size))
+    finally:
+        for m, momentum in zip(norms, momenta):
+            m.momentum = momentum
+        G_ema.train(was_training)

@@ -30,3 +30,12 @@ class CheckpointError(GankitError):
 
 class TrainingError(GankitError):
     """Training cannot go on (for example a non-finite loss with ``on_nonfinite = "stop"``)."""
+
+
+class Interrupted(GankitError):
+    """SIGINT or SIGTERM stopped training after a checkpoint was written; ``exit_code`` is the
+    shell's convention for the signal (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, message: str, exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code

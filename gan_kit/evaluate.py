@@ -2,7 +2,7 @@
 
 The recipe saved in the checkpoint rebuilds the networks and the dataset (``--set`` overrides it,
 e.g. ``--set data.path=/data/faces`` when a relative image folder no longer resolves). Real images
-are drawn and faded exactly as during training (``gan_kit.builtin.metrics.evaluate``), so with the
+are drawn and faded exactly as during training (``gan_kit.evaluate.evaluate``), so with the
 same ``num_images`` the figure equals the final ``Metrics/...`` value in metrics.jsonl.
 
 ``--baselines`` puts the figure in context, all at one image count per set: real vs real (two
@@ -21,9 +21,25 @@ import click
 
 from gan_kit.cli_errors import user_errors as _user_errors
 
-__all__ = ["eval_command", "evaluate_checkpoint"]
+__all__ = ["eval_command", "evaluate_checkpoint", "evaluate"]
 
 
+def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
+    """Run ``metric`` on ``run``'s G_ema at the current phase against real images drawn with the
+    metric's seed and faded exactly as during training (the same figure as metrics.jsonl)."""
+    import torch
+
+    from gan_kit.phase import fade_real
+
+    n = num_images or metric.num_images
+    reals = run.real_images(min(n, len(run.dataset)), seed=metric.seed)
+    reals = fade_real(reals, run.phase.resolution, run.phase.alpha)
+    g = torch.Generator().manual_seed(metric.seed + 1)
+
+    def generate(k: int) -> torch.Tensor:
+        return run.generate(torch.randn(k, run.latent_dim, generator=g))
+
+    return metric.compute(generate, reals, run.device)
 
 
 def _metric(run, name: str, num: int | None):
@@ -53,8 +69,7 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     Raises ``GankitError`` (bad checkpoint, recipe problems, unknown metric, missing data/weights).
     """
     from gan_kit import checkpoint as ckpt
-    from gan_kit.builtin.metrics import evaluate
-    from gan_kit.engine import Run
+    from gan_kit.run import Run
     from gan_kit.phase import Phase, fade_real
     from gan_kit.recipe import load_recipe
 
@@ -73,11 +88,11 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     results: dict[str, dict[str, Any]] = {name: {} for name in names}
     if baselines:
         for name, metric in built.items():
-            want = getattr(metric.options, "num_images", num or 1024)
+            want = num or metric.num_images
             n = max(2, min(want, len(run.dataset) // 2))
             metric = _metric(run, name, n)
             built[name] = metric
-            seed = getattr(metric.options, "seed", 0)
+            seed = metric.seed
             halves = run.real_images(2 * n, seed=seed + 7)
             halves = fade_real(halves, phase.resolution, phase.alpha)
             a, b = halves[:n], halves[n:2 * n]

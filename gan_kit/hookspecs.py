@@ -12,7 +12,19 @@ Registration hooks are called once, when the plugin manager is built. Each recei
 ``Options`` class (its fields are the recipe keys of that component) and is called as
 ``factory(options, context)``; see ``gan_kit.components`` for the contract of each kind.
 
-Lifecycle hooks are plain events: every plugin implementing one is called, in pluggy's order.
+Lifecycle hooks are plain events: every plugin implementing one is called, in pluggy's order
+(``@hookimpl(tryfirst=True)`` / ``trylast=True`` move an implementation to the front or the back).
+Within a run they fire in this order::
+
+    run_started
+    phase_started                      (the first phase)
+    for every iteration:
+        [phase_started]                when the growth schedule enters a new phase (before its step)
+        step_finished
+        [tick_finished]                every run.tick_kimg; checkpoint_saved inside, when it saves
+    tick_finished                      (the final tick, Progress/final = True)
+    run_finished                       (only when run.total_kimg was reached)
+    run_teardown                       ALWAYS, from a ``finally``: success, error or interrupt
 """
 
 from __future__ import annotations
@@ -26,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
     import click
 
-    from gan_kit.engine import Run
+    from gan_kit.run import Run
     from gan_kit.phase import Phase
 
 hookspec = pluggy.HookspecMarker("gankit")
@@ -52,11 +64,14 @@ def register_losses(register: Register) -> None:
 
 @hookspec
 def register_penalties(register: Register) -> None:
-    """Register D regularisers (kind ``penalty``).
+    """Register regularisers of D or G (kind ``penalty``).
 
-    A penalty instance is called as ``penalty(D, real[N,C,H,W], fake[N,C,H,W], step=...)`` and
-    returns an unweighted scalar that the update strategy adds to the D objective times the
-    recipe's ``weight``. Example: ``register("r1", R1Penalty)``.
+    A penalty instance is called as ``penalty(inputs, ctx) -> scalar`` (unweighted): ``inputs``
+    is a ``gan_kit.DInputs`` (``D``, ``real``, ``fake``, and the D objective's ``real_logits`` /
+    ``fake_logits``) for a D penalty, a ``gan_kit.GInputs`` for a G penalty (class attribute
+    ``network = "G"``); ``ctx`` is the ``StepContext``. The engine adds ``weight * value`` to
+    that network's objective, or runs it lazily every ``interval`` iterations.
+    Example: ``register("r1", R1)``.
     """
 
 
@@ -64,8 +79,10 @@ def register_penalties(register: Register) -> None:
 def register_update_strategies(register: Register) -> None:
     """Register update strategies (kind ``update``).
 
-    A strategy's ``step(ctx: StepContext) -> dict[str, float]`` owns the order of forwards,
-    backwards, ``zero_grad`` and optimizer steps of one training iteration.
+    A strategy's ``step(ctx: StepContext) -> dict[str, Tensor | float]`` decides the order of the
+    forwards, backwards and optimizer steps of one training iteration, through the context's verbs
+    (``ctx.zero_grad``, ``ctx.backward``, ``ctx.opt_step``, ``ctx.frozen``, ``ctx.d_objective``,
+    ``ctx.g_objective``), which own precision, gradient sync and the non-finite policy.
     Example: ``register("d-then-g", DThenG)``.
     """
 
@@ -93,7 +110,8 @@ def register_architectures(register: Register) -> None:
     """Register architectures (kind ``architecture``).
 
     An architecture's ``build(resolution: int, channels: int) -> (G, D)`` returns the generator
-    and discriminator for the final resolution. Example: ``register("pggan", PGGAN)``.
+    and discriminator for the final resolution, and ``latent_dim`` gives the size of z. Growing
+    networks mix in ``gan_kit.Growable``. Example: ``register("pggan", PGGAN)``.
     """
 
 
@@ -143,8 +161,9 @@ def phase_started(run: "Run", phase: "Phase") -> None:
 
 @hookspec
 def step_finished(run: "Run", stats: Mapping[str, float]) -> None:
-    """Called after every training iteration with that iteration's stats (slash-path names such
-    as ``Loss/D``, ``Loss/G``, ``Loss/D/gradient-penalty``). Keep it cheap: it is on the hot path."""
+    """Called after every training iteration with that iteration's stats as floats (slash-path
+    names such as ``Loss/D``, ``Loss/G``, ``Loss/D/gradient-penalty``), averaged over processes.
+    Keep it cheap: it is on the hot path."""
 
 
 @hookspec
@@ -163,3 +182,11 @@ def checkpoint_saved(run: "Run", path: "Path") -> None:
 @hookspec
 def run_finished(run: "Run", stats: Mapping[str, Any]) -> None:
     """Called once when training reaches ``run.total_kimg``, with the final tick's stats."""
+
+
+@hookspec
+def run_teardown(run: "Run", error: BaseException | None) -> None:
+    """Called once when ``train`` returns or raises - from a ``finally``, so also after an error,
+    an interrupt or ``max_steps`` - to close what ``run_started`` opened (progress bars, writers,
+    files). ``error`` is the exception that ends the run, or None. pytest's
+    ``pytest_sessionfinish`` is the model. Must not raise."""

@@ -2,6 +2,9 @@
 
 Environment variables:
   ``GANKIT_DISABLE_PLUGIN_AUTOLOAD=1``  skip the ``gankit`` entry points (built-ins still load).
+  ``GANKIT_DISABLE_PLUGINS=a,b``        do not load the plugins named (as ``gankit plugins`` lists
+                                        them; a built-in may be named by its last part, e.g.
+                                        ``tensorboard``). The recipe key ``disable_plugins`` adds names.
   ``GANKIT_TRACE_PLUGINS=1``            print every hook call and result to stderr (pluggy tracing).
 """
 
@@ -58,6 +61,16 @@ class BrokenPlugin:
         return f"plugin {self.name} ({self.source}) failed to load: {self.error}"
 
 
+@attrs.frozen
+class PluginInfo:
+    """One loaded plugin: its name (what ``GANKIT_DISABLE_PLUGINS`` takes), where it came from
+    (module, ``"<dist> <version>"`` or ``"recipe plugin <spec>"``) and the hooks it implements."""
+
+    name: str
+    source: str
+    hooks: tuple[str, ...]
+
+
 @attrs.define
 class Plugins:
     """A built plugin manager with its registry of components and the plugins that failed."""
@@ -66,10 +79,31 @@ class Plugins:
     registry: Registry
     broken: list[BrokenPlugin]
     sources: dict[str, str]  # plugin name -> its module, "<dist> <version>" or "recipe plugin <spec>"
+    disabled: tuple[str, ...] = ()
 
     @property
     def hook(self) -> Any:
         return self.pm.hook
+
+    def describe(self) -> list[PluginInfo]:
+        """Every loaded plugin, hook-only plugins included, in load order."""
+        out = []
+        for name, source in self.sources.items():
+            plugin = self.pm.get_plugin(name)
+            hooks = tuple(sorted(c.name for c in self.pm.get_hookcallers(plugin) or ()))
+            out.append(PluginInfo(name, source, hooks))
+        return out
+
+
+def disabled_names(extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """Plugin names switched off by ``GANKIT_DISABLE_PLUGINS`` (comma-separated) and ``extra``."""
+    names = [n.strip() for n in os.environ.get("GANKIT_DISABLE_PLUGINS", "").split(",") if n.strip()]
+    return tuple(dict.fromkeys([*names, *extra]))
+
+
+def _is_disabled(name: str, disabled: Iterable[str]) -> bool:
+    short = name.rsplit(".", 1)[-1].split(" (")[0]
+    return any(d in (name, short, name.split(" (")[0]) for d in disabled)
 
 
 def autoload_disabled() -> bool:
@@ -126,6 +160,7 @@ def build_plugins(
     recipe_dir: Path | None = None,
     load_entry_points: bool | None = None,
     failed: list[tuple[int, str, str]] | None = None,
+    disable: Iterable[str] = (),
 ) -> Plugins:
     """Build a plugin manager and its registry.
 
@@ -133,6 +168,8 @@ def build_plugins(
     None and ``GANKIT_DISABLE_PLUGIN_AUTOLOAD`` is set), ``extra`` plugin objects (modules,
     classes or instances, for tests and embedding), then the recipe's ``plugins = [...]``
     entries (module names or ``.py`` paths relative to ``recipe_dir``).
+
+    Plugins named in ``disable`` or ``GANKIT_DISABLE_PLUGINS`` are not registered.
 
     Raises ``PluginError`` for a misspelled hook name, a duplicate (kind, name), or a recipe
     plugin that fails to import when ``failed`` is None (given a list, such failures are appended
@@ -146,8 +183,11 @@ def build_plugins(
         pm.enable_tracing()
     sources: dict[str, str] = {}
     broken: list[BrokenPlugin] = []
+    disabled = disabled_names(disable)
 
     def add(plugin: Any, name: str, source: str) -> None:
+        if _is_disabled(name, disabled):
+            return
         try:
             pm.register(plugin, name=name)
         except pluggy.PluginValidationError as e:
@@ -205,15 +245,22 @@ def build_plugins(
         add(module, spec, f"recipe plugin {spec}")
 
     registry = Registry()
+    plugins = list(pm.get_plugins())
+    order = {name: i for i, name in enumerate(sources)}
+    plugins.sort(key=lambda p: order.get(pm.get_name(p), len(order)))
     for kind, hook_name in KINDS.items():
-        hook = getattr(pm.hook, hook_name)
-        # Call each implementation separately, in the order the plugins were added (built-ins
-        # first), so the registry knows who registered what and a duplicate names the later one last.
-        for impl in hook.get_hookimpls():
-            source = sources.get(impl.plugin_name, impl.plugin_name)
+        # Each plugin's implementation is called through pluggy (tracing and hook wrappers apply)
+        # on its own - a hook caller without the other plugins - so the registry knows who
+        # registered what, and a duplicate names the later plugin last.
+        for plugin in plugins:
+            if hook_name not in {c.name for c in pm.get_hookcallers(plugin) or ()}:
+                continue
+            name = pm.get_name(plugin)
+            source = sources.get(name, name)
+            caller = pm.subset_hook_caller(hook_name, remove_plugins=[p for p in plugins if p is not plugin])
 
-            def register(name: str, factory: type, _kind=kind, _source=source) -> None:
-                registry.add(_kind, name, factory, _source)
+            def register(component_name: str, factory: type, _kind=kind, _source=source) -> None:
+                registry.add(_kind, component_name, factory, _source)
 
-            impl.function(register=register)
-    return Plugins(pm=pm, registry=registry, broken=broken, sources=sources)
+            caller(register=register)
+    return Plugins(pm=pm, registry=registry, broken=broken, sources=sources, disabled=disabled)

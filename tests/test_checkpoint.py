@@ -135,10 +135,10 @@ def test_checkpoint_holds_everything_for_an_exact_resume(tiny_recipe, tmp_path):
     run = run_for(tiny_recipe, tmp_path / "r", 0.024)
     state = ckpt.load(tmp_path / "r" / "checkpoints" / "latest.pt")
     for key in ("format_version", "recipe", "G", "D", "G_ema", "opt_G", "opt_D", "scaler", "cur_nimg", "phase",
-                "data_position", "rng"):
+                "components", "rng"):
         assert key in state
     assert set(state["rng"]) >= {"torch", "numpy", "python"}
-    assert state["data_position"] == run.cur_nimg == 24
+    assert state["cur_nimg"] == run.cur_nimg == 24  # the data stream position is cur_nimg
     assert 'name = "hinge"' in state["recipe"]
 
 
@@ -148,7 +148,7 @@ def test_run_directory_safety_and_resume_checks(tiny_recipe, tmp_path, capsys):
     out = tmp_path / "safe"
     run_for(tiny_recipe, out, 0.016)
     with pytest.raises(GankitError, match=r"already holds a run \(metrics.jsonl, recipe.toml, samples, "
-                                          r"checkpoints\); continue it with --resume"):
+                                          r"checkpoints\); continue it with `gankit run --resume "):
         run_for(tiny_recipe, out, 0.016)
     with pytest.raises(GankitError, match=r"--resume: the run is already at 0.016 kimg >= run.total_kimg = 0.016"):
         run_for(tiny_recipe, out, 0.016, resume=True)

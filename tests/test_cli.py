@@ -146,7 +146,10 @@ def test_run_resume_and_sample(tiny_recipe, tmp_path, monkeypatch):
     invoke("sample", ckpt, "-n", "4", "--seed", "2", "--out", c)
     assert a.read_bytes() == b.read_bytes() != c.read_bytes()
     with Image.open(a) as im:
-        assert im.size == (2 * 4 + 3, 2 * 4 + 3)  # a 2x2 grid of 4px images, 1px padding
+        assert im.size == (2 * 32 + 3, 2 * 32 + 3)  # a 2x2 grid of 4px images upscaled to 32px, 1px padding
+    # `--n` (eval's spelling) is the same option as `-n`
+    invoke("sample", ckpt, "--n", "4", "--seed", "1", "--out", b)
+    assert a.read_bytes() == b.read_bytes()
 
     monkeypatch.chdir(tmp_path)
     default = invoke("sample", ckpt, "-n", "1")

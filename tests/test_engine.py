@@ -158,7 +158,7 @@ def test_nonfinite_stop_names_step_and_leaves_checkpoint(tiny_recipe):
     # a checkpoint after the first tick (2 steps), NaN from the 4th step on
     run = build(tiny_recipe, ["loss.name=nan-after-3", "run.snapshot_ticks=1", "run.tick_kimg=0.016"],
                 extra=[NaNPlugin(), CheckpointBytes()])
-    with pytest.raises(TrainingError, match=r"step 4 \(kimg 0\.032, 4px\): Loss/D is nan; stopped \(last good "
+    with pytest.raises(TrainingError, match=r"step 4 \(kimg 0\.032, 4px\): Loss/D is nan; stopped before any update with it \(last good "
                                             r"checkpoint: .*latest\.pt\)"):
         train(run)
     assert (run.out_dir / "checkpoints" / "latest.pt").read_bytes() == CheckpointBytes.saved["latest.pt"]
@@ -168,7 +168,7 @@ def test_nonfinite_skip_counts_keeps_weights_finite_and_is_bounded(tiny_recipe):
     NaNLoss.calls = 0
     run = build(tiny_recipe, ["loss.name=nan-after-3", "run.on_nonfinite=skip", "run.max_skipped=5"],
                 extra=[NaNPlugin()])
-    with pytest.raises(TrainingError, match="6 steps skipped for non-finite losses"):
+    with pytest.raises(TrainingError, match="6 steps skipped for non-finite values"):
         train(run)
     assert run.skipped_steps == 6
     for p in list(run.D.parameters()) + list(run.G_ema.parameters()):
@@ -198,19 +198,16 @@ def test_group_size_that_does_not_divide_the_batch_is_a_recipe_error(tiny_recipe
 
 
 def test_penalties_never_touch_the_fade_state(tiny_recipe):
-    from gan_kit.components import StepContext, d_objective
     from gan_kit.phase import Phase, fade_real
 
     run = build(tiny_recipe)
     phase = Phase(index=1, resolution=8, alpha=0.37, batch_size=8)
-    run.phase = phase
     run.set_phase(phase)
     real = fade_real(run.dataset.images[:8], 8, 0.37)
-    ctx = StepContext(G=run.G, D=run.D, opt_G=run.opt_G, opt_D=run.opt_D, loss=run.loss,
-                      penalties=run.penalties, reals=[real], latent=run.latent, phase=phase)
+    ctx = run.step_context(phase, [real])
     with torch.no_grad():
         fake = run.G(run.latent(8))
-    total, stats = d_objective(ctx, real, fake)
+    total, stats = ctx.d_objective(real, fake)
     total.backward()
     assert "Loss/D/gradient-penalty" in stats
     for net in (run.G, run.D, run.G_ema):

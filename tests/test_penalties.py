@@ -11,8 +11,19 @@ from torch import nn
 
 from gan_kit.builtin.losses import Hinge
 from gan_kit.builtin.penalties import Drift, GradientPenalty, R1
-from gan_kit.components import StepContext, WeightedPenalty, d_objective
+from gan_kit import DInputs, StepContext, WeightedPenalty
 from gan_kit.phase import Phase
+
+
+def context(D, real, penalties=()):
+    return StepContext(G=nn.Identity(), D=D, opt_G=None, opt_D=None, loss=Hinge(), penalties=list(penalties),
+                       reals=[real], latent=None, phase=Phase(0, 2, 1.0, 2))
+
+
+def call(penalty, D, real, fake):
+    """``penalty`` as the D objective calls it: with D's logits on both batches."""
+    inputs = DInputs(D=D, real=real, fake=fake, real_logits=D(real).float(), fake_logits=D(fake).float())
+    return penalty(inputs, context(D, real))
 
 
 class Quadratic(nn.Module):
@@ -50,7 +61,7 @@ def test_gradient_penalty_norm_is_per_sample_over_all_non_batch_dims():
     x = two_channel_images()
     D = Quadratic((2, 2, 2))
     # real == fake, so every interpolate is x itself whatever the random weights.
-    gp = GradientPenalty()(D, x, x).item()
+    gp = call(GradientPenalty(), D, x, x).item()
     per_sample = ((math.sqrt(5) - 1) ** 2 + (3 - 1) ** 2) / 2
     per_channel = ((1 - 1) ** 2 + (2 - 1) ** 2 + (0 - 1) ** 2 + (3 - 1) ** 2) / 4
     whole_batch = (math.sqrt(14) - 1) ** 2
@@ -60,7 +71,7 @@ def test_gradient_penalty_norm_is_per_sample_over_all_non_batch_dims():
 
 def test_gradient_penalty_target_option():
     x = two_channel_images()
-    gp = GradientPenalty(GradientPenalty.Options(target=2.0))(Quadratic((2, 2, 2)), x, x).item()
+    gp = call(GradientPenalty(GradientPenalty.Options(target=2.0)), Quadratic((2, 2, 2)), x, x).item()
     assert gp == pytest.approx(((math.sqrt(5) - 2) ** 2 + (3 - 2) ** 2) / 2, abs=1e-5)
 
 
@@ -74,8 +85,8 @@ def test_gradient_penalty_interpolates_per_sample_between_real_and_fake():
 
     torch.manual_seed(3)
     real, fake = torch.randn(6, 2, 3, 3), torch.randn(6, 2, 3, 3)
-    GradientPenalty()(Spy((2, 3, 3)), real, fake)
-    (x_hat,) = seen
+    call(GradientPenalty(), Spy((2, 3, 3)), real, fake)
+    x_hat = seen[-1]  # after D's forwards on the reals and fakes (the D objective's)
     eps = ((x_hat - fake) / (real - fake)).flatten(1)  # one mixing weight per sample
     assert torch.allclose(eps, eps[:, :1].expand_as(eps), atol=1e-4)
     assert ((eps >= 0) & (eps <= 1)).all() and eps[:, 0].std() > 0.05
@@ -84,7 +95,7 @@ def test_gradient_penalty_interpolates_per_sample_between_real_and_fake():
 def test_gradient_penalty_finite_when_d_gradient_is_zero():
     D = ZeroGrad()
     x = torch.randn(4, 1, 2, 2)
-    gp = GradientPenalty()(D, x, x + 1)
+    gp = call(GradientPenalty(), D, x, x + 1)
     assert gp.item() == pytest.approx(1.0, abs=1e-5)  # (0 - 1)^2
     grads = torch.autograd.grad(gp, list(D.parameters()), allow_unused=True)
     assert all(g is None or torch.isfinite(g).all() for g in grads)
@@ -98,38 +109,46 @@ def test_gradient_penalty_finite_when_d_gradient_is_zero():
 
 def test_gradient_penalty_is_float32_for_bf16_images():
     x = two_channel_images()
-    gp = GradientPenalty()(Quadratic((2, 2, 2)), x.bfloat16(), x.bfloat16())
+    gp = call(GradientPenalty(), Quadratic((2, 2, 2)), x.bfloat16(), x.bfloat16())
     assert gp.dtype == torch.float32
 
 
-def test_r1_value_and_lazy_interval():
+def test_r1_value_is_unscaled_by_its_interval():
     x = two_channel_images()
     D = Quadratic((2, 2, 2))
-    # 0.5 * E||W x||^2 = 0.5 * (5 + 9) / 2
-    assert R1()(D, x, x).item() == pytest.approx(3.5, abs=1e-5)
+    # 0.5 * E||W x||^2 = 0.5 * (5 + 9) / 2; the engine, not the penalty, applies the lazy gain
+    assert call(R1(), D, x, x).item() == pytest.approx(3.5, abs=1e-5)
     lazy = R1(R1.Options(interval=4))
-    assert lazy(D, x, x).item() == pytest.approx(14.0, abs=1e-5)  # scaled by the interval
-    assert [s for s in range(10) if lazy.applies_at(s)] == [0, 4, 8]
+    assert lazy.interval == 4 and call(lazy, D, x, x).item() == pytest.approx(3.5, abs=1e-5)
 
 
-def test_drift_is_mean_squared_real_logit():
+def test_drift_reuses_the_d_objectives_real_logits():
     x = two_channel_images()
-    D = Quadratic((2, 2, 2))  # logits 0.5 * [5, 9]
-    assert Drift()(D, x, torch.zeros_like(x)).item() == pytest.approx((2.5**2 + 4.5**2) / 2)
+    calls = []
+
+    class Counting(Quadratic):
+        def forward(self, x):
+            calls.append(1)
+            return super().forward(x)
+
+    D = Counting((2, 2, 2))  # logits 0.5 * [5, 9]
+    ctx = context(D, x, [WeightedPenalty("drift", Drift(), 0.5)])
+    total, stats = ctx.d_objective(x, torch.zeros_like(x))
+    assert stats["Loss/D/drift"].item() == pytest.approx((2.5**2 + 4.5**2) / 2)
+    assert len(calls) == 2  # D on the reals and on the fakes only: the drift term ran no forward
+    # its gradient reaches D's weights through the shared logits
+    grads = torch.autograd.grad(total, [D.W])
+    assert torch.isfinite(grads[0]).all() and grads[0].abs().sum() > 0
 
 
-def test_d_objective_adds_weighted_penalties_and_skips_lazy_steps():
+def test_d_objective_adds_weighted_penalties():
     x = two_channel_images()
     D = Quadratic((2, 2, 2))
     fake = torch.zeros_like(x)
-    ctx = StepContext(G=nn.Identity(), D=D, opt_G=None, opt_D=None, loss=Hinge(),
-                      penalties=[WeightedPenalty("r1", R1(R1.Options(interval=2)), 10.0),
-                                 WeightedPenalty("drift", Drift(), 0.5)],
-                      reals=[x], latent=None, phase=Phase(0, 2, 1.0, 2))
+    ctx = context(D, x, [WeightedPenalty("r1", R1(), 10.0), WeightedPenalty("drift", Drift(), 0.5)])
     # hinge: mean(relu(1 - [2.5, 4.5])) + mean(relu(1 + [0, 0])) = 1
-    total, stats = d_objective(ctx, x, fake, d_step=0)
-    r1, drift = 0.5 * (5 + 9) / 2 * 2, (2.5**2 + 4.5**2) / 2
+    total, stats = ctx.d_objective(x, fake)
+    r1, drift = 0.5 * (5 + 9) / 2, (2.5**2 + 4.5**2) / 2
     assert total.item() == pytest.approx(1 + 10 * r1 + 0.5 * drift, abs=1e-4)
     assert stats["Loss/D/r1"].item() == pytest.approx(r1, abs=1e-5)
-    total, stats = d_objective(ctx, x, fake, d_step=1)
-    assert "Loss/D/r1" not in stats and total.item() == pytest.approx(1 + 0.5 * drift, abs=1e-4)
+    assert stats["Loss/D/drift"].item() == pytest.approx(drift, abs=1e-5)

@@ -11,17 +11,15 @@ import torch
 from torch import nn
 
 from gan_kit import checkpoint as ckpt
-from gan_kit.builtin.penalties import input_gradients
+from gan_kit import StepContext
 from gan_kit.engine import Run, train
 from gan_kit.recipe import load_recipe
 
 
-class _Ctx:
-    """Just what input_gradients reads from a StepContext."""
-
-    def __init__(self, scaler):
-        self.scaler = scaler
-        self.autocast = None
+def input_gradients(D, x, scaler):
+    ctx = StepContext(G=nn.Identity(), D=D, opt_G=None, opt_D=None, loss=None, penalties=[], reals=[x],
+                      latent=None, phase=None, scaler=scaler)
+    return ctx.input_gradients(D, x)
 
 
 def test_penalty_gradients_are_unscaled_after_a_scaled_autograd_grad():
@@ -30,7 +28,7 @@ def test_penalty_gradients_are_unscaled_after_a_scaled_autograd_grad():
     x = torch.randn(5, 3, 2, 2)
     plain = input_gradients(D, x, None)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**14)
-    scaled = input_gradients(D, x, _Ctx(scaler))
+    scaled = input_gradients(D, x, scaler)
     torch.testing.assert_close(scaled, plain, rtol=1e-6, atol=1e-7)
     assert scaled.dtype == torch.float32
     # and the penalty built on it backpropagates to D's weights identically (scaled total loss)
@@ -38,7 +36,7 @@ def test_penalty_gradients_are_unscaled_after_a_scaled_autograd_grad():
     ref = [p.grad.clone() if p.grad is not None else None for p in D.parameters()]
     assert sum(r is not None for r in ref) == 3  # the last bias does not affect input gradients
     D.zero_grad()
-    scaled = input_gradients(D, x, _Ctx(scaler))
+    scaled = input_gradients(D, x, scaler)
     scaler.scale(scaled.square().sum()).backward()
     for p, r in zip(D.parameters(), ref):
         if r is not None:

@@ -14,7 +14,7 @@ from torch import nn
 from gan_kit.builtin.losses import BCE
 from gan_kit.builtin.penalties import Drift, GradientPenalty
 from gan_kit.builtin.strategies import single_loss_objective
-from gan_kit.components import Loss, StepContext, WeightedPenalty, d_objective
+from gan_kit import Loss, StepContext, WeightedPenalty
 from gan_kit.engine import Run, train
 from gan_kit.errors import RecipeError
 from gan_kit.phase import Phase
@@ -319,7 +319,7 @@ def test_single_loss_lambda_term_gives_d_zero_gradient_and_g_its_loss_gradient()
     D_params, G_params = list(ctx.D.parameters()), [p for n, p in ctx.G.named_parameters() if "unused" not in n]
     torch.manual_seed(5)
     fake = ctx.G(torch.randn(N, Z))
-    total, g_term, _ = single_loss_objective(ctx, ctx.reals[0], fake, lam=1.0, d_step=0)
+    total, g_term, _ = single_loss_objective(ctx, ctx.reals[0], fake, lam=1.0)
     assert g_term.item() == 0.0  # identically zero in value
     d_from_term = torch.autograd.grad(g_term, D_params, retain_graph=True)
     assert max(g.abs().max().item() for g in d_from_term) <= 1e-7
@@ -333,9 +333,9 @@ def test_single_loss_lambda_term_gives_d_zero_gradient_and_g_its_loss_gradient()
     # D's gradient of the whole objective is that of the D objective alone (the GP drawing the
     # same interpolation weights: it draws them when called).
     torch.manual_seed(6)
-    total, _, _ = single_loss_objective(ctx, ctx.reals[0], fake, lam=1.0, d_step=0)
+    total, _, _ = single_loss_objective(ctx, ctx.reals[0], fake, lam=1.0)
     torch.manual_seed(6)
-    only_d, _ = d_objective(ctx, ctx.reals[0], fake.detach(), d_step=0)
+    only_d, _ = ctx.d_objective(ctx.reals[0], fake.detach())
     d_total = torch.autograd.grad(total, D_params)
     d_only = torch.autograd.grad(only_d, D_params)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(d_total, d_only))

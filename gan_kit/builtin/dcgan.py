@@ -66,6 +66,10 @@ class DCGAN(Architecture):
         if recipe.growth.name != "static":
             yield "", f"dcgan does not grow: use [growth] name = \"static\", not {recipe.growth.name!r}"
 
+    @property
+    def latent_dim(self) -> int:
+        return self.options.latent_dim
+
     def build(self, resolution, channels):
         o = self.options
         return DCGANGenerator(resolution, channels, o.latent_dim, o.ngf), DCGANDiscriminator(resolution, channels, o.ndf)

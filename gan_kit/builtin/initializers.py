@@ -1,8 +1,8 @@
 """Weight initializers, applicable to any architecture: each visits every Conv/ConvTranspose/
 Linear layer of a module. Biases are set to zero.
 
-A layer may carry a ``gankit_gain`` attribute (architectures set it on layers whose gain differs
-from the default, e.g. PGGAN's toRGB layers and D's output use gain 1).
+An architecture may give a layer its own gain with ``gan_kit.set_init_gain`` (PGGAN's toRGB
+layers and D's output use gain 1); gain-aware initializers read it with ``gan_kit.init_gain``.
 """
 
 from __future__ import annotations
@@ -15,32 +15,11 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from gan_kit import Initializer, hookimpl, option
+from gan_kit import Initializer, fan_in, hookimpl, init_gain, option, weight_layers
+from gan_kit.layers import weight_of
 
-LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear)
-
-
-def layers(module: nn.Module):
-    """Every weight layer of ``module`` (itself included)."""
-    return [m for m in module.modules() if isinstance(m, LAYERS)]
-
-
-def fan_in(layer: nn.Module) -> int:
-    """Inputs feeding one output unit: in_features for Linear, in_channels * prod(kernel) for
-    Conv, in_channels * prod(kernel) / prod(stride) for ConvTranspose (inputs per output pixel)."""
-    w = _weight(layer)
-    if isinstance(layer, nn.Linear):
-        return w.shape[1]
-    receptive = math.prod(w.shape[2:])
-    if isinstance(layer, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
-        return max(1, int(w.shape[0] * receptive / math.prod(layer.stride)))
-    return w.shape[1] * receptive
-
-
-def _weight(layer: nn.Module) -> torch.Tensor:
-    if parametrize.is_parametrized(layer, "weight"):
-        return layer.parametrizations.weight.original
-    return layer.weight
+layers = weight_layers
+_weight = weight_of
 
 
 def _zero_bias(layer: nn.Module) -> None:
@@ -131,7 +110,7 @@ class EqualizedLR(Initializer):
 
     @attrs.frozen
     class Options:
-        gain: float = option(math.sqrt(2.0), help="He gain for layers without their own gankit_gain (sqrt 2 "
+        gain: float = option(math.sqrt(2.0), help="He gain for layers without their own gain (gan_kit.set_init_gain) (sqrt 2 "
                                                   "for leaky ReLU, as in PGGAN).")
 
     @torch.no_grad()
@@ -139,7 +118,7 @@ class EqualizedLR(Initializer):
         for layer in layers(module):
             if parametrize.is_parametrized(layer, "weight"):
                 continue  # already equalized (or otherwise parametrized): leave it alone
-            gain = float(getattr(layer, "gankit_gain", self.options.gain))
+            gain = init_gain(layer, self.options.gain)
             layer.weight.normal_(0.0, 1.0)
             _zero_bias(layer)
             parametrize.register_parametrization(layer, "weight", RuntimeScale(gain / math.sqrt(fan_in(layer))))

@@ -10,6 +10,7 @@ downloads them, and says in one line what is missing.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import attrs
@@ -17,9 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gan_kit import Metric, hookimpl, option
+from gan_kit import Metric, StashKey, hookimpl, option
+from gan_kit.builtin.reporting import status
+from gan_kit.evaluate import evaluate
 from gan_kit.errors import GankitError
-from gan_kit.phase import fade_real
 
 _BLUR = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0]) / 16.0
 
@@ -154,6 +156,14 @@ class SWD(Metric):
         directions: int = option(128, help="Random projections per repeat (4 x 128 = the paper's 512).")
         repeats: int = option(4, help="Independent sets of projections averaged.")
 
+    @property
+    def num_images(self) -> int:
+        return self.options.num_images
+
+    @property
+    def seed(self) -> int:
+        return self.options.seed
+
     def compute(self, generate, reals, device):
         o = self.options
         n = min(o.num_images, reals.shape[0])
@@ -210,6 +220,14 @@ class _InceptionMetric(Metric):
         weights: str | None = option(None, help="Local InceptionV3 weights file (torch-fidelity's); None = the "
                                                 "torch hub cache. Nothing is ever downloaded.")
         batch_size: int = option(64, help="Images per Inception forward pass.")
+
+    @property
+    def num_images(self) -> int:
+        return self.options.num_images
+
+    @property
+    def seed(self) -> int:
+        return self.options.seed
 
     def __init__(self, options=None, context=None):
         super().__init__(options, context)
@@ -296,20 +314,6 @@ class KID(_InceptionMetric):
                 "Metrics/kid/std": float(res["kernel_inception_distance_std"])}
 
 
-def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
-    """Run ``metric`` on ``run``'s G_ema at the current phase against real images blended the same way."""
-    n = num_images or getattr(metric.options, "num_images", 1024)
-    seed = getattr(metric.options, "seed", 0)
-    reals = run.real_images(min(n, len(run.dataset)), seed=seed)
-    reals = fade_real(reals, run.phase.resolution, run.phase.alpha)
-    g = torch.Generator().manual_seed(seed + 1)
-
-    def generate(k: int) -> torch.Tensor:
-        return run.generate(torch.randn(k, run.latent_dim, generator=g))
-
-    return metric.compute(generate, reals, run.device)
-
-
 @hookimpl
 def register_metrics(register):
     register("swd", SWD)
@@ -317,22 +321,34 @@ def register_metrics(register):
     register("kid", KID)
 
 
+#: Images shown at the previous tick, to find the ticks where ``every_kimg`` falls due.
+prev_nimg_key = StashKey[int]()
+
+
 @hookimpl
 def run_started(run):
-    run.state[__name__] = {"prev_nimg": run.cur_nimg}
+    run.stash[prev_nimg_key] = run.cur_nimg
 
 
 @hookimpl(tryfirst=True)
 def tick_finished(run, stats):
     """Evaluate the recipe's ``[[metric]]`` entries when due (every ``every_kimg``) and at the
-    end; the values join the tick's stats so every reporter sees them."""
+    end; the values join the tick's stats so every reporter sees them. A metric that fails is
+    reported in one line and the run goes on: it never costs the run its checkpoints or grids."""
     if not run.metrics:
         return
-    state = run.state.setdefault(__name__, {"prev_nimg": 0})
-    prev, now = state["prev_nimg"], run.cur_nimg
-    state["prev_nimg"] = now
+    prev, now = run.stash.get(prev_nimg_key, 0), run.cur_nimg
+    run.stash[prev_nimg_key] = now
     for spec, metric in run.metrics:
         every = int(spec.slot.every_kimg * 1000) if spec.slot.every_kimg else 0
         due = bool(stats.get("Progress/final")) or (every > 0 and now // every > prev // every)
-        if due and run.is_main:
+        if not (due and run.is_main):
+            continue
+        status(run, f"computing {spec.name} on {min(metric.num_images, len(run.dataset))} images")
+        try:
             stats.update(evaluate(run, metric))
+        except Exception as e:  # noqa: BLE001 - any failure of a metric must not end the run
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            print(f"warning: {spec.key} ({spec.name}) failed at kimg {now / 1000:g}: {type(e).__name__}: {first} "
+                  f"(the run goes on without it; `gankit eval CHECKPOINT --metric {spec.name}` retries it)",
+                  file=sys.stderr)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gan_kit import Architecture, hookimpl, option
+from gan_kit import Architecture, Growable, hookimpl, option, set_init_gain
 
 
 class PixelNorm(nn.Module):
@@ -57,16 +57,14 @@ class MinibatchStddev(nn.Module):
 
 def _conv(cin, cout, k, gain=None):
     layer = nn.Conv2d(cin, cout, k, padding=k // 2)
-    if gain is not None:
-        layer.gankit_gain = gain
-    return layer
+    return set_init_gain(layer, gain) if gain is not None else layer
 
 
 def _lrelu(x):
     return F.leaky_relu(x, 0.2)
 
 
-class Generator(nn.Module):
+class Generator(Growable, nn.Module):
     """G: ``z[N, latent_dim] -> images[N, channels, r, r]`` at the current phase's resolution r."""
 
     def __init__(self, resolution: int, channels: int, latent_dim: int, nf, use_pixelnorm: bool = True):
@@ -77,7 +75,7 @@ class Generator(nn.Module):
         self.norm = PixelNorm() if use_pixelnorm else nn.Identity()
         c4 = nf(4)
         self.dense = nn.Linear(latent_dim, c4 * 16)
-        self.dense.gankit_gain = math.sqrt(2) / 4  # official code: gain sqrt(2)/4 for the 4x4 dense
+        set_init_gain(self.dense, math.sqrt(2) / 4)  # official code: gain sqrt(2)/4 for the 4x4 dense
         self.conv4 = _conv(c4, c4, 3)
         self.blocks = nn.ModuleDict()
         self.to_rgb = nn.ModuleDict({"4": _conv(c4, channels, 1, gain=1.0)})
@@ -116,7 +114,7 @@ class Generator(nn.Module):
         return rgb
 
 
-class Discriminator(nn.Module):
+class Discriminator(Growable, nn.Module):
     """D: ``images[N, channels, r, r] -> logits[N]`` at the current phase's resolution r."""
 
     def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4):
@@ -131,7 +129,7 @@ class Discriminator(nn.Module):
         self.conv4 = _conv(c4 + (1 if self.mbstd else 0), c4, 3)
         self.dense = nn.Linear(c4 * 16, c4)
         self.out = nn.Linear(c4, 1)
-        self.out.gankit_gain = 1.0
+        set_init_gain(self.out, 1.0)
         self.resolution = resolution
         self.register_buffer("alpha", torch.ones(()))
 
@@ -188,12 +186,21 @@ class PGGAN(Architecture):
                                                f"(choose a batch that is a multiple of {g}, or another group size)")
                     break
 
-    def batch_problem(self, batch: int) -> str | None:
-        """Why a per-process batch of ``batch`` images cannot be used, or None."""
+    def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
+        """Why a per-process batch of ``batch`` images cannot be used, or None. One process may
+        take a batch below the group size (the group shrinks to the batch, as in the official
+        code); several may not, since their groups would then differ from one process's."""
         g = self.options.mbstd_group_size
         if g > 0 and batch >= g and batch % g:
             return f"mbstd_group_size {g} does not divide the batch {batch}"
+        if g > 0 and world_size > 1 and batch < g:
+            return (f"mbstd_group_size {g} is larger than the per-process batch {batch}, so minibatch-stddev groups "
+                    f"would differ from one process's (use a global batch of at least {g * world_size})")
         return None
+
+    @property
+    def latent_dim(self) -> int:
+        return self.options.latent_dim
 
     def nf(self, res: int) -> int:
         o = self.options

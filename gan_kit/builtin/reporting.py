@@ -1,5 +1,9 @@
 """Reporters built on the lifecycle hooks: the rich progress bar and tick log, metrics.jsonl,
-and sample grids from G_ema on a fixed latent batch."""
+and sample grids from G_ema on a fixed latent batch.
+
+A resumed run continues ``metrics.jsonl`` from its checkpoint: rows of ticks written after that
+checkpoint (by the run that was interrupted) are dropped first, so curves never double back.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +11,47 @@ import json
 import math
 import time
 
-import torch.nn.functional as F
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from gan_kit import hookimpl
+from gan_kit import StashKey, hookimpl
 
-_KEY = __name__
+#: This plugin's per-run state: the console, the progress bar and its task, timing.
+state_key = StashKey[dict]()
 
 
 def _phase_text(phase) -> str:
     return f"phase {phase.index} {phase.resolution}px alpha {phase.alpha:.2f}"
 
 
+def drop_rows_after(path, tick: int) -> None:
+    """Keep the rows of ``metrics.jsonl`` whose ``Progress/tick`` is below ``tick`` (the ticks a
+    checkpoint had finished), rewriting the file atomically."""
+    import os
+
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a row cut short by a kill
+        if int(row.get("Progress/tick", 0)) < tick:
+            kept.append(line)
+    if len(kept) == len(lines):
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 @hookimpl
 def run_started(run):
-    st = run.state[_KEY] = {"console": Console(stderr=True, soft_wrap=True), "progress": None, "t0": time.perf_counter(),
+    if run.is_main and run.resumed_from is not None:
+        drop_rows_after(run.out_dir / "metrics.jsonl", run.tick)
+    st = run.stash[state_key] = {"console": Console(stderr=True, soft_wrap=True), "progress": None, "t0": time.perf_counter(),
                             "last_t": time.perf_counter(), "last_nimg": run.cur_nimg, "img_s": 0.0}
     if run.is_main:
         (run.out_dir / "samples").mkdir(parents=True, exist_ok=True)
@@ -47,7 +76,7 @@ def run_started(run):
 
 @hookimpl
 def step_finished(run, stats):
-    st = run.state.get(_KEY)
+    st = run.stash.get(state_key, None)
     if not st or st["progress"] is None:
         return
     now = time.perf_counter()
@@ -71,7 +100,7 @@ def tick_finished(run, stats):
         return
     with open(run.out_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps({k: v for k, v in stats.items()}, default=float) + "\n")
-    st = run.state.get(_KEY)
+    st = run.stash.get(state_key, None)
     if st is not None:
         keys = ["Loss/D", "Loss/G"] + [k for k in stats if k.startswith("Loss/D/")] + \
                [k for k in stats if k.startswith("Metrics/") and k.count("/") == 1]
@@ -84,17 +113,12 @@ def tick_finished(run, stats):
 
 
 def save_grid(run, path, phase=None) -> None:
-    """A grid of G_ema images on the fixed latents, upscaled (nearest) to the final resolution and
-    to at least 32 pixels a side, so early phases and small images stay visible."""
-    import torchvision.utils as vutils
+    """A grid of G_ema images on the run's fixed latents (at ``phase``, default the current one),
+    upscaled to the final resolution and to at least 32 pixels a side."""
+    from gan_kit.grids import MIN_CELL
+    from gan_kit.grids import save_grid as write
 
-    images = run.generate(run.fixed_z, phase=phase)
-    size = max(run.recipe.resolution, 32)
-    if images.shape[-1] != size:
-        images = F.interpolate(images, size=size, mode="nearest")
-    nrow = max(1, int(math.sqrt(images.shape[0])))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    vutils.save_image(images.clamp(-1, 1), path, nrow=nrow, normalize=True, value_range=(-1, 1), padding=1)
+    write(run.generate(run.fixed_z, phase=phase), path, size=max(run.recipe.resolution, MIN_CELL))
 
 
 @hookimpl
@@ -102,7 +126,7 @@ def phase_started(run, phase):
     if run.is_main and run.previous_phase is not None:
         prev = run.previous_phase
         save_grid(run, run.out_dir / "samples" / f"phase-{prev.index}-{prev.resolution}px.png", phase=prev)
-        st = run.state.get(_KEY)
+        st = run.stash.get(state_key, None)
         if st is not None:
             st["console"].print(f"[green]phase {prev.index} ({prev.resolution}px) finished[/] at kimg "
                                 f"{run.cur_nimg / 1000:.1f}; growing to {phase.resolution}px")
@@ -110,23 +134,34 @@ def phase_started(run, phase):
 
 @hookimpl
 def run_finished(run, stats):
-    st = run.state.get(_KEY)
+    st = run.stash.get(state_key, None)
     if run.is_main:
         save_grid(run, run.out_dir / "samples" / f"phase-{run.phase.index}-{run.phase.resolution}px.png")
         save_grid(run, run.out_dir / "samples" / "final.png")
     if st is not None:
-        if st["progress"] is not None:
-            st["progress"].stop()
-            st["progress"] = None
+        _stop_progress(st)
         elapsed = time.perf_counter() - st["t0"]
         if run.is_main:
             st["console"].print(f"[bold green]done[/]: {run.cur_nimg / 1000:.1f} kimg in {elapsed:.0f} s; "
                                 f"samples in {run.out_dir / 'samples'}, checkpoint in {run.out_dir / 'checkpoints'}")
 
 
-def stop_progress(run) -> None:
-    """Stop the progress bar (on errors) so the terminal is left clean."""
-    st = run.state.get(_KEY)
-    if st is not None and st.get("progress") is not None:
+@hookimpl
+def run_teardown(run, error):
+    """Stop the progress bar whatever ended the run, so the terminal is left clean."""
+    st = run.stash.get(state_key, None)
+    if st is not None:
+        _stop_progress(st)
+
+
+def _stop_progress(st: dict) -> None:
+    if st.get("progress") is not None:
         st["progress"].stop()
         st["progress"] = None
+
+
+def status(run, text: str) -> None:
+    """Show what the run is doing outside its steps (an end-of-run metric) on the progress bar."""
+    st = run.stash.get(state_key, None)
+    if st is not None and st.get("progress") is not None:
+        st["progress"].update(st["task"], phase=text)

@@ -12,8 +12,9 @@ parameters they update) and keeps the invariants tested in tests/test_strategies
   (``no_grad`` / ``detach`` for the fakes of a D step; D frozen or ``backward(inputs=...)`` for a
   G step).
 
-Weight gradients always come from a backward (never ``torch.autograd.grad`` assigned to
-``.grad``), so DistributedDataParallel averages every one of them across processes.
+Every strategy acts through the verbs of ``gan_kit.StepContext`` (``zero_grad``, ``backward``,
+``opt_step``, ``frozen``, ``d_objective``, ``g_objective``); the verbs own the precision, the
+gradient sync across processes and the non-finite policy.
 
 ``d_steps`` (critic steps per G step) applies to all: each D step takes the next real batch
 ``ctx.reals[j]`` and zeroed gradients. Strategies that pair the G step with one D step
@@ -29,12 +30,10 @@ are in docs/strategies.md (``gankit bench``). Stats: the last D step's ``d_objec
 
 from __future__ import annotations
 
-import contextlib
-
 import attrs
 import torch
 
-from gan_kit import UpdateStrategy, d_objective, g_objective, hookimpl, option
+from gan_kit import UpdateStrategy, hookimpl, option
 
 __all__ = [
     "CommonOptions",
@@ -44,7 +43,6 @@ __all__ = [
     "GThenD",
     "SingleLoss",
     "Simultaneous",
-    "frozen",
     "g_step",
     "critic_step",
     "single_loss_objective",
@@ -72,99 +70,75 @@ class SingleLossOptions(CommonOptions):
         validator=lambda v: None if v > 0 else f"must be > 0, got {v}")
 
 
-@contextlib.contextmanager
-def frozen(net: torch.nn.Module):
-    """Parameters of ``net`` stop requiring grad inside the block: a backward through it then
-    computes no weight gradients for it (input gradients still flow).
+class _Strategy(UpdateStrategy):
+    Options = CommonOptions
 
-    When ``net`` is (or compiles) a DistributedDataParallel wrapper, its forwards inside the block
-    also run under ``no_sync()``: DDP would otherwise expect weight gradients from the next
-    backward and wait for the frozen net's (gan_kit.distributed).
-    """
-    from gan_kit.distributed import find_ddp
-
-    flags = [p.requires_grad for p in net.parameters()]
-    ddp = find_ddp(net)
-    net.requires_grad_(False)
-    try:
-        with ddp.no_sync() if ddp is not None else contextlib.nullcontext():
-            yield
-    finally:
-        for p, f in zip(net.parameters(), flags):
-            p.requires_grad_(f)
+    @property
+    def d_steps(self) -> int:
+        return self.options.d_steps
 
 
-def _params(net: torch.nn.Module) -> list[torch.nn.Parameter]:
-    return [p for p in net.parameters() if p.requires_grad]
-
-
-def critic_step(ctx, real: torch.Tensor, n: int, d_step: int, fake: torch.Tensor | None = None) -> dict:
-    """One plain D step: fakes ``[n,C,r,r]`` made under no_grad (or ``fake``, detached), D grads
-    set to None, ``d_objective`` on ``real``, backward, ``opt_D`` step. Returns its stats.
+def critic_step(ctx, real: torch.Tensor, n: int, fake: torch.Tensor | None = None) -> dict:
+    """One plain D step: fakes ``[n,C,r,r]`` made under no_grad (or ``fake``, detached), D's
+    gradients cleared, the D objective on ``real``, backward into D, D's optimizer step.
 
     no_grad rather than detach: G builds no graph at all for the D step (seed 002's answer).
     """
     if fake is None:
         with torch.no_grad(), ctx.autocast():
             fake = ctx.G(ctx.latent(n))
-    else:
-        fake = fake.detach()
-    ctx.opt_D.zero_grad(set_to_none=True)
-    total, stats = d_objective(ctx, real, fake, d_step=d_step)
-    ctx.backward(total)
-    ctx.opt_step(ctx.opt_D)
+    ctx.zero_grad("D")
+    total, stats = ctx.d_objective(real, fake.detach())
+    ctx.backward(total, "D")
+    ctx.opt_step("D")
     return stats
 
 
-def leading_critic_steps(ctx) -> tuple[int, int]:
+def leading_critic_steps(ctx) -> int:
     """For strategies that pair the G step with one D step: run the first ``d_steps - 1`` plain
-    critic steps (fresh fakes, ``ctx.reals[:-1]``) and return ``(n, d_step)``, the per-process
-    batch size and the D-step index of the last real batch, which the paired step uses."""
+    critic steps (fresh fakes, ``ctx.reals[:-1]``) and return the per-process batch size."""
     n = ctx.reals[0].shape[0]
-    k = len(ctx.reals)
-    for j in range(k - 1):
-        critic_step(ctx, ctx.reals[j], n, ctx.d_step + j)
-    return n, ctx.d_step + k - 1
+    for real in ctx.reals[:-1]:
+        critic_step(ctx, real, n)
+    return n
 
 
 def paired_step(ctx, *, share_fake_logits: bool) -> dict:
     """The G step and the last D step of an iteration at the same parameter point (after
-    ``leading_critic_steps``): one G forward, G's gradient by ``backward(inputs=G params)``
-    through D (no D weight gradients), D's by ``backward(inputs=D params)`` (nothing into G),
-    both on cleared gradients, then both optimizer steps. ``share_fake_logits``: the D objective
-    reuses the logits of the G loss's D forward (``shared-fake``; the graph is retained for the
-    second backward) instead of a fresh D forward on ``sg(fake)`` (``simultaneous``)."""
-    n, last = leading_critic_steps(ctx)
-    G_params, D_params = _params(ctx.G), _params(ctx.D)
-    ctx.opt_G.zero_grad(set_to_none=True)
-    ctx.opt_D.zero_grad(set_to_none=True)
+    ``leading_critic_steps``): one G forward, G's gradient through D (nothing into D's
+    weights), D's gradient (nothing into G), both on cleared gradients, then both optimizer
+    steps. ``share_fake_logits``: the D objective reuses the logits of the G loss's D forward
+    (``shared-fake``; the graph is retained for the second backward) instead of a fresh D
+    forward on ``sg(fake)`` (``simultaneous``)."""
+    n = leading_critic_steps(ctx)
+    ctx.zero_grad("G")
+    ctx.zero_grad("D")
     with ctx.autocast():
         fake = ctx.G(ctx.latent(n))
         fake_logits = ctx.D(fake)
-    g_loss = g_objective(ctx, fake_logits)
+    g_loss, g_stats = ctx.g_objective(fake_logits, fake)
     # G first, while D's weights are those the graph saved.
-    ctx.backward(g_loss, inputs=G_params, retain_graph=share_fake_logits)
+    ctx.backward(g_loss, "G", retain_graph=share_fake_logits)
     if share_fake_logits:
-        total, stats = d_objective(ctx, ctx.reals[-1], fake, d_step=last, fake_logits=fake_logits)
+        total, stats = ctx.d_objective(ctx.reals[-1], fake, fake_logits=fake_logits)
     else:
-        total, stats = d_objective(ctx, ctx.reals[-1], fake.detach(), d_step=last)
-    ctx.backward(total, inputs=D_params)
-    ctx.opt_step(ctx.opt_D)
-    ctx.opt_step(ctx.opt_G)
-    stats["Loss/G"] = g_loss.detach()
-    return stats
+        total, stats = ctx.d_objective(ctx.reals[-1], fake.detach())
+    ctx.backward(total, "D")
+    ctx.opt_step("D")
+    ctx.opt_step("G")
+    return {**stats, **g_stats}
 
 
 def _g_step(ctx, n: int) -> tuple[dict, torch.Tensor]:
-    ctx.opt_G.zero_grad(set_to_none=True)
-    with frozen(ctx.D):
+    ctx.zero_grad("G")
+    with ctx.frozen("D"):
         with ctx.autocast():
             fake = ctx.G(ctx.latent(n))
             fake_logits = ctx.D(fake)
-        loss = g_objective(ctx, fake_logits)
-        ctx.backward(loss)
-    ctx.opt_step(ctx.opt_G)
-    return {"Loss/G": loss.detach()}, fake
+        loss, stats = ctx.g_objective(fake_logits, fake)
+        ctx.backward(loss, "G")
+    ctx.opt_step("G")
+    return stats, fake
 
 
 def g_step(ctx, n: int) -> dict:
@@ -173,7 +147,7 @@ def g_step(ctx, n: int) -> dict:
     return _g_step(ctx, n)[0]
 
 
-class DThenG(UpdateStrategy):
+class DThenG(_Strategy):
     """D step on fakes made under no_grad, then a G step with a fresh forward through the updated D (the reference).
 
     Per iteration: G forwards 2 (one under no_grad), D forwards 3 (real, fake; fake for G),
@@ -182,18 +156,16 @@ class DThenG(UpdateStrategy):
     step); Goodfellow et al. 2014, Algorithm 1 (k = d_steps critic steps, then one G step).
     """
 
-    Options = CommonOptions
-
     def step(self, ctx):
         n = ctx.reals[0].shape[0]
         stats: dict = {}
-        for j, real in enumerate(ctx.reals):
-            stats = critic_step(ctx, real, n, ctx.d_step + j)
+        for real in ctx.reals:
+            stats = critic_step(ctx, real, n)
         stats.update(g_step(ctx, n))
         return stats
 
 
-class SharedFake(UpdateStrategy):
+class SharedFake(_Strategy):
     """One G forward and one D forward on the fakes serve both steps; G's gradient is taken through the pre-update D.
 
     Per iteration: G forwards 1, D forwards 2 (real, fake - the fake logits feed both losses),
@@ -204,20 +176,18 @@ class SharedFake(UpdateStrategy):
     "one of the variables needed for gradient computation has been modified by an inplace
     operation" on PyTorch >= 1.5 (the step bumps the version of D's weights saved in the graph);
     before 1.5 it silently mixed saved old activations with new weights, a gradient of neither D.
-    Here G's gradient is computed first (``backward(inputs=G params, retain_graph=True)``), then
-    D's (``backward(inputs=D params)``, so nothing flows into G through the shared fake), then
-    both steps: mathematically the simultaneous update, at the cost of retaining the graph.
-    With ``d_steps`` > 1 the first ``d_steps - 1`` D steps are plain critic steps on fresh fakes
-    and the shared forward serves the last one, so the G step sees D after ``d_steps - 1`` steps.
+    Here G's gradient is computed first (retaining the graph), then D's (``ctx.backward(total,
+    "D")``, so nothing flows into G through the shared fake), then both steps: mathematically the
+    simultaneous update, at the cost of retaining the graph. With ``d_steps`` > 1 the first
+    ``d_steps - 1`` D steps are plain critic steps on fresh fakes and the shared forward serves
+    the last one, so the G step sees D after ``d_steps - 1`` steps.
     """
-
-    Options = CommonOptions
 
     def step(self, ctx):
         return paired_step(ctx, share_fake_logits=True)
 
 
-class GThenD(UpdateStrategy):
+class GThenD(_Strategy):
     """G step first (D frozen), then the D step on the same fakes detached; no graph is retained.
 
     Per iteration: G forwards 1, D forwards 3 (fake for G; real, fake for D), backwards 2
@@ -228,20 +198,18 @@ class GThenD(UpdateStrategy):
     fresh fakes from the updated G under no_grad.
     """
 
-    Options = CommonOptions
-
     def step(self, ctx):
         n = ctx.reals[0].shape[0]
         g_stats, fake = _g_step(ctx, n)
         stats: dict = {}
         for j, real in enumerate(ctx.reals):
-            stats = critic_step(ctx, real, n, ctx.d_step + j, fake=fake if j == 0 else None)
+            stats = critic_step(ctx, real, n, fake=fake if j == 0 else None)
         stats.update(g_stats)
         return stats
 
 
 def single_loss_objective(ctx, real: torch.Tensor, fake: torch.Tensor, *, lam: float = 1.0,
-                          d_step: int | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+                          ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Seed 003's single objective for ``real[N,C,r,r]`` and ``fake = G(z)`` (with G's graph).
 
     ``total = d_objective(D(real), D(sg(fake))) + lam * (g_loss(D(fake)) - g_loss(D(sg(fake))))``
@@ -254,14 +222,15 @@ def single_loss_objective(ctx, real: torch.Tensor, fake: torch.Tensor, *, lam: f
     with ctx.autocast():
         logits_sg = ctx.D(fake_sg)
         logits = ctx.D(fake)
-    d_total, stats = d_objective(ctx, real, fake_sg, d_step=d_step, fake_logits=logits_sg)
-    g_sg = g_objective(ctx, logits_sg)
-    g_term = g_objective(ctx, logits) - g_sg
-    stats["Loss/G"] = g_sg.detach()
+    d_total, stats = ctx.d_objective(real, fake_sg, fake_logits=logits_sg)
+    g_sg, _ = ctx.g_objective(logits_sg)
+    g_full, g_stats = ctx.g_objective(logits, fake)
+    g_term = g_full - g_sg
+    stats.update(g_stats)
     return d_total + lam * g_term, g_term, stats
 
 
-class SingleLoss(UpdateStrategy):
+class SingleLoss(_Strategy):
     """One objective with the stop-gradient trick, one backward, then both optimizer steps (seed 003).
 
     Per iteration: G forwards 1, D forwards 3 (real, sg(fake), fake), backwards 1 (through D
@@ -285,33 +254,29 @@ class SingleLoss(UpdateStrategy):
                           f"or use optim.name = \"sgd\"")
 
     def step(self, ctx):
-        n, last = leading_critic_steps(ctx)
-        ctx.opt_G.zero_grad(set_to_none=True)
-        ctx.opt_D.zero_grad(set_to_none=True)
+        n = leading_critic_steps(ctx)
+        ctx.zero_grad("G")
+        ctx.zero_grad("D")
         with ctx.autocast():
             fake = ctx.G(ctx.latent(n))
-        total, _, stats = single_loss_objective(ctx, ctx.reals[-1], fake, lam=self.options.lam,
-                                                d_step=last)
-        ctx.backward(total)
-        ctx.opt_step(ctx.opt_D)
-        ctx.opt_step(ctx.opt_G)
+        total, _, stats = single_loss_objective(ctx, ctx.reals[-1], fake, lam=self.options.lam)
+        # One backward fills both networks: the objective's terms were built for exactly that.
+        ctx.backward(total, "G", "D")
+        ctx.opt_step("D")
+        ctx.opt_step("G")
         return stats
 
 
-class Simultaneous(UpdateStrategy):
+class Simultaneous(_Strategy):
     """Both gradients at the same parameter point, each from its own backward, then both optimizer steps.
 
     Per iteration: G forwards 1, D forwards 3 (fake for G; real, sg(fake) for D), backwards 2
-    (the G loss for G's parameters only, ``backward(inputs=G params)``, through D - no D weight
-    gradients; the D objective for D's parameters). Both gradients are taken before either step,
-    on gradients cleared first, so no earlier gradient survives. Simultaneous gradient descent on
-    the two-player game (e.g. Mescheder et al. 2017, "The Numerics of GANs", sec. 2); the
-    reference for ``single-loss``. ``backward(inputs=...)`` rather than ``torch.autograd.grad``:
-    the same numbers, but accumulated by a backward, which is what DDP averages across processes.
-    With ``d_steps`` > 1 the first ``d_steps - 1`` D steps are plain critic steps on fresh fakes.
+    (the G loss into G's weights only, through D; the D objective into D's weights). Both
+    gradients are taken before either step, on gradients cleared first, so no earlier gradient
+    survives. Simultaneous gradient descent on the two-player game (e.g. Mescheder et al. 2017,
+    "The Numerics of GANs", sec. 2); the reference for ``single-loss``. With ``d_steps`` > 1 the
+    first ``d_steps - 1`` D steps are plain critic steps on fresh fakes.
     """
-
-    Options = CommonOptions
 
     def step(self, ctx):
         return paired_step(ctx, share_fake_logits=False)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 
-from gan_kit import hookimpl
+from gan_kit import StashKey, hookimpl
 
-_KEY = __name__
+#: The run's SummaryWriter (rank 0, when tensorboard is installed).
+writer_key = StashKey[object]()
 
 
 def _writer_class():
@@ -30,15 +31,14 @@ def run_started(run):
         return
     # purge_step drops events a crashed run wrote after the checkpoint it resumes from.
     writer = cls(log_dir=str(run.out_dir / "events"), purge_step=run.cur_nimg if run.cur_nimg else None)
-    run.state[_KEY] = {"writer": writer}
+    run.stash[writer_key] = writer
 
 
 @hookimpl
 def tick_finished(run, stats):
-    st = run.state.get(_KEY)
-    if not st:
+    writer = run.stash.get(writer_key, None)
+    if writer is None:
         return
-    writer = st["writer"]
     for k, v in stats.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             continue
@@ -47,7 +47,9 @@ def tick_finished(run, stats):
 
 
 @hookimpl
-def run_finished(run, stats):
-    st = run.state.pop(_KEY, None)
-    if st:
-        st["writer"].close()
+def run_teardown(run, error):
+    """Close the writer whatever ended the run (its last events are flushed)."""
+    writer = run.stash.get(writer_key, None)
+    if writer is not None:
+        writer.close()
+        del run.stash[writer_key]

@@ -1,0 +1,87 @@
+"""Resuming a run exactly: which recipe a resumed run uses, what may change, restoring the state.
+
+A run resumes from ``<out_dir>/checkpoints/latest.pt`` with the recipe saved in it. A recipe file
+or ``--set`` given with ``--resume`` may change anything that can change mid-run, and every such
+change takes effect (the run is built from the new recipe; optimizer hyper-parameters are written
+into the restored optimizer state). What shapes the networks, the data or the optimizer's state
+cannot change: ``architecture``, ``data``, ``init`` and ``optim.name`` are refused with one line
+naming the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from gan_kit import checkpoint as ckpt
+from gan_kit.errors import CheckpointError, GankitError
+from gan_kit.recipe import Recipe, recipe_to_toml
+
+__all__ = ["FIXED", "recipe_changes", "resume_run", "saved_recipe_text"]
+
+#: Recipe keys (prefixes) that cannot change when a run resumes.
+FIXED = ("architecture.", "data.", "init.", "optim.name")
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, item in enumerate(v):
+                out.update(_flatten(item, f"{key}[{i}]."))
+        else:
+            out[key] = v
+    return out
+
+
+def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: Path) -> list[str]:
+    """``"key: old -> new"`` for every key ``recipe`` changes against the checkpoint's recipe.
+
+    Raises ``CheckpointError`` (one line naming the key) for a change in ``FIXED``.
+    """
+    old = _flatten(tomllib.loads(saved_text))
+    new = _flatten(tomllib.loads(recipe_to_toml(recipe)))
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        if key == "run.out_dir" or old.get(key) == new.get(key):
+            continue
+        before, after = old.get(key, "(unset)"), new.get(key, "(unset)")
+        if key.startswith(FIXED):
+            raise CheckpointError(
+                f"--resume: {checkpoint} was trained with {key} = {before!r}, the recipe now says {after!r}; this "
+                f"cannot change in a resumed run: resume with the run's own recipe (`gankit run --resume {run_dir}`) "
+                f"or start a new run with --out")
+        changes.append(f"{key}: {before!r} -> {after!r}")
+    return changes
+
+
+def saved_recipe_text(checkpoint: Path) -> str:
+    """The resolved recipe stored in a checkpoint (``CheckpointError`` if unreadable)."""
+    return ckpt.load(checkpoint, map_location="cpu")["recipe"]
+
+
+def resume_run(run: Any, path: str | Path | None = None) -> list[str]:
+    """Restore ``run`` from its latest (or the given) checkpoint exactly; returns the recipe
+    changes (see ``recipe_changes``), which already took effect.
+
+    Raises ``GankitError`` when there is no checkpoint, ``CheckpointError`` for a refused change
+    or a checkpoint that does not fit the networks.
+    """
+    from gan_kit.rundir import latest_checkpoint, no_checkpoint_problem
+
+    path = Path(path) if path else latest_checkpoint(run.out_dir)
+    if not path.is_file():
+        raise GankitError(no_checkpoint_problem(run.out_dir))
+    state = ckpt.load(path, map_location=run.device)
+    changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir)
+    try:
+        run.load_state_dict(state)
+    except (RuntimeError, KeyError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"--resume: {path} does not fit this recipe's networks ({first[:160]})") from None
+    run.last_checkpoint = run.resumed_from = path
+    return changes
