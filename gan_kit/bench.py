@@ -35,6 +35,7 @@ import attrs
 import click
 import torch
 
+from gan_kit.components import set_phase
 from gan_kit.errors import GankitError
 
 __all__ = ["BenchRow", "BenchResult", "prepare", "measure", "run_bench", "hand_written_step", "bench"]
@@ -102,13 +103,7 @@ def _bench_phase(run, resolution: int | None):
     """The stabilised (alpha = 1) phase at ``resolution`` (default: the last one) of the schedule."""
     from gan_kit.phase import Phase
 
-    phases, nimg = [], 0
-    while True:
-        ph = run.growth.phase_at(nimg)
-        phases.append(ph)
-        if ph.end_nimg == math.inf or len(phases) > 64:
-            break
-        nimg = int(ph.end_nimg)
+    phases = run.growth.phases(math.inf)
     want = resolution or phases[-1].resolution
     match = [ph for ph in phases if ph.resolution == want]
     if not match:
@@ -120,54 +115,41 @@ def _bench_phase(run, resolution: int | None):
 
 
 def _copies(run, phase):
-    """Fresh G, D (copies of the run's initial weights, set to ``phase``) and the engine's optimizers."""
-    from gan_kit.components import set_phase
-
+    """Fresh G and D: copies of the run's initial weights, set to ``phase``."""
     G, D = copy.deepcopy(run.G), copy.deepcopy(run.D)
     for net in (G, D):
         set_phase(net, phase.resolution, phase.alpha)
-    opt_G, opt_D = run._optimizer(G, run.g_lr * phase.lr_scale), run._optimizer(D, run.d_lr * phase.lr_scale)
-    return G, D, opt_G, opt_D
+    return G, D
 
 
-def _strategy(run, name: str):
-    from gan_kit.components import BuildContext
+def _with_strategy(recipe, registry, name: str, d_steps: int):
+    """``recipe`` with ``[update]`` replaced by strategy ``name`` (the recipe's own options when
+    it is the recipe's strategy, else its defaults with the recipe's ``d_steps``)."""
+    if name == recipe.update.name:
+        return recipe
+    comp = registry.get("update", name)
+    fields = {f.name for f in attrs.fields(comp.Options)}
+    options = comp.Options(**({"d_steps": d_steps} if "d_steps" in fields else {}))
+    return attrs.evolve(recipe, update=attrs.evolve(recipe.update, name=name, options=options))
 
-    comp = run.registry.get("update", name)
-    if name == run.recipe.update.name:
-        options = run.recipe.update.options
-    else:
-        fields = {f.name for f in attrs.fields(comp.Options)}
-        options = comp.Options(**({"d_steps": run.strategy.d_steps} if "d_steps" in fields else {}))
-    return comp.factory(options, BuildContext(run.recipe.resolution, run.channels, run.recipe))
 
+def _engine_row(recipe, plugins, name: str, phase, d_steps: int) -> BenchRow:
+    """A row that runs ``gan_kit.engine.train_step`` - the training loop's own iteration (the
+    strategy, lazy regularisation, GradScaler, non-finite policy, G_ema, one stats sync) - on a
+    run of its own built from the recipe with this strategy (same seed, same initial weights)."""
+    from gan_kit.engine import train_step
+    from gan_kit.run import Run
 
-def _engine_row(run, name: str, phase) -> BenchRow:
-    from gan_kit.components import StepContext
-    from gan_kit.engine import _to_floats
-
-    strategy = _strategy(run, name)
-    G, D, opt_G, opt_D = _copies(run, phase)
-    scaler = torch.amp.GradScaler(run.device.type) if run.scaler is not None else None
-    counters = {"step": 0, "d_step": 0}
-    skip = run.recipe.run.on_nonfinite == "skip"
+    run = Run(_with_strategy(recipe, plugins.registry, name, d_steps), plugins, out_dir=os.devnull)
+    if run.strategy.d_steps != d_steps:
+        raise GankitError(f"bench: strategy {name!r} takes {run.strategy.d_steps} D steps, the recipe {d_steps}")
+    run.set_phase(phase)
+    run.apply_optim_settings()
 
     def step(reals):
-        # Exactly what engine.train does per iteration around the strategy.
-        ctx = StepContext(G=G, D=D, opt_G=opt_G, opt_D=opt_D, loss=run.loss, penalties=run.penalties,
-                          reals=reals, latent=run.latent, phase=phase, autocast=run.autocast, scaler=scaler,
-                          step=counters["step"], d_step=counters["d_step"], skip_nonfinite=skip)
-        raw = strategy.step(ctx)
-        if scaler is not None:
-            scaler.update()
-        stats = _to_floats(dict(raw))
-        counters["step"] += 1
-        counters["d_step"] += len(reals)
-        return stats
+        return train_step(run, phase, torch.cat(reals))
 
-    if strategy.d_steps != run.strategy.d_steps:
-        raise GankitError(f"bench: strategy {name!r} takes {strategy.d_steps} D steps, the recipe {run.strategy.d_steps}")
-    return BenchRow(name, step, (G, D))
+    return BenchRow(name, step, (run.G, run.D))
 
 
 # ----------------------------------------------------------------- the hand-written loop ----
@@ -218,9 +200,10 @@ def hand_written_step(G, D, opt_G, opt_D, *, latent_dim: int, loss: str, penalti
     Returns ``step(reals) -> (d_loss, g_loss)`` (floats). ``reals``: ``d_steps`` batches
     ``[N,C,r,r]``. ``loss`` is a built-in loss name; ``penalties`` are ``(kind, weight, target,
     interval)`` with kind ``gp`` (WGAN-GP, Gulrajani et al. 2017: per-sample norm over C, H, W,
-    eps 1e-12 in the root), ``r1`` (0.5 * E||grad D(x)||^2 times the lazy interval) or ``drift``
-    (E[D(x)^2] on the real logits already computed). Same RNG draws, in the same order, as the
-    engine's ``d-then-g``: z for the fakes, the GP weights, then z for the G step.
+    eps 1e-12 in the root), ``r1`` (0.5 * E||grad D(x)||^2; with an interval k > 1 a D step of its
+    own every k iterations with weight k, the optimizers built with StyleGAN2's k/(k+1) correction)
+    or ``drift`` (E[D(x)^2] on the real logits already computed). Same RNG draws, in the same
+    order, as the engine's ``d-then-g``: z for the fakes, the GP weights, then z for the G step.
     """
     d_loss_fn, g_loss_fn = _hand_d_loss(loss), _hand_g_loss(loss)
     if d_loss_fn is None:
@@ -228,7 +211,7 @@ def hand_written_step(G, D, opt_G, opt_D, *, latent_dim: int, loss: str, penalti
     autocast = autocast or contextlib.nullcontext
     scale = (lambda t: scaler.scale(t)) if scaler is not None else (lambda t: t)
     d_params = list(D.parameters())
-    count = {"d_step": 0}
+    count = {"it": 0}
 
     def input_grad(x):
         x = x.detach().float().requires_grad_(True)
@@ -254,14 +237,13 @@ def hand_written_step(G, D, opt_G, opt_D, *, latent_dim: int, loss: str, penalti
                     g = input_grad(torch.lerp(fake.float(), real.float(), eps))
                     norm = (g.flatten(1).square().sum(1) + 1e-12).sqrt()
                     total = total + weight * (norm - target).square().mean()
-                elif kind == "r1" and count["d_step"] % interval == 0:
+                elif kind == "r1" and interval == 1:
                     g = input_grad(real)
-                    total = total + weight * 0.5 * g.flatten(1).square().sum(1).mean() * interval
+                    total = total + weight * 0.5 * g.flatten(1).square().sum(1).mean()
                 elif kind == "drift":
                     total = total + weight * real_logits.square().mean()
             scale(total).backward()
             (scaler.step if scaler is not None else lambda o: o.step())(opt_D)
-            count["d_step"] += 1
         opt_G.zero_grad(set_to_none=True)
         for p in d_params:  # D frozen: the G backward computes no D weight gradients
             p.requires_grad_(False)
@@ -271,6 +253,13 @@ def hand_written_step(G, D, opt_G, opt_D, *, latent_dim: int, loss: str, penalti
         for p in d_params:
             p.requires_grad_(True)
         (scaler.step if scaler is not None else lambda o: o.step())(opt_G)
+        for kind, weight, _, interval in penalties:
+            if kind == "r1" and interval > 1 and count["it"] % interval == 0:  # lazy R1 (StyleGAN2 sec. 3.1)
+                opt_D.zero_grad(set_to_none=True)
+                g = input_grad(reals[-1])
+                scale(weight * interval * 0.5 * g.flatten(1).square().sum(1).mean()).backward()
+                (scaler.step if scaler is not None else lambda o: o.step())(opt_D)
+        count["it"] += 1
         if scaler is not None:
             scaler.update()
         return d_loss.item(), g_loss.item()
@@ -285,15 +274,18 @@ def _hand_row(run, phase) -> tuple[BenchRow | None, str]:
     penalties, note = _hand_penalties(run)
     if note:
         return None, note
-    G, D, _, _ = _copies(run, phase)
+    G, D = _copies(run, phase)
     o = run.recipe.optim
-    lr_G, lr_D = run.g_lr * phase.lr_scale, run.d_lr * phase.lr_scale
+    lazy = [interval for kind, _, _, interval in penalties if interval > 1]
+    ratio = lazy[0] / (lazy[0] + 1) if lazy else 1.0  # StyleGAN2's lazy-regularisation correction of D's Adam
+    lr_G, lr_D = run.g_lr * phase.lr_scale, run.d_lr * phase.lr_scale * ratio
     if o.name == "sgd":
         opt_G, opt_D = torch.optim.SGD(G.parameters(), lr=lr_G), torch.optim.SGD(D.parameters(), lr=lr_D)
     else:
         kw = {"fused": True} if run.device.type == "cuda" else {}
         opt_G = torch.optim.Adam(G.parameters(), lr=lr_G, betas=o.betas, eps=o.eps, **kw)
-        opt_D = torch.optim.Adam(D.parameters(), lr=lr_D, betas=o.betas, eps=o.eps, **kw)
+        opt_D = torch.optim.Adam(D.parameters(), lr=lr_D, betas=(o.betas[0] ** ratio, o.betas[1] ** ratio),
+                                 eps=o.eps, **kw)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision)
     if dtype is not None and (run.device.type == "cuda" or dtype is torch.bfloat16):
         autocast = functools.partial(torch.autocast, run.device.type, dtype=dtype)
@@ -312,10 +304,11 @@ def prepare(recipe_path: str | Path, strategies: str = "all", *, overrides=(), r
             reference: bool = True, out_dir: str | Path | None = None):
     """Build the run of ``recipe_path`` and one row per strategy (``"all"`` or comma-separated
     names) plus the hand-written row. Returns ``(run, phase, rows, note)``; raises GankitError."""
-    from gan_kit.engine import Run
     from gan_kit.recipe import load_recipe
+    from gan_kit.run import Run
 
     recipe, plugins = load_recipe(recipe_path, list(overrides))
+    recipe = attrs.evolve(recipe, run=attrs.evolve(recipe.run, progress=False))
     run = Run(recipe, plugins, out_dir=out_dir or os.devnull)
     names = run.registry.names("update") if strategies == "all" else [s.strip() for s in strategies.split(",") if s.strip()]
     for name in names:
@@ -324,7 +317,7 @@ def prepare(recipe_path: str | Path, strategies: str = "all", *, overrides=(), r
         except KeyError as e:
             raise GankitError(f"--strategies: {e.args[0]}") from None
     phase = _bench_phase(run, resolution)
-    rows = [_engine_row(run, name, phase) for name in names]
+    rows = [_engine_row(recipe, plugins, name, phase, run.strategy.d_steps) for name in names]
     note = ""
     if reference:
         row, note = _hand_row(run, phase)

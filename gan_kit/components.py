@@ -102,6 +102,7 @@ class DInputs:
                  works; it applies the run's augmentation, like every D the engine hands out).
     real, fake:  ``[N,C,r,r]`` images of this D step, detached (no graph), in the dtype the data
                  and G produce (float32; G's output dtype under autocast - cast as you need).
+                 ``fake`` is None in a lazy regularisation step (no fakes are made for it).
     real_logits, fake_logits: ``[N]`` float32 logits of ``D(real)`` and ``D(fake)`` from the D
                  objective, WITH their graph to D's weights: a penalty on them (a drift term)
                  needs no forward of its own. None in a lazy regularisation step, which runs no
@@ -110,7 +111,7 @@ class DInputs:
 
     D: nn.Module
     real: torch.Tensor
-    fake: torch.Tensor
+    fake: torch.Tensor | None
     real_logits: torch.Tensor | None = None
     fake_logits: torch.Tensor | None = None
 

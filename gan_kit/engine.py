@@ -161,9 +161,7 @@ def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
         n = ctx.reals[-1].shape[0]
         ctx.zero_grad(net)
         if net == "D":
-            with torch.no_grad(), ctx.autocast():
-                fake = ctx.G(ctx.latent(n))
-            inputs: Any = DInputs(D=ctx.D_penalty or ctx.D, real=ctx.reals[-1], fake=fake)
+            inputs: Any = DInputs(D=ctx.D_penalty or ctx.D, real=ctx.reals[-1], fake=None)
         else:
             inputs = GInputs(G=ctx.G_penalty or ctx.G, batch_size=n)
         value = wp.penalty(inputs, ctx)
