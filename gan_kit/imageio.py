@@ -145,6 +145,25 @@ def _too_large(path: Path, what: str) -> ImageTooLarge:
         f"module if the file is trusted")
 
 
+def open_image(path: Path) -> Image.Image:
+    """``PIL.Image.open(path)``: the header is read, the pixel data is not yet decoded.
+
+    Raises ``ImageTooLarge`` (a ValueError whose message gives the fix) for an image over
+    ``PIL.Image.MAX_IMAGE_PIXELS``, and Pillow's ``OSError`` / ``ValueError`` for a file it
+    cannot identify.
+    """
+    try:
+        im = Image.open(path)
+    except Image.DecompressionBombError as e:  # over twice the limit: Pillow refuses at the header
+        pixels = re.search(r"\((\d+) pixels\)", str(e))
+        raise _too_large(path, f"{pixels.group(1)} pixels" if pixels else "the image") from None
+    (w, h), limit = im.size, Image.MAX_IMAGE_PIXELS
+    if limit is not None and w * h > limit:
+        im.close()
+        raise _too_large(path, f"{w}x{h} = {w * h} pixels")
+    return im
+
+
 def load_image(path: Path, resolution: int, channels: int, box_fn: BoxFn | None = None) -> torch.Tensor:
     """Decode one image file to ``uint8 [channels, resolution, resolution]``: EXIF orientation
     applied, converted by ``to_mode``, cropped to ``box_fn(w, h)`` when given, then the centre
@@ -155,15 +174,7 @@ def load_image(path: Path, resolution: int, channels: int, box_fn: BoxFn | None 
     before its pixel data is decoded, and ``OSError`` / ``ValueError`` (Pillow's errors) for a
     corrupt or truncated file.
     """
-    try:
-        opened = Image.open(path)
-    except Image.DecompressionBombError as e:  # over twice the limit: Pillow refuses at the header
-        pixels = re.search(r"\((\d+) pixels\)", str(e))
-        raise _too_large(path, f"{pixels.group(1)} pixels" if pixels else "the image") from None
-    with opened as im:
-        (w, h), limit = im.size, Image.MAX_IMAGE_PIXELS
-        if limit is not None and w * h > limit:
-            raise _too_large(path, f"{w}x{h} = {w * h} pixels")
+    with open_image(path) as im:
         if im.format == "JPEG" and box_fn is None:
             im.draft("L" if channels == 1 else "RGB", (resolution, resolution))  # DCT-domain downscale
         im.load()  # raises for truncated data
