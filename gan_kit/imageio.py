@@ -75,7 +75,7 @@ def list_images(folder: Path, recursive: bool = True, first_only: bool = False) 
             elif entry.is_file():
                 if not entry.name.lower().endswith(IMAGE_EXTENSIONS):
                     continue
-                real_file = os.path.realpath(path) if entry.is_symlink() else os.path.abspath(path)
+                real_file = os.path.realpath(path) if entry.is_symlink() else os.path.join(real, entry.name)
                 if real_file in seen_files:
                     continue
                 seen_files.add(real_file)
