@@ -4,6 +4,7 @@ x-flip data option (the data set doubled with mirrored copies)."""
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 from pathlib import Path
 
@@ -150,6 +151,15 @@ def test_xflip_doubles_digits_with_mirrored_copies_and_keeps_labels():
     assert labels.tolist() == [int(ds[i][1]) for i in idx]
     with pytest.raises(IndexError):
         ds[2 * n]
+    copy = pickle.loads(pickle.dumps(ds))  # what a spawned loader worker receives
+    assert len(copy) == 2 * n and torch.equal(copy[n + 3][0], ds[n + 3][0])
+
+
+def test_labels_out_of_range_are_refused():
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        TensorImages(torch.zeros(2, 1, 4, 4), torch.tensor([0, 3]), num_classes=3)
+    with pytest.raises(ValueError, match="shape"):
+        TensorImages(torch.zeros(2, 1, 4, 4), torch.tensor([0]), num_classes=3)
 
 
 def test_xflip_on_an_unlabelled_folder_and_through_a_recipe(tmp_path, tiny_recipe_text, write_recipe):
