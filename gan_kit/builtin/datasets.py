@@ -87,12 +87,14 @@ def _relative(p: Path, where: Path) -> str:
 
 def _file_set(files: Sequence[Path], labels: torch.Tensor | None, num_classes: int, resolution: int,
               channels: int, on_corrupt: str, cache: str, box_fn: BoxFn | None, key: str, where: Path,
-              prefix: str):
+              prefix: str, check_headers: bool = True):
     """The dataset of image ``files`` (with their ``labels``): decoded once into memory
     (``cache = "memory"``, or ``"auto"`` within AUTO_CACHE_BYTES) or per access (``"none"``).
     Unreadable files are skipped with one warning naming them, or are a GankitError naming
     ``key`` and the file (``on_corrupt = "error"``). The dataset gets ``files`` (each item's file)
-    and ``skipped`` (``(path relative to where, reason)`` of each file left out)."""
+    and ``skipped`` (``(path relative to where, reason)`` of each file left out). With ``cache =
+    "none"`` only the headers are read now, and not even those without ``check_headers`` (for
+    sets of many known files, such as CelebA's 200k, where opening each at start takes minutes)."""
     per_image = channels * resolution * resolution
     if cache == "auto":
         cache = "memory" if len(files) * per_image <= AUTO_CACHE_BYTES else "none"
@@ -104,7 +106,7 @@ def _file_set(files: Sequence[Path], labels: torch.Tensor | None, num_classes: i
             except DECODE_ERRORS as e:
                 return e
             return None
-        outcome = [check(p) for p in files]
+        outcome = [check(p) if check_headers else None for p in files]
     else:
         outcome = decode_all(list(files), resolution, channels, box_fn)
     keep, skipped = [], []

@@ -192,5 +192,5 @@ class CelebA(_TorchvisionSet):
             raise self._missing(root, f"images of split {o.split!r}")
         box_fn = celeba_face_box if o.crop == "face" else None
         ds = _file_set(files, None, 0, resolution, o.channels or 3, o.on_corrupt, o.cache, box_fn,
-                       "data.root", images, _label(self.context.recipe))
+                       "data.root", images, _label(self.context.recipe), check_headers=False)
         return mirrored(ds, o.xflip)
