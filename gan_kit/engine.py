@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import torch
 
 from gan_kit.components import DInputs, GInputs
-from gan_kit.data import PhaseBatchSampler, iter_batches, make_loader
+from gan_kit.data import PhaseBatchSampler, make_loader
 from gan_kit.ema import ema_beta, update_ema
 from gan_kit.errors import GankitError, Interrupted, TrainingError
 from gan_kit.phase import Phase, fade_real
@@ -116,7 +116,7 @@ def _real_batches(run: Run) -> Iterator[torch.Tensor]:
     sampler = PhaseBatchSampler(len(run.dataset), run.recipe.run.seed, run.cur_nimg, batch_for, run.rank,
                                 run.world_size)
     loader = make_loader(run.dataset, sampler, run.recipe.run.num_workers, pin_memory=run.device.type == "cuda")
-    return iter_batches(loader)
+    return iter(loader)  # make_loader's loader raises a worker's GankitError as its one line
 
 
 def _enter_phase(run: Run, phase: Phase, *, first: bool) -> None:

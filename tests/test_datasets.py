@@ -166,11 +166,17 @@ def test_mnist_and_fashion_mnist_from_raw_idx_files(tmp_path, cls, folder):
     write_idx(tmp_path / folder / "raw", "train", train_images)
     write_idx(tmp_path / folder / "raw", "t10k", np.full((3, 28, 28), 255, np.uint8))
     ds = cls(cls.Options(root=str(tmp_path)), BuildContext(resolution=32)).build(32)
-    assert len(ds) == 5 and ds[0].shape == (1, 32, 32)
-    x = ds[0]
+    x, y = ds[0]  # a labelled set: (image, label)
+    assert len(ds) == 5 and x.shape == (1, 32, 32)
     assert x[:, :, :12].max() < -0.95 and x[:, :, 20:].min() > 0.95
+    assert ds.num_classes == 10 and ds.labels.tolist() == [0, 1, 2, 3, 4]
+    assert y.dtype == torch.int64 and y.ndim == 0 and int(ds[3][1]) == 3
     both = cls(cls.Options(root=str(tmp_path), split="all", channels=3), BuildContext(resolution=16)).build(16)
-    assert len(both) == 8 and both[7].shape == (3, 16, 16) and torch.allclose(both[7], torch.ones(3, 16, 16))
+    x7, y7 = both[7]
+    assert len(both) == 8 and x7.shape == (3, 16, 16) and torch.allclose(x7, torch.ones(3, 16, 16))
+    assert both.labels.tolist() == [0, 1, 2, 3, 4, 0, 1, 2] and int(y7) == 2  # train then t10k labels
+    images, labels = both.__getitems__([7, 0])
+    assert images.shape == (2, 3, 16, 16) and labels.tolist() == [2, 0]
 
 
 def test_torchvision_set_missing_is_one_clear_line(tmp_path):
@@ -191,13 +197,15 @@ def test_cifar10_from_python_pickle_batches(tmp_path):
         (base / name).write_bytes(pickle.dumps(entry))
     (base / "batches.meta").write_bytes(pickle.dumps({"label_names": [str(k) for k in range(10)]}))
     ds = CIFAR10(CIFAR10.Options(root=str(tmp_path)), BuildContext(resolution=16)).build(16)
-    assert len(ds) == 10 and ds[0].shape == (3, 16, 16)
+    assert len(ds) == 10 and ds[0][0].shape == (3, 16, 16) and ds.num_classes == 10
     for i in range(5):
-        x = ds[2 * i]
+        x, y = ds[2 * i]
         assert torch.allclose(x[i % 3], torch.ones(16, 16)) and x.sum() == -2 * 16 * 16 + 16 * 16
+        assert int(y) == i  # batch i's labels are [i, i]
     test = CIFAR10(CIFAR10.Options(root=str(tmp_path), split="test", channels=1), BuildContext(resolution=8)).build(8)
-    assert len(test) == 2 and test[0].shape == (1, 8, 8)
-    assert abs(float(test[0].mean()) - (0.114 * 2 - 1)) < 0.01  # pure blue as ITU-R 601 luma
+    x, y = test[0]
+    assert len(test) == 2 and x.shape == (1, 8, 8) and int(y) == 5
+    assert abs(float(x.mean()) - (0.114 * 2 - 1)) < 0.01  # pure blue as ITU-R 601 luma
 
 
 def test_celeba_from_aligned_images_and_partition_file(tmp_path):
