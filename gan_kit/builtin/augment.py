@@ -12,7 +12,8 @@ masks, ``torch.where`` selections and ``F.grid_sample`` with a fixed grid. None 
 its input.
 
 Images are ``[N, C, H, W]`` in [-1, 1] (gankit's convention); the output has the same shape and
-dtype. ``F.grid_sample`` runs in float32 and is cast back, so bf16 / fp16 inputs work on the CPU too.
+dtype. ``F.grid_sample`` runs half-precision inputs in float32 and casts back, so bf16 / fp16
+inputs work on the CPU too.
 """
 
 from __future__ import annotations
@@ -377,8 +378,11 @@ class AdaptiveAugment(ComponentBase):
         theta = torch.zeros(n, 2, 3, device=dev)
         theta[:, 0, 0] = 1.0 / s
         theta[:, 1, 1] = 1.0 / s
-        grid = F.affine_grid(theta, list(images.shape), align_corners=False)
-        scaled = F.grid_sample(images.float(), grid, mode="bilinear", padding_mode="reflection",
+        # Half precision resamples in float32 (CPU grid_sample lacks bf16 kernels, and the
+        # weights want the precision); float32 / float64 stay as they are.
+        work = images if images.dtype in (torch.float32, torch.float64) else images.float()
+        grid = F.affine_grid(theta.to(work.dtype), list(images.shape), align_corners=False)
+        scaled = F.grid_sample(work, grid, mode="bilinear", padding_mode="reflection",
                                align_corners=False).to(images.dtype)
         # Samples left alone keep their exact pixels (identity resampling rounds in float).
         return torch.where(applied.view(-1, 1, 1, 1), scaled, images)
