@@ -309,11 +309,15 @@ class AdaptiveAugment(ComponentBase):
 
     def _applied(self, n: int, device: torch.device) -> torch.Tensor:
         """``[N]`` bool: which samples this transform is applied to (probability p each)."""
-        return torch.rand(n, device=device) < self.p.to(device)
+        return torch.rand(n, device=device) < self.p
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         n, c, h, w = images.shape
         dev = images.device
+        if self.p.device != dev:
+            # Once (first call, or after load_state_dict): a host-to-device copy waits for the
+            # device, so p must not travel on every call.
+            self.p = self.p.to(dev)
         o = self.options
         on = self.enabled
         # An enabled transform draws its parameters whether or not it is applied, so the
@@ -394,8 +398,10 @@ class AdaptiveAugment(ComponentBase):
         no host sync)."""
         signs = real_logits.detach().float().sign()
         dev = signs.device
-        self.sign_sum = self.sign_sum.to(dev) + signs.sum()
-        self.sign_count = self.sign_count.to(dev) + signs.numel()
+        if self.sign_sum.device != dev:  # once: the accumulators then live beside the logits
+            self.sign_sum, self.sign_count = self.sign_sum.to(dev), self.sign_count.to(dev)
+        self.sign_sum = self.sign_sum + signs.sum()
+        self.sign_count = self.sign_count + signs.numel()
 
     def end_step(self, step: int, batch_size: int) -> dict[str, float | torch.Tensor]:
         """After iteration ``step`` (iterations done) of ``batch_size`` global images: every
@@ -405,7 +411,7 @@ class AdaptiveAugment(ComponentBase):
         if step % o.interval:
             return {"Augment/p": self.p}
         dev = self.sign_sum.device
-        totals = torch.stack([self.sign_sum, self.sign_count.to(dev)])
+        totals = torch.stack([self.sign_sum, self.sign_count])
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(totals)
         r_t = totals[0] / totals[1].clamp(min=1.0)
