@@ -235,15 +235,15 @@ class AdaptiveAugment(ComponentBase):
       (``"wrap"``).
     - ``scale``: isotropic scaling by ``s = 2^(N(0, scale_std))`` (lognormal, std
       ``0.2 * ln 2``) about the centre, bilinear resampling with ``F.grid_sample`` and reflection
-      padding (the paper's upfirdn2d filters are replaced by plain bilinear interpolation).
+      padding (the paper's anti-aliased resampling is replaced by plain bilinear interpolation).
     - ``brightness``: ``x + b``, ``b ~ N(0, brightness_std = 0.2)`` in [-1, 1] units.
     - ``contrast``: ``x * c``, ``c = 2^(N(0, contrast_std = 0.5))`` (lognormal, std
       ``0.5 * ln 2``), about 0, which is mid-grey for [-1, 1] images (as in the paper's pipeline).
     - ``saturation``: ``mean_c + (x - mean_c) * s``, ``s = 2^(N(0, saturation_std = 1))``
       (lognormal, std ``ln 2``), ``mean_c`` the per-pixel mean over channels (the luma axis of
-      the paper, appendix B.1); a no-op for grey images (C = 1).
+      the paper, appendix B); a no-op for grey images (C = 1).
 
-    p is adjusted from the overfitting heuristic ``r_t = E[sign(D(real))]`` (eq. 1): the engine
+    p is adjusted from the overfitting heuristic ``r_t = E[sign(D(real))]`` (sec. 3): the engine
     hands D's logits on the augmented reals of every D objective to ``feedback``; every
     ``interval`` iterations ``end_step`` sets
     ``p <- clamp(p + sign(r_t - target) * batch_size * interval / (kimg * 1000), 0, p_max)`` and
