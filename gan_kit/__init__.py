@@ -19,6 +19,7 @@ hookimpl = pluggy.HookimplMarker("gankit")
 
 from gan_kit.components import (  # noqa: E402
     Architecture,
+    Augment,
     BuildContext,
     DatasetFactory,
     DInputs,
@@ -61,6 +62,7 @@ __all__ = [
     "Register",
     # component kinds
     "Architecture",
+    "Augment",
     "DatasetFactory",
     "GrowthScheduler",
     "Initializer",

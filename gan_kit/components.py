@@ -31,6 +31,8 @@ __all__ = [
     "Architecture",
     "DatasetFactory",
     "Metric",
+    "Augment",
+    "AugmentedD",
     "Growable",
     "set_phase",
     "DInputs",
@@ -173,6 +175,51 @@ class WeightedPenalty:
     name: str
     penalty: Penalty
     weight: float
+
+
+class Augment(ComponentBase):
+    """A differentiable transform of every image D sees (kind ``augment``, recipe ``[augment]``).
+
+    The engine applies it to D's input in every forward - reals and fakes, in every strategy and
+    every penalty - so no strategy or penalty has to remember it; input gradients (R1, the
+    gradient penalty) are taken through it, with respect to the un-augmented images.
+
+    ``augment(images[N,C,H,W]) -> images`` (same shape and dtype; a fresh random draw per call and
+    per sample, from the global torch RNG so checkpoints make resume exact);
+    ``feedback(real_logits[N])`` after every D objective (detached logits on the augmented reals);
+    ``end_step(step, batch_size) -> dict`` after every iteration (stats such as ``Augment/p``);
+    ``state_dict()`` / ``load_state_dict(state)`` for what must survive a resume.
+    """
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def feedback(self, real_logits: torch.Tensor) -> None:
+        return None
+
+    def end_step(self, step: int, batch_size: int) -> dict[str, Any]:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no state, got {sorted(state)}")
+
+
+class AugmentedD(nn.Module):
+    """``D(augment(x))``: the discriminator as the engine hands it out when a recipe augments.
+    ``net`` is D (possibly wrapped in DDP or compiled); the augmentation runs outside any
+    compiled graph."""
+
+    def __init__(self, net: nn.Module, augment: Augment):
+        super().__init__()
+        self.net = net
+        self.augment = augment
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(self.augment(x))
 
 
 class UpdateStrategy(ComponentBase):

@@ -159,11 +159,13 @@ def wrap_ddp(module: torch.nn.Module, device: torch.device) -> DDP:
 
 def find_ddp(module: torch.nn.Module) -> DDP | None:
     """The ``DistributedDataParallel`` wrapper ``module`` is or holds (through ``torch.compile``'s
-    ``_orig_mod``), else None."""
+    ``_orig_mod`` and the augmentation wrapper), else None."""
+    from gan_kit.components import AugmentedD
+
     while module is not None:
         if isinstance(module, DDP):
             return module
-        module = getattr(module, "_orig_mod", None)
+        module = module.net if isinstance(module, AugmentedD) else getattr(module, "_orig_mod", None)
     return None
 
 

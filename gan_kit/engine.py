@@ -58,10 +58,13 @@ def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None 
             while run.cur_nimg < run.total_nimg and (max_steps is None or steps < max_steps):
                 phase = run.growth.phase_at(run.cur_nimg)
                 _enter_phase(run, phase, first=False)
-                stats = train_step(run, phase, next(batches), interrupt_requested=interrupt.requested)
+                stats = train_step(run, phase, next(batches), interrupted=lambda: interrupt.requested)
                 steps += 1
                 ticks.add(stats)
-                if stats.pop("Interrupt/requested", 0.0) > 0:
+                # Several processes stop at the iteration where one of them saw the signal (the
+                # flag travels with the stats' all-reduce); one process also stops for a signal
+                # that came during the step's hooks.
+                if stats.pop("Interrupt/requested", 0.0) > 0 or (run.world_size == 1 and interrupt.requested):
                     _stop_on_interrupt(run, ticks, interrupt.signal_name)
                 if ticks.due() and run.cur_nimg < run.total_nimg:
                     ticks.finish(final=False)
@@ -171,10 +174,11 @@ def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
     return stats
 
 
-def train_step(run: Run, phase: Phase, batch: torch.Tensor, *, interrupt_requested: bool = False) -> dict[str, float]:
+def train_step(run: Run, phase: Phase, batch: torch.Tensor, *, interrupted: Any = None) -> dict[str, float]:
     """One training iteration on ``batch`` (this process's real images for it): the strategy's
     D and G steps, the lazy regularisation steps due, the GradScaler update, G_ema, and the
-    progress counters. Returns the iteration's stats as floats (averaged over processes).
+    progress counters. Returns the iteration's stats as floats (averaged over processes), with
+    ``Interrupt/requested`` > 0 when ``interrupted()`` was true on some process.
 
     A non-finite loss or gradient (found before any optimizer step) stops the run with
     ``TrainingError`` (``run.on_nonfinite = "stop"``) or skips the rest of the iteration and its
@@ -184,13 +188,14 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor, *, interrupt_request
     scale = run.scaler.get_scale() if run.scaler is not None else None
     raw = dict(run.strategy.step(ctx))
     raw.update(lazy_regularization(run, ctx))
+    raw.update(run.augment.end_step(run.step + 1, phase.batch_size))
     scaler_skipped = _update_scaler(run, scale)
     if run.world_size > 1:
         from gan_kit.distributed import broadcast_buffers
 
         broadcast_buffers(run.G, run.D)
     stats = _to_floats(raw)
-    stats["Interrupt/requested"] = float(interrupt_requested)
+    stats["Interrupt/requested"] = float(bool(interrupted and interrupted()))
     if ctx.nonfinite is not None:
         stats[f"Grad/{ctx.nonfinite}"] = math.nan
     if run.world_size > 1:

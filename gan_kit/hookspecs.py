@@ -135,6 +135,17 @@ def register_metrics(register: Register) -> None:
 
 
 @hookspec
+def register_augmentations(register: Register) -> None:
+    """Register differentiable augmentations of D's inputs (kind ``augment``, recipe ``[augment]``).
+
+    An ``gan_kit.Augment`` is called as ``augment(images[N,C,H,W]) -> images`` on every image D
+    sees (reals and fakes, every strategy and penalty), gets ``feedback(real_logits)`` after every
+    D objective and ``end_step(step, batch_size) -> stats`` after every iteration.
+    Example: ``register("diffaugment", DiffAugment)``.
+    """
+
+
+@hookspec
 def register_commands(cli: "click.Group") -> None:
     """Add click commands to the ``gankit`` command group.
 

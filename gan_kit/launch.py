@@ -61,4 +61,4 @@ def load_for_run(recipe_path: Path | None, out_dir: Path | None, overrides: tupl
     else:
         recipe, plugins = load_recipe(run_dir / "recipe.toml", list(overrides), text=saved)
     recipe = _with_out(recipe, run_dir)
-    return recipe, plugins, recipe_changes(saved, recipe, checkpoint, run_dir)
+    return recipe, plugins, recipe_changes(saved, recipe, checkpoint, run_dir, plugins)

@@ -20,6 +20,7 @@ KINDS: dict[str, str] = {
     "architecture": "register_architectures",
     "dataset": "register_datasets",
     "metric": "register_metrics",
+    "augment": "register_augmentations",
 }
 
 

@@ -38,12 +38,26 @@ def _flatten(table: dict, prefix: str = "") -> dict:
     return out
 
 
-def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: Path) -> list[str]:
+def _resolved(saved_text: str, plugins: Any) -> str:
+    """The checkpoint's recipe with every default filled in by this gankit, so an option added
+    since it was written compares equal to its default instead of '(unset)'."""
+    from gan_kit.errors import RecipeError
+    from gan_kit.recipe import load_recipe
+
+    if plugins is None:
+        return saved_text
+    try:
+        return recipe_to_toml(load_recipe(Path("[checkpoint recipe]"), text=saved_text, plugins=plugins)[0])
+    except RecipeError:
+        return saved_text  # compare what was written; a key this gankit no longer knows shows as a change
+
+
+def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: Path, plugins: Any = None) -> list[str]:
     """``"key: old -> new"`` for every key ``recipe`` changes against the checkpoint's recipe.
 
     Raises ``CheckpointError`` (one line naming the key) for a change in ``FIXED``.
     """
-    old = _flatten(tomllib.loads(saved_text))
+    old = _flatten(tomllib.loads(_resolved(saved_text, plugins)))
     new = _flatten(tomllib.loads(recipe_to_toml(recipe)))
     changes = []
     for key in sorted(set(old) | set(new)):
@@ -77,7 +91,7 @@ def resume_run(run: Any, path: str | Path | None = None) -> list[str]:
     if not path.is_file():
         raise GankitError(no_checkpoint_problem(run.out_dir))
     state = ckpt.load(path, map_location=run.device)
-    changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir)
+    changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir, run.plugins)
     try:
         run.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError) as e:

@@ -19,7 +19,7 @@ from torch import nn
 
 from gan_kit import __version__
 from gan_kit import checkpoint as ckpt
-from gan_kit.components import BuildContext, WeightedPenalty, set_phase
+from gan_kit.components import AugmentedD, BuildContext, WeightedPenalty, set_phase
 from gan_kit.ema import make_ema, refresh_batchnorm
 from gan_kit.errors import GankitError, TrainingError
 from gan_kit.phase import Phase
@@ -162,6 +162,11 @@ class Run:
         if r.run.compile:
             G_train = _compile(G_train, r.run.compile_backend)
             D_train = _compile(D_train, r.run.compile_backend)
+        # Every D the strategies and penalties get sees augmented images (outside any compiled
+        # graph: an augmentation's parameters, such as ADA's p, change during training).
+        self.augment = self.build(r.augment)
+        if r.augment.name != "none":
+            D_train, self.D_penalty = AugmentedD(D_train, self.augment), AugmentedD(self.D_penalty, self.augment)
         self.G_train, self.D_train = G_train, D_train
 
     def _build_objectives(self) -> None:
@@ -260,7 +265,7 @@ class Run:
                            latent=self.latent, phase=phase, autocast=self.autocast, scaler=self.scaler,
                            step=self.step, d_step=self.d_step, rank=self.rank, world_size=self.world_size,
                            D_penalty=self.D_penalty, G_penalty=self.G_penalty,
-                           all_reduce_grads=self.all_reduce_grads)
+                           all_reduce_grads=self.all_reduce_grads, augment=self.augment)
 
     def latent(self, n: int) -> torch.Tensor:
         """Latents ``z[n, latent_dim]`` for this process: drawn for all processes together and
@@ -329,7 +334,7 @@ class Run:
         for i, wp in enumerate(self.penalties):
             if hasattr(wp.penalty, "state_dict"):
                 out[f"penalty[{i}].{wp.name}"] = wp.penalty
-        for name in ("strategy", "loss"):
+        for name in ("strategy", "loss", "augment"):
             comp = getattr(self, name)
             if hasattr(comp, "state_dict"):
                 out[name] = comp

@@ -82,6 +82,7 @@ class StepContext:
     G_penalty: nn.Module | None = None
     all_reduce_grads: bool = False
     g_penalties: list[WeightedPenalty] = attrs.field(factory=list)
+    augment: Any = None
     check_nonfinite: bool = True
     #: The first non-finite gradient found (``"G"`` / ``"D"``), set by ``step``; None if none.
     nonfinite: str | None = None
@@ -242,6 +243,8 @@ class StepContext:
             if fake_logits is None:
                 fake_logits = self.D(fake)
         real_logits, fake_logits = real_logits.float(), fake_logits.float()
+        if self.augment is not None:
+            self.augment.feedback(real_logits.detach())  # ADA's overfitting heuristic
         loss = self.loss.d_loss(real_logits, fake_logits)
         stats: dict[str, torch.Tensor] = {
             "Loss/D": loss.detach(),

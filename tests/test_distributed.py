@@ -157,7 +157,7 @@ ASSIGN_GRADS = textwrap.dedent('''
     """Test plugin: a D-then-G strategy that takes weight gradients with torch.autograd.grad and
     assigns them to .grad - correct on one process, invisible to DDP's backward hooks."""
     import torch
-    from gan_kit import UpdateStrategy, d_objective, g_objective, hookimpl
+    from gan_kit import UpdateStrategy, hookimpl
 
 
     def assign(loss, params):
@@ -170,15 +170,14 @@ ASSIGN_GRADS = textwrap.dedent('''
             n = ctx.reals[0].shape[0]
             with torch.no_grad():
                 fake = ctx.G(ctx.latent(n))
-            total, stats = d_objective(ctx, ctx.reals[0], fake, d_step=ctx.d_step)
+            total, stats = ctx.d_objective(ctx.reals[0], fake)
             assign(total, [p for p in ctx.D.parameters() if p.requires_grad])
-            ctx.opt_step(ctx.opt_D)
+            ctx.opt_step("D")
             G_params = [p for p in ctx.G.parameters() if p.requires_grad]
-            loss = g_objective(ctx, ctx.D(ctx.G(ctx.latent(n))))
+            loss, g_stats = ctx.g_objective(ctx.D(ctx.G(ctx.latent(n))))
             assign(loss, G_params)
-            ctx.opt_step(ctx.opt_G)
-            stats["Loss/G"] = loss.detach()
-            return stats
+            ctx.opt_step("G")
+            return {**stats, **g_stats}
 
 
     @hookimpl
@@ -288,7 +287,7 @@ def test_nproc_reports_problems_once_with_exit_code_2(tiny_recipe, tmp_path):
                        timeout=600)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         f"error: --resume: no checkpoint at {tmp_path / 'empty' / 'checkpoints' / 'latest.pt'} "
-        f"(run without --resume to start fresh)"], r.stderr
+        f"(no run there); start one with `gankit run RECIPE --out {tmp_path / 'empty'}`"], r.stderr
 
     plugin = tmp_path / "nan_on_rank_1.py"
     plugin.write_text(NAN_ON_RANK_1)

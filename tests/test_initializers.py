@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+
+from gan_kit import set_init_gain
 from torch import nn
 from torch.nn.utils import parametrize
 
@@ -38,7 +40,7 @@ def test_equalized_lr_stores_unit_normal_weights_and_scales_every_forward():
     torch.testing.assert_close(conv.weight, raw * c)
     # layers can ask for their own gain (PGGAN's toRGB uses 1)
     rgb = nn.Conv2d(16, 3, 1)
-    rgb.gankit_gain = 1.0
+    set_init_gain(rgb, 1.0)
     EqualizedLR().apply(rgb)
     assert rgb.parametrizations.weight[0].scale == pytest.approx(1 / math.sqrt(16))
 

@@ -26,8 +26,7 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from gan_kit import GankitError, hookimpl, option
-from gan_kit.components import ComponentBase
+from gan_kit import Augment, GankitError, hookimpl, option
 
 __all__ = ["DiffAugment", "AdaptiveAugment", "register_augmentations", "parse_names",
            "DIFFAUGMENT_POLICIES", "ADA_TRANSFORMS"]
@@ -91,7 +90,7 @@ def _gather_rows_cols(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tens
 DIFFAUGMENT_POLICIES = ("color", "translation", "cutout")
 
 
-class DiffAugment(ComponentBase):
+class DiffAugment(Augment):
     """DiffAugment: Zhao et al. 2020, "Differentiable Augmentation for Data-Efficient GAN
     Training" (arXiv:2006.10738), sec. 3, with the policies of the authors' public code.
 
@@ -218,7 +217,7 @@ def _reflect(index: torch.Tensor, size: int) -> torch.Tensor:
     return (size - 1) - ((size - 1) - index).abs()
 
 
-class AdaptiveAugment(ComponentBase):
+class AdaptiveAugment(Augment):
     """ADA: adaptive discriminator augmentation, Karras et al. 2020, "Training Generative
     Adversarial Networks with Limited Data" (arXiv:2006.06676), sec. 2.3-3 and appendix B.
 
@@ -436,8 +435,16 @@ class AdaptiveAugment(ComponentBase):
         self.sign_count = torch.as_tensor(state["sign_count"], dtype=torch.float32).clone()
 
 
+class NoAugment(Augment):
+    """No augmentation (the default): D sees the images as they are."""
+
+    def __call__(self, images):
+        return images
+
+
 @hookimpl
 def register_augmentations(register):
     """Register the built-in augmentations (hook ``register_augmentations``, kind ``augment``)."""
+    register("none", NoAugment)
     register("diffaugment", DiffAugment)
     register("ada", AdaptiveAugment)
