@@ -226,6 +226,52 @@ def list_plugins(kind: str | None, as_json: bool, verbose: bool) -> None:
         click.echo(f"warning: {b}", err=True)
 
 
+@cli.command("plugins")
+@click.option("--hook", "hook", default=None, metavar="NAME", help="Only plugins that implement this hook.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+@user_errors
+def plugins_command(hook: str | None, as_json: bool) -> None:
+    """List every loaded plugin - built-in, entry point, hook-only ones included - with where it
+    comes from (module or distribution and version) and the hooks it implements.
+
+    A plugin's name is what GANKIT_DISABLE_PLUGINS (and a recipe's disable_plugins) take.
+    """
+    from gan_kit.plugins import build_plugins, disabled_names
+    from gan_kit.registry import suggest
+
+    plugins = build_plugins()
+    infos = plugins.describe()
+    if hook is not None:
+        known = sorted({h for i in infos for h in i.hooks} | set(_hook_names()))
+        if hook not in known:
+            raise GankitError(f"--hook: unknown hook {hook!r}{suggest(hook, known)}; hooks: {', '.join(known)}")
+        infos = [i for i in infos if hook in i.hooks]
+    if as_json:
+        out = [{"name": i.name, "version": i.version, "source": i.source, "hooks": list(i.hooks)} for i in infos]
+        out += [{"name": b.name, "source": b.source, "hooks": [], "broken": b.error} for b in plugins.broken]
+        click.echo(json.dumps(out, indent=2))
+        return
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    table = Table(title="gankit plugins")
+    table.add_column("plugin", no_wrap=True)
+    table.add_column("version", no_wrap=True)
+    table.add_column("hooks")
+    for i in infos:
+        table.add_row(i.name, i.version, ", ".join(i.hooks))
+    for b in plugins.broken:
+        table.add_row(f"[bold red]BROKEN[/] {b.name}", b.source, f"[red]{b.error}[/]")
+    console.print(table)
+    off = disabled_names()
+    if off:
+        click.echo(f"disabled by GANKIT_DISABLE_PLUGINS: {', '.join(off)}")
+
+
+def _hook_names() -> list[str]:
+    from gan_kit import hookspecs
+
+    return sorted(n for n in dir(hookspecs) if getattr(getattr(hookspecs, n), "gankit_spec", None) is not None)
+
+
 # ---------------------------------------------------------------------------------- recipe ----
 
 

@@ -70,6 +70,7 @@ class PluginInfo:
     name: str
     source: str
     hooks: tuple[str, ...]
+    version: str = ""
 
 
 @attrs.define
@@ -92,7 +93,15 @@ class Plugins:
         for name, source in self.sources.items():
             plugin = self.pm.get_plugin(name)
             hooks = tuple(sorted(c.name for c in self.pm.get_hookcallers(plugin) or ()))
-            out.append(PluginInfo(name, source, hooks))
+            if name in BUILTIN_PLUGINS:
+                from gan_kit import __version__
+
+                version = f"gankit {__version__}"
+            elif source.startswith("recipe plugin") or " " not in source:
+                version = getattr(plugin, "__version__", "") or "-"
+            else:
+                version = source  # "<distribution> <version>"
+            out.append(PluginInfo(name, source, hooks, version))
         return out
 
 

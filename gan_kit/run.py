@@ -183,10 +183,9 @@ class Run:
         self.strategy = self.build(r.update)
         self.metrics = [(s, self.build(s)) for s in r.metrics]
         for spec, metric in self.metrics:
-            if metric.min_images > len(self.dataset):
-                raise GankitError(
-                    f"{r.path}: {spec.key}: {spec.name} needs at least {metric.min_images} real images, the "
-                    f"{r.data.name!r} data set holds {len(self.dataset)} (use more data, or another metric)")
+            problem = metric_problem(spec, metric, len(self.dataset), r.data.name)
+            if problem:
+                raise GankitError(f"{r.path}: {problem}")
 
     def lazy_ratio(self, network: str) -> float:
         """k / (k + 1) for a network regularised lazily every k iterations, else 1: its optimizer
@@ -392,12 +391,24 @@ class Run:
                if not all(torch.isfinite(t).all() for t in net.state_dict().values() if t.is_floating_point())]
         if bad:
             where = f" (last good checkpoint: {self.last_checkpoint})" if self.last_checkpoint else ""
-            raise TrainingError(f"step {self.step}: {' and '.join(bad)} hold non-finite weights; not writing "
+            raise TrainingError(f"step {self.step}: non-finite weights in {' and '.join(bad)}; not writing "
                                 f"checkpoints/{name}.pt{where}")
         path = ckpt.save_atomic(self.state_dict(), self.out_dir / "checkpoints" / f"{name}.pt")
         self.last_checkpoint = path
         self.hook.checkpoint_saved(run=self, path=path)
         return path
+
+
+def metric_problem(spec: ComponentSpec, metric: Any, data_size: int, data_name: str) -> str | None:
+    """Why ``metric`` cannot run on a data set of ``data_size`` images, or None: it asks for more
+    images than there are, or the data holds fewer than the metric's minimum."""
+    if metric.min_images > data_size:
+        return (f"{spec.key}: {spec.name} needs at least {metric.min_images} real images, the {data_name!r} data "
+                f"set holds {data_size} (use more data, or another metric)")
+    if metric.num_images > data_size:
+        return (f"{spec.key}: {spec.name} asks for {metric.num_images} images, the {data_name!r} data set holds "
+                f"{data_size} (set {spec.key}.num_images = {data_size} or less)")
+    return None
 
 
 def _compile(net: nn.Module, backend: str) -> nn.Module:
