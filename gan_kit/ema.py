@@ -16,16 +16,16 @@ def make_ema(G: nn.Module) -> nn.Module:
     return G_ema
 
 
-def ema_beta(decay: float, half_life_kimg: float | None, rampup: float | None,
+def ema_beta(decay: float | None, half_life_kimg: float | None, rampup: float | None,
              batch_size: int, cur_nimg: int) -> float:
     """The per-step decay beta.
 
-    With ``half_life_kimg`` set: ``beta = 0.5 ** (batch_size / half_life_nimg)``, where
-    ``half_life_nimg = min(half_life_kimg * 1000, cur_nimg * rampup)`` when ``rampup`` is set
-    (StyleGAN2-ADA, training_loop.py). Otherwise the fixed ``decay``.
+    A fixed ``decay`` when it is set (PGGAN's 0.999). Otherwise ``beta = 0.5 ** (batch_size /
+    half_life_nimg)``, where ``half_life_nimg = min(half_life_kimg * 1000, cur_nimg * rampup)``
+    when ``rampup`` is set (StyleGAN2-ADA, training_loop.py).
     """
-    if half_life_kimg is None:
-        return float(decay)
+    if decay is not None or half_life_kimg is None:
+        return float(decay if decay is not None else 0.999)
     nimg = half_life_kimg * 1000.0
     if rampup is not None:
         nimg = min(nimg, cur_nimg * rampup)

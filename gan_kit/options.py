@@ -22,23 +22,123 @@ from typing import Any, Literal, Union
 
 import attrs
 
-__all__ = ["option", "convert", "ConvertError", "describe_type", "option_fields", "toml_value", "toml_key", "field_default"]
+__all__ = ["option", "Range", "option_range", "range_problems", "convert", "ConvertError", "describe_type",
+           "option_fields", "toml_value", "toml_key", "field_default", "INT64_MIN", "INT64_MAX"]
 
 _MISSING = attrs.NOTHING
 
 
-def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator: Any = None):
+def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator: Any = None,
+           min: float | None = None, max: float | None = None, min_exclusive: bool = False,
+           max_exclusive: bool = False, allow_inf: bool = False, hint: str | None = None):
     """An attrs field with ``help`` text in its metadata (units, meaning of None).
 
     Use a ``factory`` for mutable defaults. ``validator(value) -> str | None`` may return a
     problem description; it is checked at recipe load with the other problems.
+
+    Numbers (int and float options, and every number inside a tuple, list or table option) are
+    range-checked at recipe load, element-wise: ``min`` / ``max`` bound them (inclusive unless
+    ``min_exclusive`` / ``max_exclusive``); floats must be finite unless ``allow_inf`` (NaN is
+    always refused); integers must fit int64 (what torch and numpy index and seed with). ``hint``
+    is the fix printed after a range problem, e.g. ``"Adam's beta2, e.g. 0.99"``. A declared range
+    is appended to ``help`` (``Allowed: > 0.``), so ``gankit list-plugins -v`` and docs/recipes.md
+    show it.
     """
-    meta = {"help": help}
+    rng = Range(min=min, max=max, min_exclusive=min_exclusive, max_exclusive=max_exclusive,
+                allow_inf=allow_inf, hint=hint)
+    text = rng.text()
+    if text or allow_inf:
+        shown = f"Allowed: {text}" if text else "Allowed: any number"
+        help = f"{help.rstrip()} {shown}{' (inf allowed)' if allow_inf else ''}."
+    meta = {"help": help, "range": rng}
     if validator is not None:
         meta["validator"] = validator
     if factory is not None:
         return attrs.field(factory=factory, metadata=meta)
     return attrs.field(default=default, metadata=meta)
+
+
+# --------------------------------------------------------------------------------- ranges --
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _num(v: float) -> str:
+    """A bound as written in messages: ``0``, ``0.5``, ``2**32`` for large powers of two."""
+    if isinstance(v, int) and v >= 2**16 and not v & (v - 1):
+        return f"2**{v.bit_length() - 1}"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return str(v)
+
+
+@attrs.frozen
+class Range:
+    """Allowed values of a numeric option (see ``option``); ``check`` returns a problem or None."""
+
+    min: float | None = None
+    max: float | None = None
+    min_exclusive: bool = False
+    max_exclusive: bool = False
+    allow_inf: bool = False
+    hint: str | None = None
+
+    def text(self) -> str:
+        """``"> 0"``, ``">= 1"``, ``"<= 8"``, ``"in [0, 1)"``, or ``""`` when unbounded."""
+        lo, hi = self.min, self.max
+        if lo is not None and hi is not None:
+            return (f"in {'(' if self.min_exclusive else '['}{_num(lo)}, "
+                    f"{_num(hi)}{')' if self.max_exclusive else ']'}")
+        if lo is not None:
+            return f"{'>' if self.min_exclusive else '>='} {_num(lo)}"
+        if hi is not None:
+            return f"{'<' if self.max_exclusive else '<='} {_num(hi)}"
+        return ""
+
+    def default_fix(self) -> str:
+        """The fix for a core-table option without a ``hint``."""
+        if self.min == 0 and self.max is None:
+            return "use a positive number" if self.min_exclusive else "use 0 or a positive number"
+        return f"use a value {self.text()}" if self.text() else "use a finite number"
+
+    def check(self, v: Any) -> str | None:
+        """``"must be ..., got v"`` if the number ``v`` is outside the range, else None."""
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        text = self.text()
+        if isinstance(v, float) and (math.isnan(v) or (math.isinf(v) and not self.allow_inf)):
+            return f"must be a finite number{' ' + text if text else ''}, got {v!r}"
+        if isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:
+            lo = self.min if self.min is not None else INT64_MIN
+            hi = self.max if self.max is not None else INT64_MAX
+            if lo >= INT64_MIN and hi <= INT64_MAX and text:
+                return f"must be {text}, got {v}"
+            return f"must be {text + ' and ' if text else ''}fit a 64-bit integer, got {v}"
+        lo_bad = self.min is not None and (v <= self.min if self.min_exclusive else v < self.min)
+        hi_bad = self.max is not None and (v >= self.max if self.max_exclusive else v > self.max)
+        if lo_bad or hi_bad:
+            return f"must be {text}, got {v!r}"
+        return None
+
+
+_NO_RANGE = Range()
+
+
+def option_range(f: attrs.Attribute) -> Range:
+    """The ``Range`` of an option field (finite floats, int64 integers when none was declared)."""
+    return f.metadata.get("range", _NO_RANGE)
+
+
+def range_problems(value: Any, rng: Range, path: str = "") -> list[tuple[str, str]]:
+    """Every number in ``value`` (nested tuples, lists and tables) outside ``rng``, as
+    ``(path, message)``: path ``""`` for the value itself, ``"[1]"`` for an array item, ``".8"``
+    for the entry of table key 8. Strings, booleans and None are not checked."""
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in range_problems(v, rng, f"{path}[{i}]")]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in range_problems(v, rng, f"{path}.{k}")]
+    msg = rng.check(value)
+    return [(path, msg)] if msg else []
 
 
 def option_fields(options_cls: type) -> tuple[attrs.Attribute, ...]:
@@ -134,10 +234,10 @@ def convert(value: Any, tp: Any) -> Any:
         raise ValueError(f"expected integer, got {_tname(value)} {toml_value(value)}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            f = float(value)
-            if math.isnan(f):
-                raise ValueError("expected a number, got nan")
-            return f
+            try:
+                return float(value)
+            except OverflowError:  # an integer beyond float range; NaN and inf are left to the range check
+                raise ValueError(f"expected float, got integer {value} (too large for a float)") from None
         raise ValueError(f"expected float, got {_tname(value)} {toml_value(value)}")
     if tp is str:
         if isinstance(value, str):
@@ -210,14 +310,6 @@ def toml_key(key: Any) -> str:
 
     text = str(key)
     return text if re.fullmatch(r"[A-Za-z0-9_-]+", text) else toml_value(text)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def field_default(f: attrs.Attribute) -> Any:

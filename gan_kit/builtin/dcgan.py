@@ -55,9 +55,10 @@ class DCGAN(Architecture):
 
     @attrs.frozen
     class Options:
-        latent_dim: int = option(100, help="Size of the latent z (DCGAN: 100).")
-        ngf: int = option(64, help="G feature maps of the last transposed convolution (doubled per layer going up).")
-        ndf: int = option(64, help="D feature maps of the first convolution (doubled per layer).")
+        latent_dim: int = option(100, help="Size of the latent z (DCGAN: 100).", min=1, max=2**16)
+        ngf: int = option(64, help="G feature maps of the last transposed convolution (doubled per layer going up).",
+                          min=1, max=2**12)
+        ndf: int = option(64, help="D feature maps of the first convolution (doubled per layer).", min=1, max=2**12)
 
     @classmethod
     def problems(cls, o, recipe):

@@ -22,21 +22,25 @@ class Progressive(GrowthScheduler):
 
     @attrs.frozen
     class Options:
-        start_resolution: int = option(4, help="First resolution trained, in pixels (a power of two >= 4).")
+        start_resolution: int = option(4, help="First resolution trained, in pixels (a power of two >= 4).",
+                                       min=4, max=2**16)
         fade_kimg: float | dict[int, float] = option(
-            600.0, help="Length of each fade-in in kimg; a table keyed by resolution sets each one.")
+            600.0, help="Length of each fade-in in kimg; a table keyed by resolution sets each one.", min=0)
         stable_kimg: float | dict[int, float] = option(
             600.0, help="Length of each stabilisation in kimg (the last resolution stabilises until the end); "
-                        "a table keyed by resolution sets each one.")
+                        "a table keyed by resolution sets each one.", min=0)
         batch_size: int | dict[int, int] = option(
-            16, help="Global batch size; a table keyed by resolution gives one per resolution (every one needed).")
+            16, help="Global batch size; a table keyed by resolution gives one per resolution (every one needed).",
+            min=1, max=2**16)
         lr_scale: dict[int, float] | None = option(
-            None, help="Multiplier of optim.lr per resolution (table keyed by resolution; missing = 1.0).")
+            None, help="Multiplier of optim.lr per resolution (table keyed by resolution; missing = 1.0).",
+            min=0, min_exclusive=True, max=1e6)
         lr_rule: Literal["none", "linear", "sqrt"] = option(
             "none", help='How lr follows the batch size: "none", "linear" (lr * b/b0) or "sqrt" (lr * sqrt(b/b0)); '
                          "b0 = base_batch_size.")
         base_batch_size: int | None = option(
-            None, help="Reference batch b0 of lr_rule; None = the batch size at start_resolution.")
+            None, help="Reference batch b0 of lr_rule; None = the batch size at start_resolution.",
+            min=1, max=2**16)
 
     @classmethod
     def problems(cls, o, recipe):
@@ -49,11 +53,10 @@ class Progressive(GrowthScheduler):
             yield "start_resolution", f"{s} is above the final resolution data.resolution = {final} (lower it)"
             return
         resolutions = _resolutions(s, final)
-        for key, table, minimum in (("fade_kimg", o.fade_kimg, 0), ("stable_kimg", o.stable_kimg, 0),
-                                    ("batch_size", o.batch_size, 1), ("lr_scale", o.lr_scale, None)):
-            if table is None:
-                continue
-            items = table.items() if isinstance(table, dict) else [(None, table)]
+        # Each number's range is declared on the option and checked at load; what is left here
+        # needs the schedule: every resolution it visits has an entry, and no entry is unvisited.
+        for key, table in (("fade_kimg", o.fade_kimg), ("stable_kimg", o.stable_kimg),
+                           ("batch_size", o.batch_size), ("lr_scale", o.lr_scale)):
             if isinstance(table, dict):
                 needed = resolutions[1:] if key == "fade_kimg" else resolutions
                 if key != "lr_scale":
@@ -65,14 +68,6 @@ class Progressive(GrowthScheduler):
                 if extra:
                     yield key, (f"resolution {', '.join(map(str, extra))} is not in the schedule "
                                 f"({', '.join(map(str, resolutions))})")
-            for res, v in items:
-                where = f"{key}.{res}" if res is not None else key
-                if minimum is not None and v < minimum:
-                    yield where, f"must be >= {minimum}, got {v}"
-                if key == "lr_scale" and v <= 0:
-                    yield where, f"must be > 0, got {v}"
-        if o.base_batch_size is not None and o.base_batch_size < 1:
-            yield "base_batch_size", f"must be >= 1, got {o.base_batch_size}"
 
     def __init__(self, options=None, context=None):
         super().__init__(options, context)
@@ -119,8 +114,7 @@ class Static(GrowthScheduler):
 
     @attrs.frozen
     class Options:
-        batch_size: int = option(64, help="Global batch size.",
-                                 validator=lambda v: None if v >= 1 else f"must be >= 1, got {v}")
+        batch_size: int = option(64, help="Global batch size.", min=1, max=2**16)
 
     def phase_at(self, cur_nimg: int) -> Phase:
         return Phase(index=0, resolution=self.context.resolution, alpha=1.0,

@@ -32,8 +32,8 @@ class Normal(Initializer):
 
     @attrs.frozen
     class Options:
-        std: float = option(0.02, help="Standard deviation of the weights.")
-        mean: float = option(0.0, help="Mean of the weights.")
+        std: float = option(0.02, help="Standard deviation of the weights.", min=0, max=100)
+        mean: float = option(0.0, help="Mean of the weights.", min=-100, max=100)
 
     @torch.no_grad()
     def apply(self, module):
@@ -47,7 +47,7 @@ class Xavier(Initializer):
 
     @attrs.frozen
     class Options:
-        gain: float = option(1.0, help="Gain multiplying the standard deviation.")
+        gain: float = option(1.0, help="Gain multiplying the standard deviation.", min=0, max=100)
         distribution: Literal["normal", "uniform"] = option("normal", help='"normal" or "uniform".')
 
     @torch.no_grad()
@@ -65,7 +65,8 @@ class Kaiming(Initializer):
     class Options:
         nonlinearity: Literal["relu", "leaky_relu", "linear", "tanh", "sigmoid"] = option(
             "leaky_relu", help="Nonlinearity after the layer, which sets the gain.")
-        negative_slope: float = option(0.2, help="Negative slope of leaky_relu (PGGAN/DCGAN use 0.2).")
+        negative_slope: float = option(0.2, help="Negative slope of leaky_relu (PGGAN/DCGAN use 0.2).",
+                                      min=0, max=1)
         mode: Literal["fan_in", "fan_out"] = option("fan_in", help="Preserve variance forward (fan_in) or backward.")
 
     @torch.no_grad()
@@ -81,7 +82,7 @@ class Orthogonal(Initializer):
 
     @attrs.frozen
     class Options:
-        gain: float = option(1.0, help="Scale of the orthogonal matrix.")
+        gain: float = option(1.0, help="Scale of the orthogonal matrix.", min=0, max=100)
 
     @torch.no_grad()
     def apply(self, module):
@@ -110,8 +111,9 @@ class EqualizedLR(Initializer):
 
     @attrs.frozen
     class Options:
-        gain: float = option(math.sqrt(2.0), help="He gain for layers without their own gain (gan_kit.set_init_gain) (sqrt 2 "
-                                                  "for leaky ReLU, as in PGGAN).")
+        gain: float = option(math.sqrt(2.0), help="He gain for layers without their own gain (gan_kit.set_init_gain; "
+                                                  "sqrt 2 for leaky ReLU, as in PGGAN).", min=0, min_exclusive=True,
+                                  max=100)
 
     @torch.no_grad()
     def apply(self, module):

@@ -54,10 +54,8 @@ class WGANGP(WGAN):
 
     @attrs.frozen
     class Options:
-        gp_weight: float = option(10.0, help="Weight lambda of the gradient penalty (PGGAN: 10).",
-                                  validator=lambda v: None if v >= 0 else f"must be >= 0, got {v}")
-        drift_weight: float = option(0.001, help="Weight epsilon_drift of the drift term (PGGAN: 0.001).",
-                                     validator=lambda v: None if v >= 0 else f"must be >= 0, got {v}")
+        gp_weight: float = option(10.0, help="Weight lambda of the gradient penalty (PGGAN: 10).", min=0)
+        drift_weight: float = option(0.001, help="Weight epsilon_drift of the drift term (PGGAN: 0.001).", min=0)
 
     @classmethod
     def problems(cls, options, recipe):
@@ -65,8 +63,10 @@ class WGANGP(WGAN):
         # report both under the same stat name.
         for i, spec in enumerate(getattr(recipe, "penalties", None) or ()):
             if spec.name in ("gradient-penalty", "drift"):
-                yield f"penalty[{i}].name", (f"{spec.name!r} is already part of loss 'wgan-gp' (set loss.gp_weight / "
-                                             f"loss.drift_weight), or use loss 'wgan' with explicit penalties")
+                yield f"penalty[{i}].name", (f"{spec.name!r} is already part of loss 'wgan-gp' (remove the [[penalty]] "
+                                             f"table and set loss.gp_weight / loss.drift_weight, or on the command "
+                                             f"line add --set 'penalty=[]'; or use loss 'wgan' with explicit "
+                                             f"penalties)")
 
     def implied_penalties(self):
         return [("gradient-penalty", self.options.gp_weight, {}), ("drift", self.options.drift_weight, {})]

@@ -148,13 +148,15 @@ class SWD(Metric):
 
     @attrs.frozen
     class Options:
-        num_images: int = option(1024, help="Images from G_ema and from the data (capped at the data's size); "
-                                            "the paper uses 16384.",
-                                 validator=lambda v: None if v >= 2 else "must be >= 2")
-        seed: int = option(0, help="Seed of the latents, real-image choice, patch positions and projections.")
-        patches_per_image: int = option(128, help="7x7 descriptors drawn per image and pyramid level.")
-        directions: int = option(128, help="Random projections per repeat (4 x 128 = the paper's 512).")
-        repeats: int = option(4, help="Independent sets of projections averaged.")
+        num_images: int = option(1024, min=2, max=2**20, help="Images from G_ema and from the data (capped at the data's size); "
+                                            "the paper uses 16384.",)
+        seed: int = option(0, help="Seed of the latents, real-image choice, patch positions and projections.",
+                           min=0, max=2**32 - 1, max_exclusive=True)
+        patches_per_image: int = option(128, help="7x7 descriptors drawn per image and pyramid level.",
+                                        min=1, max=2**16)
+        directions: int = option(128, help="Random projections per repeat (4 x 128 = the paper's 512).",
+                                 min=1, max=2**16)
+        repeats: int = option(4, help="Independent sets of projections averaged.", min=1, max=1024)
 
     @property
     def num_images(self) -> int:
@@ -213,13 +215,13 @@ class _InceptionMetric(Metric):
 
     @attrs.frozen
     class Options:
-        num_images: int = option(10000, help="Images from G_ema and from the data (capped at the data's size); "
-                                             "FID is biased upwards for small counts.",
-                                 validator=lambda v: None if v >= 2 else "must be >= 2")
-        seed: int = option(0, help="Seed of the latents and the real-image choice.")
+        num_images: int = option(10000, min=2, max=2**20, help="Images from G_ema and from the data (capped at the data's size); "
+                                             "FID is biased upwards for small counts.",)
+        seed: int = option(0, help="Seed of the latents and the real-image choice.",
+                           min=0, max=2**32 - 1, max_exclusive=True)
         weights: str | None = option(None, help="Local InceptionV3 weights file (torch-fidelity's); None = the "
                                                 "torch hub cache. Nothing is ever downloaded.")
-        batch_size: int = option(64, help="Images per Inception forward pass.")
+        batch_size: int = option(64, help="Images per Inception forward pass.", min=1, max=2**16)
 
     @property
     def num_images(self) -> int:
@@ -300,8 +302,9 @@ class KID(_InceptionMetric):
 
     @attrs.frozen
     class Options(_InceptionMetric.Options):
-        subsets: int = option(100, help="Random subsets the unbiased MMD^2 is averaged over.")
-        subset_size: int = option(1000, help="Images per subset (capped at the number of images).")
+        subsets: int = option(100, help="Random subsets the unbiased MMD^2 is averaged over.", min=1, max=2**16)
+        subset_size: int = option(1000, help="Images per subset (capped at the number of images); the unbiased "
+                                             "MMD^2 needs 2.", min=2, max=2**20)
 
     def from_features(self, f_fake, f_real):
         from torch_fidelity.metric_kid import kid_features_to_metric

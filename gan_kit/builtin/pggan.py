@@ -162,23 +162,21 @@ class PGGAN(Architecture):
 
     @attrs.frozen
     class Options:
-        latent_dim: int = option(512, help="Size of the latent z.")
-        fmap_base: int = option(8192, help="Feature maps at resolution r: clamp(fmap_base / r, fmap_min, fmap_max).")
-        fmap_max: int = option(512, help="Largest number of feature maps.")
-        fmap_min: int = option(1, help="Smallest number of feature maps.")
-        mbstd_group_size: int = option(4, help="Minibatch-stddev group size (0 disables the layer).")
+        latent_dim: int = option(512, help="Size of the latent z.", min=1, max=2**16)
+        fmap_base: int = option(8192, help="Feature maps at resolution r: clamp(fmap_base / r, fmap_min, fmap_max).",
+                                min=1, max=2**24)
+        fmap_max: int = option(512, help="Largest number of feature maps.", min=1, max=2**14)
+        fmap_min: int = option(1, help="Smallest number of feature maps.", min=1, max=2**14)
+        mbstd_group_size: int = option(4, help="Minibatch-stddev group size (0 disables the layer).",
+                                       min=0, max=2**16)
         pixelnorm: bool = option(True, help="Pixelwise feature normalisation in G.")
 
     @classmethod
     def problems(cls, o, recipe):
-        if o.latent_dim < 1:
-            yield "latent_dim", f"must be >= 1, got {o.latent_dim}"
-        if o.fmap_min < 1 or o.fmap_max < o.fmap_min:
+        if o.fmap_max < o.fmap_min:
             yield "fmap_max", f"need 1 <= fmap_min <= fmap_max, got fmap_min={o.fmap_min}, fmap_max={o.fmap_max}"
         g = o.mbstd_group_size
-        if g < 0:
-            yield "mbstd_group_size", f"must be >= 0, got {g}"
-        elif g > 0:
+        if g > 0:
             for res, batch in _batch_sizes(recipe):
                 if batch >= g and batch % g:
                     where = f" at resolution {res}" if res else ""

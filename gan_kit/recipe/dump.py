@@ -1,0 +1,68 @@
+"""Writing a resolved recipe: plain TOML-able data and TOML text, every default filled in
+(what ``gankit recipe show`` prints and a run directory's ``recipe.toml`` holds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from gan_kit.options import toml_key, toml_value
+from gan_kit.recipe.schema import CORE_TABLES, ComponentSpec, Recipe
+
+__all__ = ["recipe_to_dict", "recipe_to_toml"]
+
+
+def _toml_able(value: Any) -> Any:
+    """Tuples as lists, table keys as strings, and None entries of tables left out (TOML has no
+    null; a left-out option loads as its default)."""
+    if isinstance(value, dict):
+        return {str(k): _toml_able(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_toml_able(v) for v in value]
+    return value
+
+
+def _spec_table(spec: ComponentSpec) -> dict:
+    table = {"name": spec.name}
+    if spec.slot is not None:
+        table.update(attrs.asdict(spec.slot, recurse=False))
+    table.update(attrs.asdict(spec.options, recurse=False))
+    return _toml_able(table)
+
+
+def recipe_to_dict(recipe: Recipe) -> dict:
+    """The resolved recipe as plain TOML-able data, every default filled in."""
+    out: dict[str, Any] = {}
+    if recipe.plugins:
+        out["plugins"] = list(recipe.plugins)
+    if recipe.disable_plugins:
+        out["disable_plugins"] = list(recipe.disable_plugins)
+    for key in CORE_TABLES:
+        out[key] = _toml_able(attrs.asdict(getattr(recipe, key), recurse=False))
+    out["data"] = _spec_table(recipe.data)
+    for key in ("architecture", "init", "loss"):
+        out[key] = _spec_table(getattr(recipe, key))
+    if recipe.penalties:
+        out["penalty"] = [_spec_table(s) for s in recipe.penalties]
+    for key in ("update", "growth"):
+        out[key] = _spec_table(getattr(recipe, key))
+    if recipe.metrics:
+        out["metric"] = [_spec_table(s) for s in recipe.metrics]
+    out["augment"] = _spec_table(recipe.augment)
+    return out
+
+
+def recipe_to_toml(recipe: Recipe, header: str = "") -> str:
+    """The resolved recipe as TOML text (loadable again with the same result)."""
+    parts = []
+    for key, value in recipe_to_dict(recipe).items():  # tables in recipe order, [[arrays]] in place
+        if isinstance(value, dict):
+            parts.append(f"[{key}]\n" + "".join(f"{toml_key(k)} = {toml_value(v)}\n" for k, v in value.items()))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for item in value:
+                parts.append(f"[[{key}]]\n" + "".join(f"{toml_key(k)} = {toml_value(v)}\n" for k, v in item.items()))
+        else:
+            parts.append(f"{toml_key(key)} = {toml_value(value)}\n")
+    text = "\n".join(p.rstrip("\n") + "\n" for p in parts)
+    return (header + "\n" if header else "") + text

@@ -1,0 +1,197 @@
+"""The recipe schema: the core tables ``[run]``, ``[optim]``, ``[ema]``, the slot keys every
+component table of a kind shares, which table holds which component kind, and the validated
+``Recipe`` itself.
+
+Numeric ranges are declared on the fields (``option(min=..., max=...)``) and checked by
+``gan_kit.recipe.validate`` when a recipe is loaded.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from gan_kit.options import option
+
+__all__ = ["RunOptions", "OptimOptions", "EmaOptions", "DataSlot", "PenaltySlot", "MetricSlot",
+           "COMPONENT_TABLES", "CORE_TABLES", "TOP_LEVEL", "ComponentSpec", "Recipe", "SEED_MAX"]
+
+#: Seeds are < 2**32: numpy's legacy seeding takes 0 <= seed < 2**32, and the data order seeds a
+#: torch generator with seed * 1_000_003 + epoch, which must stay below 2**64.
+SEED_MAX = 2**32
+
+
+def _device(v):
+    if re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v):
+        return None
+    return f'unknown device {v!r} (use "auto", "cpu", "cuda" or "cuda:N")'
+
+
+def _power_of_two(v):
+    if v >= 4 and not v & (v - 1):
+        return None
+    lower = max(4, 1 << max(2, v.bit_length() - 1))
+    return f"must be a power of two >= 4, got {v} (try {lower} or {lower * 2})"
+
+
+@attrs.frozen
+class RunOptions:
+    """The ``[run]`` table: length, place and precision of training."""
+
+    seed: int = option(0, help="Seed of every random number generator (torch, numpy, python).",
+                       min=0, max=SEED_MAX, max_exclusive=True, hint="numpy seeds take 0 <= seed < 2**32, e.g. 0")
+    device: str = option("auto", help='"auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N".',
+                         validator=_device)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = option(
+        "auto", help='"auto" = bf16 autocast on CUDA and fp32 on the CPU; "fp16" adds a GradScaler.')
+    out_dir: str = option("runs/gankit", help="Run directory (relative to the working directory).")
+    total_kimg: float = option(100.0, help="Length of training in thousands of real images shown.",
+                               min=0, min_exclusive=True)
+    tick_kimg: float = option(1.0, help="Reporting interval in kimg: metrics.jsonl line, progress, samples.",
+                              min=0, min_exclusive=True)
+    snapshot_ticks: int = option(10, help="Write the latest checkpoint every this many ticks (0 = only at "
+                                          "phase ends and the end).", min=0)
+    keep_snapshots: int = option(0, help="Besides latest.pt, keep the last this many snapshots as "
+                                         "snapshot-<kimg>.pt (0 = none).", min=0)
+    keep_every_ticks: int = option(0, help="Besides latest.pt, keep the snapshot of every tick that is a multiple "
+                                           "of this forever (0 = none).", min=0)
+    sample_ticks: int = option(1, help="Write a sample grid every this many ticks (0 = only at phase ends and "
+                                       "the end).", min=0)
+    sample_G: bool = option(False, help="Also write grids from the raw G (samples/G-tick-NNNN.png) next to "
+                                        "G_ema's.")
+    sample_grid: int = option(64, help="Images in each sample grid from G_ema (a fixed latent batch).",
+                              min=1, max=4096, hint="e.g. sample_grid = 64 (an 8x8 grid)")
+    on_nonfinite: Literal["stop", "skip"] = option(
+        "stop", help='A NaN/inf loss: "stop" with a message (last checkpoint untouched) or "skip" the step.')
+    max_skipped: int = option(100, help='With on_nonfinite = "skip": stop after this many skipped steps.', min=0)
+    num_workers: int = option(0, help="Data-loader worker processes (0 = load in the main process).",
+                              min=0, max=1024, hint="e.g. num_workers = 4; 0 loads in the main process")
+    compile: bool = option(False, help="torch.compile G and D (recompiles at most once per phase).")
+    tf32: bool = option(True, help="Allow TF32 matmul/convolution on CUDA (Ampere and newer).")
+    cudnn_benchmark: bool = option(True, help="Let cuDNN pick the fastest convolution algorithms (CUDA).")
+    compile_backend: str = option("inductor", help='torch.compile backend ("inductor"; "aot_eager" traces '
+                                                   "without generating code, for checks).")
+    channels_last: bool = option(False, help="Use the channels_last memory format for images and weights.")
+    grad_sync: Literal["ddp", "all-reduce"] = option(
+        "ddp", help='Several processes: "ddp" = separate DistributedDataParallel wrappers for G and D '
+                    '(bucketed all-reduce overlapping the backward); "all-reduce" = one flattened '
+                    "all-reduce before each optimizer step, also for strategies that set .grad themselves.")
+    progress: bool = option(True, help="Show the rich progress bar.")
+
+
+@attrs.frozen
+class OptimOptions:
+    """The ``[optim]`` table: one optimizer each for G and D (Adam: Kingma & Ba 2015, algorithm 1)."""
+
+    name: Literal["adam", "sgd"] = option("adam", help='"adam" (PGGAN: betas (0, 0.99)) or plain "sgd".')
+    lr: float = option(0.001, help="Base learning rate of G and D (scaled per phase by the growth schedule).",
+                       min=0, min_exclusive=True)
+    betas: tuple[float, float] = option((0.0, 0.99), help="Adam's (beta1, beta2), each a decay rate.",
+                                        min=0, max=1, max_exclusive=True,
+                                        hint="Adam's decay rates; PGGAN uses [0.0, 0.99]")
+    eps: float = option(1e-8, help="Adam's epsilon.", min=0, min_exclusive=True)
+    g_lr: float | None = option(None, help="G's learning rate (TTUR); None = lr.", min=0, min_exclusive=True)
+    d_lr: float | None = option(None, help="D's learning rate (TTUR); None = lr.", min=0, min_exclusive=True)
+
+
+@attrs.frozen
+class EmaOptions:
+    """The ``[ema]`` table: the exponential moving average G_ema of G's weights."""
+
+    decay: float | None = option(
+        None, help="A fixed per-step decay beta: G_ema = beta * G_ema + (1 - beta) * G (PGGAN: 0.999). None = "
+                   "the half-life rule below, which suits runs of any length.",
+        min=0, max=1, hint='0.999 is PGGAN\'s; 0 copies G every step; "none" = the half-life rule')
+    half_life_kimg: float = option(
+        10.0, help="Without decay: beta = 0.5 ** (batch / (half_life_kimg * 1000)) per step (StyleGAN2-ADA).",
+        min=0, min_exclusive=True, hint="e.g. half_life_kimg = 10")
+    rampup: float | None = option(
+        0.05, help="Without decay: half-life = min(half_life, cur_nimg * rampup) early on, so G_ema does not hold "
+                   "the random initial weights of a short run (StyleGAN2-ADA's 0.05); None = no ramp-up.",
+        min=0, hint='e.g. rampup = 0.05; "none" = no ramp-up')
+
+
+@attrs.frozen
+class DataSlot:
+    resolution: int = option(32, help="Final image side in pixels (a power of two, >= 4).",
+                             validator=_power_of_two)
+
+
+@attrs.frozen
+class PenaltySlot:
+    weight: float = option(1.0, help="Multiplier of this penalty in the D objective.", min=0)
+
+
+@attrs.frozen
+class MetricSlot:
+    every_kimg: float | None = option(None, help="Evaluate every this many kimg (None = at the end only).",
+                                      min=0, min_exclusive=True)
+
+
+#: Component tables: recipe key -> (component kind, is an array of tables, default name, slot).
+COMPONENT_TABLES: dict[str, tuple[str, bool, str | None, type | None]] = {
+    "data": ("dataset", False, "digits", DataSlot),
+    "architecture": ("architecture", False, "pggan", None),
+    "init": ("init", False, "equalized-lr", None),
+    "loss": ("loss", False, "hinge", None),
+    "penalty": ("penalty", True, None, PenaltySlot),
+    "update": ("update", False, "d-then-g", None),
+    "growth": ("growth", False, "progressive", None),
+    "metric": ("metric", True, None, MetricSlot),
+    "augment": ("augment", False, "none", None),
+}
+CORE_TABLES = {"run": RunOptions, "optim": OptimOptions, "ema": EmaOptions}
+TOP_LEVEL = ["extends", "plugins", "disable_plugins", *CORE_TABLES, *COMPONENT_TABLES]
+
+
+@attrs.frozen
+class ComponentSpec:
+    """A component chosen in a recipe: its kind, name, parsed options and slot keys
+    (``weight`` of a penalty, ``every_kimg`` of a metric, ``resolution`` of the data)."""
+
+    kind: str
+    name: str
+    options: Any
+    key: str
+    slot: Any = None
+
+
+@attrs.frozen
+class Recipe:
+    """A fully validated recipe. ``raw`` is the merged TOML table after ``extends`` and ``--set``.
+
+    ``cli_keys`` holds the dotted keys given with ``--set`` (array items by number, e.g.
+    ``"penalty.0.weight"``); ``from_cli(key)`` tells whether a key's value was typed on the
+    command line, so relative paths in it resolve against the working directory, not the
+    recipe's folder.
+    """
+
+    path: Path
+    plugins: tuple[str, ...]
+    run: RunOptions
+    optim: OptimOptions
+    ema: EmaOptions
+    data: ComponentSpec
+    architecture: ComponentSpec
+    init: ComponentSpec
+    loss: ComponentSpec
+    penalties: tuple[ComponentSpec, ...]
+    update: ComponentSpec
+    growth: ComponentSpec
+    metrics: tuple[ComponentSpec, ...]
+    augment: ComponentSpec
+    raw: dict = attrs.field(eq=False, repr=False)
+    disable_plugins: tuple[str, ...] = ()
+    cli_keys: frozenset[str] = attrs.field(default=frozenset(), eq=False, repr=False)
+
+    @property
+    def resolution(self) -> int:
+        return self.data.slot.resolution
+
+    def from_cli(self, key: str) -> bool:
+        """True if ``key`` (dotted, e.g. ``"data.path"``) or a table above it was set with ``--set``."""
+        parts = key.replace("[", ".").replace("]", "").split(".")
+        return any(".".join(parts[:n]) in self.cli_keys for n in range(1, len(parts) + 1))

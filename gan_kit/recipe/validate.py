@@ -1,0 +1,245 @@
+"""Validating a merged recipe table and building the ``Recipe``: option types and ranges, component
+names, and the cross-option checks each component declares (its ``problems(options, recipe)``).
+
+Every problem is added to a ``Problems`` collector, so a recipe's problems are reported at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from gan_kit.options import (convert, describe_type, field_default, option_fields, option_range, range_problems,
+                             toml_value)
+from gan_kit.recipe.problems import Problems, describe as _describe
+from gan_kit.recipe.schema import COMPONENT_TABLES, CORE_TABLES, TOP_LEVEL, ComponentSpec, Recipe
+from gan_kit.registry import Registry, suggest
+
+__all__ = ["parse_options", "build_recipe"]
+
+
+def _type_fix(key: str, f: attrs.Attribute) -> str:
+    default = field_default(f)
+    if default is attrs.NOTHING or default is None:
+        return f"write {describe_type(f.type)}"
+    return f"e.g. {key.rsplit('.', 1)[-1]} = {toml_value(default)}"
+
+
+def _unknown_option_fix(k: str, known: list[str], extra_known: tuple[str, ...], owner: str) -> str:
+    hint = suggest(k, [*known, *extra_known])
+    if hint:
+        return hint.strip()
+    if known:
+        return f"({owner} takes: {', '.join([*extra_known, *known])})"
+    return f"({owner} takes no options" + (f" besides {', '.join(extra_known)})" if extra_known else ")")
+
+
+def _value_problems(f: attrs.Attribute, value: Any, dotted: str, range_fix: str | None) -> list[tuple[str, str]]:
+    """Range problems of a converted value (every number in it), else the field validator's."""
+    rng = option_range(f)
+    found = range_problems(value, rng)
+    if found:
+        fix = rng.hint or range_fix or rng.default_fix()
+        return [(dotted + path, f"{msg} ({fix})") for path, msg in found]
+    check = f.metadata.get("validator")
+    msg = check(value) if check and value is not None else None
+    if not msg:
+        return []
+    help_text = f.metadata.get("help", "").rstrip(".")
+    name = dotted.rsplit(".", 1)[-1]
+    return [(dotted, msg if "(" in msg or not help_text else f"{msg} ({name}: {help_text})")]
+
+
+def parse_options(cls: type, table: dict, label: Any, key: str, problems: Any,
+                  extra_known: tuple[str, ...] = (), owner: str = "", range_fix: str | None = None) -> Any:
+    """Build ``cls`` (a frozen attrs Options class) from ``table``; add every problem found.
+
+    ``problems`` is a ``Problems`` (or a list, for callers outside the loader; ``label`` then
+    names the file). ``owner`` (e.g. ``loss 'hinge'``) is named in unknown-option messages.
+    Each value is converted to the declared type, then every number in it is range-checked
+    (``gan_kit.options.option``'s ``min``/``max``, finite floats, int64 integers) and the field's
+    validator runs. ``range_fix`` is the fix shown after a range problem of a field without its
+    own ``hint``.
+    """
+    if isinstance(problems, list):
+        sink = Problems(str(label))
+        out = parse_options(cls, table, label, key, sink, extra_known, owner, range_fix)
+        problems.extend(sink.lines)
+        return out
+    fields = {f.name: f for f in option_fields(cls)}
+    kwargs = {}
+    ok = True
+    for k, v in table.items():
+        if k in extra_known:
+            continue
+        dotted = f"{key}.{k}"
+        if k not in fields:
+            problems.add(dotted, f"unknown option {_unknown_option_fix(k, sorted(fields), extra_known, owner or key)}")
+            ok = False
+            continue
+        f = fields[k]
+        try:
+            value = convert(v, f.type)
+        except ValueError as e:
+            path = getattr(e, "path", ())
+            where = dotted + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+            fix = _type_fix(dotted, f) if not path else f"{k} is {describe_type(f.type)}"
+            problems.add(where, f"{e} ({fix})")
+            ok = False
+            continue
+        found = _value_problems(f, value, dotted, range_fix)
+        for where, msg in found:
+            problems.add(where, msg)
+        if found:
+            ok = False
+            continue
+        kwargs[k] = value
+    for name, f in fields.items():
+        if f.default is attrs.NOTHING and name not in kwargs and name not in table:
+            example = '"..."' if f.type is str else f"<{describe_type(f.type)}>"
+            help_text = f.metadata.get("help", "see gankit list-plugins -v").rstrip(".")
+            problems.add(f"{key}.{name}", f"missing: {owner or key} needs it (add {name} = {example}; {help_text})")
+            ok = False
+    if not ok:
+        return None
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        problems.add(key, f"{e} (see gankit list-plugins -v)")
+        return None
+
+
+def _parse_component(registry: Registry, table_key: str, table: Any, key: str, problems: Problems,
+                     broken: list = ()) -> ComponentSpec | None:
+    kind, is_array, default, slot_cls = COMPONENT_TABLES[table_key]
+    if not isinstance(table, dict):
+        problems.add(key, f"expected a table, got {_describe(table)} "
+                          f"(write [{key}] with name = \"...\" and its options)")
+        return None
+    names = registry.names(kind)
+    name = table.get("name", default)
+    if name is None:
+        problems.add(f"{key}.name", f"missing (choose one of: {', '.join(names)})")
+        return None
+    if not isinstance(name, str):
+        problems.add(f"{key}.name", f"expected string, got {_describe(name)} (choose one of: {', '.join(names)})")
+        return None
+    if (kind, name) not in registry:
+        note = "".join(f" (plugin {b.name} ({b.source}) failed to load and may provide it: {b.error})"
+                       for b in broken)
+        problems.add(f"{key}.name", f"unknown {kind} {name!r}{suggest(name, names)}; "
+                                    f"available: {', '.join(names)}{note}")
+        return None
+    comp = registry.get(kind, name)
+    slot_names = tuple(f.name for f in option_fields(slot_cls)) if slot_cls else ()
+    rest = {k: v for k, v in table.items() if k != "name"}
+    slot = None
+    if slot_cls is not None:
+        slot = parse_options(slot_cls, {k: v for k, v in rest.items() if k in slot_names}, None, key, problems)
+    opts = parse_options(comp.Options, rest, None, key, problems, extra_known=("name", *slot_names),
+                         owner=f"{kind} {name!r}", range_fix=f"see gankit list-plugins --kind {kind} -v")
+    if opts is None or (slot_cls is not None and slot is None):
+        return None
+    return ComponentSpec(kind=kind, name=name, options=opts, key=key, slot=slot)
+
+
+def _check_disable(raw: dict, problems: Problems) -> tuple[str, ...]:
+    value = raw.get("disable_plugins", [])
+    if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
+        problems.add("disable_plugins", f"expected an array of plugin names, got {_describe(value)} "
+                                        f'(names as `gankit plugins` lists them, e.g. disable_plugins = ["tensorboard"])')
+        return ()
+    return tuple(value)
+
+
+def _check_top_level(raw: dict, problems: Problems) -> tuple[str, ...]:
+    """Unknown top-level keys and the ``plugins`` array; returns the plugin specs."""
+    for k, v in raw.items():
+        if k not in TOP_LEVEL:
+            what = "table" if isinstance(v, dict) or (isinstance(v, list) and v and isinstance(v[0], dict)) else "key"
+            hint = suggest(k, TOP_LEVEL)
+            problems.add(k, f"unknown top-level {what} " + (hint.strip() if hint else
+                            f"(tables: {', '.join(t for t in TOP_LEVEL if t not in ('extends', 'plugins', 'disable_plugins'))}; "
+                            f"keys: extends, plugins, disable_plugins)"))
+    plugins = raw.get("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        problems.add("plugins", f"expected an array of module names or .py paths, got {_describe(plugins)} "
+                                f'(e.g. plugins = ["my_package.gankit_plugin", "local_plugin.py"])')
+        return ()
+    return tuple(plugins)
+
+
+def _parse_core(raw: dict, problems: Problems) -> dict[str, Any]:
+    """``[run]``, ``[optim]``, ``[ema]`` parsed; None for a table with problems."""
+    core = {}
+    for key, cls in CORE_TABLES.items():
+        table = raw.get(key, {})
+        if not isinstance(table, dict):
+            problems.add(key, f"expected a table, got {_describe(table)} (write [{key}] and its keys below it)")
+            core[key] = None
+            continue
+        core[key] = parse_options(cls, table, None, key, problems)
+    return core
+
+
+def _parse_components(raw: dict, registry: Registry, problems: Problems, broken: list) -> dict[str, Any]:
+    """Every component table parsed (a tuple of specs for array tables); None where a problem was found."""
+    comps: dict[str, Any] = {}
+    for key, (kind, is_array, default, _) in COMPONENT_TABLES.items():
+        if is_array:
+            items = raw.get(key, [])
+            if not isinstance(items, list):
+                problems.add(key, f"expected an array of tables, got {_describe(items)} "
+                                  f"(write [[{key}]], with two brackets, once per {kind})")
+                comps[key] = None
+                continue
+            specs = [_parse_component(registry, key, t, f"{key}[{i}]", problems, broken) for i, t in enumerate(items)]
+            comps[key] = tuple(specs) if all(s is not None for s in specs) else None
+        else:
+            table = raw.get(key, {})
+            if isinstance(table, list):
+                problems.add(key, f"expected one table, got an array of {len(table)} "
+                                  f"(write [{key}] with one bracket: a recipe has one {kind})")
+                comps[key] = None
+                continue
+            comps[key] = _parse_component(registry, key, table, key, problems, broken)
+    return comps
+
+
+def _cross_checks(recipe: Recipe, registry: Registry, problems: Problems) -> None:
+    """Cross-option checks owned by each component (e.g. growth vs data.resolution)."""
+    for spec in (recipe.data, recipe.architecture, recipe.init, recipe.loss, *recipe.penalties,
+                 recipe.update, recipe.growth, *recipe.metrics, recipe.augment):
+        comp = registry.get(spec.kind, spec.name)
+        check = getattr(comp.factory, "problems", None)
+        if check is None:
+            continue
+        for key, msg in check(spec.options, recipe) or ():
+            absolute = key.split(".")[0].split("[")[0] in TOP_LEVEL
+            full = key if absolute else (f"{spec.key}.{key}" if key else spec.key)
+            if "(" not in msg:
+                msg += f" (see gankit list-plugins --kind {spec.kind} -v)"
+            problems.add(full, msg)
+
+
+def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, broken: list = (),
+                 cli_keys: frozenset[str] = frozenset()) -> Recipe | None:
+    """The validated ``Recipe`` of the merged table ``raw``, or None when ``problems`` holds any."""
+    plugins = _check_top_level(raw, problems)
+    core = _parse_core(raw, problems)
+    comps = _parse_components(raw, registry, problems, broken)
+    if any(v is None for v in comps.values()):
+        return None  # cross-option checks need every component
+    # Cross-option checks run even when a core table had problems (its defaults stand in), so
+    # every problem of the file is reported at once.
+    stand_in = {k: v if v is not None else CORE_TABLES[k]() for k, v in core.items()}
+    recipe = Recipe(
+        path=path, plugins=plugins, run=stand_in["run"], optim=stand_in["optim"], ema=stand_in["ema"],
+        data=comps["data"], architecture=comps["architecture"], init=comps["init"], loss=comps["loss"],
+        penalties=comps["penalty"], update=comps["update"], growth=comps["growth"], metrics=comps["metric"],
+        augment=comps["augment"], raw=raw, cli_keys=cli_keys, disable_plugins=_check_disable(raw, problems),
+    )
+    _cross_checks(recipe, registry, problems)
+    return None if problems or any(v is None for v in core.values()) else recipe
