@@ -130,9 +130,10 @@ def test_a_metric_that_needs_more_images_than_the_data_holds_is_refused_before_t
     assert "metric[0]: swd asks for 100000 images, the 'digits' data set holds 178" in msg and "\n" not in msg
 
 
-DCGAN = ["architecture.name=dcgan", "architecture.latent_dim=8", "architecture.ngf=8", "architecture.ndf=8",
+# Without the refresh this run's G_ema gap is ~0.14 per pixel (G's own eval/train gap ~0.015).
+DCGAN = ["architecture={name='dcgan', latent_dim=16, ngf=16, ndf=16}", "data.resolution=16",
          "growth={name='static', batch_size=16}", "init.name=normal", "penalty=[]", "ema.decay=0.999",
-         "run.total_kimg=1.6", "run.tick_kimg=0.8", "loss.name=bce"]
+         "run.total_kimg=3", "run.tick_kimg=3", "loss.name=bce"]
 
 
 def test_g_ema_of_a_batchnorm_generator_samples_with_statistics_of_its_own(tmp_path):
@@ -144,7 +145,7 @@ def test_g_ema_of_a_batchnorm_generator_samples_with_statistics_of_its_own(tmp_p
         ema_batch = copy.deepcopy(run.G_ema).train()(z)
         g_gap = (copy.deepcopy(run.G).eval()(z) - copy.deepcopy(run.G).train()(z)).abs().mean().item()
     gap = (ema_eval - ema_batch).abs().mean().item()
-    # Copying G's statistics gave a gap of ~0.2 per pixel here; G_ema's own statistics stay within
+    # Copying G's statistics gave a gap of ~0.14 per pixel here; G_ema's own statistics stay within
     # G's own eval/train gap (plus the noise of 64-image batch statistics).
     assert gap < max(2 * g_gap, 0.03), (gap, g_gap)
     # and the statistics survive in the checkpoint that sampling uses
