@@ -55,7 +55,9 @@ def test_modulated_conv_fast_and_naive_paths_equal_the_defining_formula(demodula
     want = defining_formula(x, weight, styles, demodulate)
     fast = sg2.modulated_conv2d(x, weight, styles, demodulate=demodulate, padding=1)
     naive = sg2.modulated_conv2d_naive(x, weight, styles, demodulate=demodulate, padding=1)
+    scaled = sg2.modulated_conv2d_scaled(x, weight, styles, demodulate=demodulate, padding=1)
     torch.testing.assert_close(fast, want, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(scaled, want, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(naive, want, rtol=1e-10, atol=1e-10)
 
 
@@ -73,16 +75,19 @@ def test_demodulated_output_has_unit_variance_for_unit_variance_input():
     assert plain.mean().item() > 10  # without demodulation the scale of w and s passes through
 
 
-def test_modulated_conv_layer_fused_equals_reference_path():
+def test_modulated_conv_layer_paths_agree():
     layer = sg2.ModulatedConv(4, 6, 5, 8, up=True)
+    assert layer.modconv == "grouped"  # the default forward path
     with torch.no_grad():
         layer.noise_strength.fill_(0.3)
     x, w = torch.randn(3, 4, 4, 4), torch.randn(3, 5)
-    fast = layer(x, w, "const")
-    layer.fused = False
-    slow = layer(x, w, "const")
-    assert fast.shape == (3, 6, 8, 8)
-    torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    out = {}
+    for mode in ("grouped", "scaled", "naive"):
+        layer.modconv = mode
+        out[mode] = layer(x, w, "const")
+    assert out["grouped"].shape == (3, 6, 8, 8)
+    torch.testing.assert_close(out["grouped"], out["naive"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out["scaled"], out["naive"], rtol=1e-5, atol=1e-5)
 
 
 # --------------------------------------------------------------------------------- path length --

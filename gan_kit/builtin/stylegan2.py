@@ -43,6 +43,7 @@ __all__ = [
     "EqualizedConv2d",
     "modulated_conv2d",
     "modulated_conv2d_naive",
+    "modulated_conv2d_scaled",
 ]
 
 _ACT_GAIN = math.sqrt(2.0)
@@ -151,6 +152,25 @@ def modulated_conv2d_naive(x: torch.Tensor, weight: torch.Tensor, styles: torch.
     return torch.cat(outs)
 
 
+def modulated_conv2d_scaled(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor, *, demodulate: bool = True,
+                            padding: int = 0, eps: float = 1e-8) -> torch.Tensor:
+    """:func:`modulated_conv2d` computed by scaling activations instead of weights (the official
+    code's non-fused path): ``conv(x * s, w) * d`` with ``d_{n,o} = (sum_i s_{n,i}^2 *
+    sum_k w_{o,i,k}^2 + eps)^-1/2``, exactly eq. 3 since the style is constant over i's kernel.
+    One shared-weight convolution for the whole batch: faster than groups=N on CPUs."""
+    out = F.conv2d(x * styles.to(x.dtype).reshape(*styles.shape, 1, 1), weight.to(x.dtype), padding=padding)
+    if demodulate:
+        dtype = torch.promote_types(styles.dtype, torch.float32)
+        # Elementwise product and sum, not a matmul, so autocast keeps it in float32.
+        d = torch.rsqrt((styles.to(dtype).square().unsqueeze(1) * weight.to(dtype).square().sum(dim=(2, 3))).sum(2)
+                        + eps)  # [N, Cout]
+        out = out * d.to(out.dtype).reshape(*d.shape, 1, 1)
+    return out
+
+
+_MODCONV = {"grouped": modulated_conv2d, "scaled": modulated_conv2d_scaled, "naive": modulated_conv2d_naive}
+
+
 class ModulatedConv(nn.Module):
     """One synthesis layer: style = affine(w); [bilinear 2x upsample]; modulated conv; noise;
     bias; activation. ``x[N, Cin, r', r'], w[N, w_dim] -> [N, Cout, r, r]``.
@@ -159,11 +179,14 @@ class ModulatedConv(nn.Module):
     StyleGAN2; StyleGAN sec. 2) is per-pixel N(0, 1), one map per sample shared by all channels,
     times a learned per-layer strength that starts at 0. ``noise_mode``: "random" draws fresh
     noise, "const" uses a buffer drawn at construction, "none" adds none.
-    ``fused``: the grouped-convolution path (True) or the per-sample reference path.
+    ``modconv``: which implementation of the same formula runs: "grouped" (one convolution
+    with groups=N), "scaled" (activations scaled, one shared-weight convolution) or "naive"
+    (per-sample loop, the reference).
     """
 
     def __init__(self, in_channels: int, out_channels: int, w_dim: int, resolution: int, *, kernel: int = 3,
-                 up: bool = False, demodulate: bool = True, noise: bool = True, activation: bool = True):
+                 up: bool = False, demodulate: bool = True, noise: bool = True, activation: bool = True,
+                 modconv: str = "grouped"):
         super().__init__()
         self.affine = EqualizedLinear(w_dim, in_channels, bias_init=1.0)
         self.weight = nn.Parameter(torch.randn(out_channels, in_channels, kernel, kernel))
@@ -171,7 +194,7 @@ class ModulatedConv(nn.Module):
         self.weight_gain = 1.0 / math.sqrt(in_channels * kernel * kernel)
         self.up, self.demodulate, self.activation = up, demodulate, activation
         self.resolution = resolution
-        self.fused = True
+        self.modconv = modconv
         if noise:
             self.noise_strength = nn.Parameter(torch.zeros(()))
             self.register_buffer("noise_const", torch.randn(resolution, resolution))
@@ -182,7 +205,7 @@ class ModulatedConv(nn.Module):
         styles = self.affine(w)
         if self.up:
             x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
-        conv = modulated_conv2d if self.fused else modulated_conv2d_naive
+        conv = _MODCONV[self.modconv]
         x = conv(x, self.weight * self.weight_gain, styles, demodulate=self.demodulate,
                  padding=self.weight.shape[-1] // 2)
         if self.noise_strength is not None and noise_mode != "none":
@@ -227,7 +250,8 @@ class Generator(nn.Module):
     """
 
     def __init__(self, resolution: int, channels: int, latent_dim: int, w_dim: int, nf, *, mapping_layers: int = 8,
-                 mapping_lr_mult: float = 0.01, style_mixing_prob: float = 0.9, w_avg_beta: float = 0.995):
+                 mapping_lr_mult: float = 0.01, style_mixing_prob: float = 0.9, w_avg_beta: float = 0.995,
+                 modconv: str = "grouped"):
         super().__init__()
         self.latent_dim, self.w_dim, self.resolution = latent_dim, w_dim, resolution
         self.style_mixing_prob, self.w_avg_beta = float(style_mixing_prob), float(w_avg_beta)
@@ -240,12 +264,12 @@ class Generator(nn.Module):
         self.to_rgb = nn.ModuleDict()
         for res in self.resolutions:
             c = nf(res)
-            layers = [ModulatedConv(c, c, w_dim, res)]
+            layers = [ModulatedConv(c, c, w_dim, res, modconv=modconv)]
             if res > 4:
-                layers.insert(0, ModulatedConv(nf(res // 2), c, w_dim, res, up=True))
+                layers.insert(0, ModulatedConv(nf(res // 2), c, w_dim, res, up=True, modconv=modconv))
             self.convs[str(res)] = nn.ModuleList(layers)
             self.to_rgb[str(res)] = ModulatedConv(c, channels, w_dim, res, kernel=1, demodulate=False,
-                                                  noise=False, activation=False)
+                                                  noise=False, activation=False, modconv=modconv)
 
     def mapping(self, z: torch.Tensor, truncation_psi: float = 1.0, *, update_w_avg: bool = False) -> torch.Tensor:
         """``z[N, latent_dim] -> ws[N, num_ws, w_dim]``; with ``truncation_psi`` != 1 every W is
@@ -373,6 +397,10 @@ class StyleGAN2(Architecture):
                                           validator=_unit)
         w_avg_beta: float = option(0.995, help="Decay of the running average of W kept for truncation, per "
                                                "training forward.", validator=_unit)
+        modconv: Literal["grouped", "scaled", "naive"] = option(
+            "grouped", help='Implementation of the modulated convolution (same formula): "grouped" (one '
+                            'convolution with groups=N), "scaled" (activations scaled around one shared-weight '
+                            'convolution; faster on CPUs) or "naive" (per-sample loop, for checking).')
 
     @classmethod
     def problems(cls, o, recipe):
@@ -408,7 +436,7 @@ class StyleGAN2(Architecture):
         o = self.options
         G = Generator(resolution, channels, o.latent_dim, o.w_dim, self.nf, mapping_layers=o.mapping_layers,
                       mapping_lr_mult=o.mapping_lr_mult, style_mixing_prob=o.style_mixing_prob,
-                      w_avg_beta=o.w_avg_beta)
+                      w_avg_beta=o.w_avg_beta, modconv=o.modconv)
         D = Discriminator(resolution, channels, self.nf, o.mbstd_group_size)
         return G, D
 
