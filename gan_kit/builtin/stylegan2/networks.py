@@ -96,7 +96,8 @@ class Generator(nn.Module):
 
     def synthesis(self, ws: torch.Tensor, noise_mode: NoiseMode = "random") -> torch.Tensor:
         """``ws[N, num_ws, w_dim] -> images[N, channels, r, r]``: per resolution the convs, then
-        the skip output ``img = upsample(img) + toRGB(x)`` (sec. 4.1, fig. 7a)."""
+        the skip output ``img = upsample(img) + toRGB(x)`` (sec. 4.1, fig. 7a). Raises ValueError
+        when ws does not hold num_ws layers."""
         if ws.shape[1] != self.num_ws:
             raise ValueError(f"synthesis: expected ws[N, {self.num_ws}, {self.w_dim}], got {tuple(ws.shape)}")
         x = self.const.to(ws.dtype).unsqueeze(0).expand(ws.shape[0], -1, -1, -1)
@@ -113,7 +114,9 @@ class Generator(nn.Module):
     def forward(self, z: torch.Tensor, labels=None, *, truncation_psi: float = 1.0,
                 noise_mode: NoiseMode = "random") -> torch.Tensor:
         """Images ``[N, channels, r, r]`` for ``z[N, latent_dim]``. In training mode it updates
-        ``w_avg`` and applies style mixing; in eval mode (G_ema) it does neither."""
+        ``w_avg`` and applies style mixing; in eval mode (G_ema) it does neither. With
+        ``noise_mode="random"`` it draws from the global torch RNG. Raises ValueError for labels
+        (the architecture is unconditional)."""
         if labels is not None:
             raise ValueError("stylegan2 is unconditional: labels must be None")
         ws = self.mapping(z, truncation_psi, update_w_avg=self.training)
