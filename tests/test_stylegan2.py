@@ -352,3 +352,13 @@ def test_resume_is_bit_identical_with_style_mixing_noise_and_w_avg(tmp_path, tin
         assert a.keys() == b.keys()
         assert [k for k in a if not torch.equal(a[k], b[k])] == [], name
     assert straight.G.w_avg.abs().sum() > 0
+
+
+def test_the_stylegan2_recipe_loads_with_the_paper_settings():
+    from pathlib import Path
+
+    recipe, plugins = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "stylegan2.toml")
+    assert plugins.registry.get("architecture", "stylegan2").factory is sg2.StyleGAN2
+    assert (recipe.architecture.name, recipe.loss.name, recipe.growth.name) == ("stylegan2", "bce", "static")
+    assert [(p.name, p.options.interval) for p in recipe.penalties] == [("r1", 16)]
+    assert recipe.optim.lr == 0.0025 and tuple(recipe.optim.betas) == (0.0, 0.99)
