@@ -1,0 +1,242 @@
+"""StyleGAN2 networks and the ``stylegan2`` architecture component (Karras et al. 2020,
+arXiv:1912.04958, sec. 4.1: skip G, residual D; StyleGAN, Karras et al. 2019: mapping network,
+style mixing, truncation)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import attrs
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gan_kit import Architecture, option
+from gan_kit.builtin.pggan import MinibatchStddev
+from gan_kit.builtin.stylegan2.layers import EqualizedConv2d, EqualizedLinear, ModulatedConv, NoiseMode
+
+__all__ = ["MappingNetwork", "Generator", "DBlock", "Discriminator", "StyleGAN2"]
+
+
+class MappingNetwork(nn.Module):
+    """``z[N, z_dim] -> w[N, w_dim]``: z normalised by its second moment, then ``num_layers``
+    equalized FC layers with leaky ReLU and learning-rate multiplier ``lr_mult`` (StyleGAN sec. 2,
+    appendix C: 8 layers, lr x0.01)."""
+
+    def __init__(self, z_dim: int, w_dim: int, num_layers: int, lr_mult: float):
+        super().__init__()
+        dims = [z_dim] + [w_dim] * num_layers
+        self.layers = nn.ModuleList(EqualizedLinear(a, b, lr_mult=lr_mult, activation=True)
+                                    for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, z):
+        x = z * torch.rsqrt(z.square().mean(dim=1, keepdim=True) + 1e-8)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Generator(nn.Module):
+    """StyleGAN2 G, skip architecture: ``z[N, latent_dim] -> images[N, channels, r, r]``.
+
+    ``mapping(z, truncation_psi) -> ws[N, num_ws, w_dim]``, ``synthesis(ws, noise_mode) -> img``.
+    num_ws = 2 * log2(r) - 2: block 4x4 has one conv, every later block two (the first upsamples),
+    and each block's toRGB shares its W with the next block's first conv (official layout).
+    ``w_avg`` (buffer ``[w_dim]``) is the running average of mapped W, updated in training-mode
+    ``forward`` as ``w_avg <- lerp(mean_N(w), w_avg, w_avg_beta)``; the truncation trick uses it.
+    """
+
+    def __init__(self, resolution: int, channels: int, latent_dim: int, w_dim: int, nf, *, mapping_layers: int = 8,
+                 mapping_lr_mult: float = 0.01, style_mixing_prob: float = 0.9, w_avg_beta: float = 0.995,
+                 modconv: str = "grouped"):
+        super().__init__()
+        self.latent_dim, self.w_dim, self.resolution = latent_dim, w_dim, resolution
+        self.style_mixing_prob, self.w_avg_beta = float(style_mixing_prob), float(w_avg_beta)
+        self.resolutions = [2 ** i for i in range(2, int(math.log2(resolution)) + 1)]
+        self.num_ws = 2 * len(self.resolutions)
+        self.mapping_network = MappingNetwork(latent_dim, w_dim, mapping_layers, mapping_lr_mult)
+        self.register_buffer("w_avg", torch.zeros(w_dim))
+        self.const = nn.Parameter(torch.randn(nf(4), 4, 4))
+        self.convs = nn.ModuleDict()
+        self.to_rgb = nn.ModuleDict()
+        for res in self.resolutions:
+            c = nf(res)
+            layers = [ModulatedConv(c, c, w_dim, res, modconv=modconv)]
+            if res > 4:
+                layers.insert(0, ModulatedConv(nf(res // 2), c, w_dim, res, up=True, modconv=modconv))
+            self.convs[str(res)] = nn.ModuleList(layers)
+            self.to_rgb[str(res)] = ModulatedConv(c, channels, w_dim, res, kernel=1, demodulate=False,
+                                                  noise=False, activation=False, modconv=modconv)
+
+    def mapping(self, z: torch.Tensor, truncation_psi: float = 1.0, *, update_w_avg: bool = False) -> torch.Tensor:
+        """``z[N, latent_dim] -> ws[N, num_ws, w_dim]``; with ``truncation_psi`` != 1 every W is
+        ``w_avg + psi * (w - w_avg)`` (StyleGAN sec. 3.1 / StyleGAN2 appendix: truncation trick)."""
+        w = self.mapping_network(z)
+        if update_w_avg:
+            with torch.no_grad():
+                self.w_avg.copy_(w.detach().float().mean(dim=0).lerp(self.w_avg, self.w_avg_beta))
+        if truncation_psi != 1:
+            w = self.w_avg.to(w.dtype).lerp(w, float(truncation_psi))
+        return w.unsqueeze(1).expand(-1, self.num_ws, -1)
+
+    def mix_styles(self, ws: torch.Tensor) -> torch.Tensor:
+        """Style-mixing regularisation (StyleGAN sec. 3.1): with probability style_mixing_prob the
+        W of a second random z replaces ``ws[:, cutoff:]`` from a random cut-off layer in
+        [1, num_ws). One cut-off per batch (official code); tensor ops only, so no graph break
+        under torch.compile. ``ws[N, num_ws, w_dim]`` -> same shape."""
+        n = ws.shape[0]
+        z2 = torch.randn(n, self.latent_dim, device=ws.device)
+        w2 = self.mapping(z2).to(ws.dtype)
+        cutoff = torch.randint(1, self.num_ws, (), device=ws.device)
+        mix = torch.rand((), device=ws.device) < self.style_mixing_prob
+        cutoff = torch.where(mix, cutoff, torch.full_like(cutoff, self.num_ws))
+        layer = torch.arange(self.num_ws, device=ws.device).reshape(1, -1, 1)
+        return torch.where(layer >= cutoff, w2, ws)
+
+    def synthesis(self, ws: torch.Tensor, noise_mode: NoiseMode = "random") -> torch.Tensor:
+        """``ws[N, num_ws, w_dim] -> images[N, channels, r, r]``: per resolution the convs, then
+        the skip output ``img = upsample(img) + toRGB(x)`` (sec. 4.1, fig. 7a). Raises ValueError
+        when ws does not hold num_ws layers."""
+        if ws.shape[1] != self.num_ws:
+            raise ValueError(f"synthesis: expected ws[N, {self.num_ws}, {self.w_dim}], got {tuple(ws.shape)}")
+        x = self.const.to(ws.dtype).unsqueeze(0).expand(ws.shape[0], -1, -1, -1)
+        img = None
+        idx = 0
+        for res in self.resolutions:
+            for conv in self.convs[str(res)]:
+                x = conv(x, ws[:, idx], noise_mode)
+                idx += 1
+            rgb = self.to_rgb[str(res)](x, ws[:, idx])
+            img = rgb if img is None else F.interpolate(img, scale_factor=2, mode="bilinear", align_corners=False) + rgb
+        return img
+
+    def forward(self, z: torch.Tensor, labels=None, *, truncation_psi: float = 1.0,
+                noise_mode: NoiseMode = "random") -> torch.Tensor:
+        """Images ``[N, channels, r, r]`` for ``z[N, latent_dim]``. In training mode it updates
+        ``w_avg`` and applies style mixing; in eval mode (G_ema) it does neither. With
+        ``noise_mode="random"`` it draws from the global torch RNG. Raises ValueError for labels
+        (the architecture is unconditional)."""
+        if labels is not None:
+            raise ValueError("stylegan2 is unconditional: labels must be None")
+        ws = self.mapping(z, truncation_psi, update_w_avg=self.training)
+        if self.training and self.style_mixing_prob > 0:
+            ws = self.mix_styles(ws)
+        return self.synthesis(ws, noise_mode)
+
+
+class DBlock(nn.Module):
+    """Residual D block (sec. 4.1, fig. 7c): ``(skip(x) + conv1(conv0(x))) / sqrt(2)``, where
+    conv1 and the 1x1 skip (no bias) downsample by 2. ``[N, Cin, r, r] -> [N, Cout, r/2, r/2]``."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.conv0 = EqualizedConv2d(in_channels, in_channels, 3, activation=True)
+        self.conv1 = EqualizedConv2d(in_channels, out_channels, 3, activation=True, down=True)
+        self.skip = EqualizedConv2d(in_channels, out_channels, 1, bias=False, down=True)
+
+    def forward(self, x):
+        return (self.skip(x) + self.conv1(self.conv0(x))) * math.sqrt(0.5)
+
+
+class Discriminator(nn.Module):
+    """StyleGAN2 residual D: ``images[N, channels, r, r] -> logits[N]``.
+
+    fromRGB (1x1) at full resolution, residual blocks down to 4x4, minibatch stddev (group
+    ``mbstd_group_size``, 0 = off), 3x3 conv, FC, FC to one logit.
+    """
+
+    def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4):
+        super().__init__()
+        self.from_rgb = EqualizedConv2d(channels, nf(resolution), 1, activation=True)
+        res = [2 ** i for i in range(int(math.log2(resolution)), 2, -1)]
+        self.blocks = nn.ModuleList(DBlock(nf(r), nf(r // 2)) for r in res)
+        c4 = nf(4)
+        self.mbstd = MinibatchStddev(mbstd_group_size) if mbstd_group_size > 0 else None
+        self.conv = EqualizedConv2d(c4 + (1 if self.mbstd is not None else 0), c4, 3, activation=True)
+        self.fc = EqualizedLinear(c4 * 16, c4, activation=True)
+        self.out = EqualizedLinear(c4, 1)
+
+    def forward(self, img):
+        x = self.from_rgb(img)
+        for block in self.blocks:
+            x = block(x)
+        if self.mbstd is not None:
+            x = self.mbstd(x)
+        x = self.conv(x)
+        x = self.fc(x.flatten(1))
+        return self.out(x).squeeze(1)
+
+
+# -------------------------------------------------------------------------------- architecture --
+
+
+def _positive(v):
+    return None if v >= 1 else f"must be >= 1, got {v}"
+
+
+def _unit(v):
+    return None if 0 <= v <= 1 else f"must be in [0, 1], got {v}"
+
+
+class StyleGAN2(Architecture):
+    """StyleGAN2 (Karras et al. 2020): mapping network, modulated convs with demodulation, noise, skip G, residual D; static resolution."""
+
+    @attrs.frozen
+    class Options:
+        latent_dim: int = option(64, help="Size of the latent z (StyleGAN2: 512).", validator=_positive)
+        w_dim: int = option(64, help="Size of the intermediate latent W (StyleGAN2: 512).", validator=_positive)
+        mapping_layers: int = option(8, help="FC layers of the mapping network z -> W.", validator=_positive)
+        mapping_lr_mult: float = option(0.01, help="Learning-rate multiplier of the mapping network (StyleGAN: 0.01).",
+                                        validator=lambda v: None if v > 0 else f"must be > 0, got {v}")
+        channel_base: int = option(512, help="Feature maps at resolution r: min(channel_base // r, channel_max) "
+                                             "(StyleGAN2 config F: 32768).", validator=_positive)
+        channel_max: int = option(64, help="Largest number of feature maps (config F: 512).", validator=_positive)
+        mbstd_group_size: int = option(4, help="Minibatch-stddev group size (0 disables the layer).",
+                                       validator=lambda v: None if v >= 0 else f"must be >= 0, got {v}")
+        style_mixing_prob: float = option(0.9, help="Probability of style mixing per training batch (0 = off).",
+                                          validator=_unit)
+        w_avg_beta: float = option(0.995, help="Decay of the running average of W kept for truncation, per "
+                                               "training forward.", validator=_unit)
+        modconv: Literal["grouped", "scaled", "naive"] = option(
+            "grouped", help='Implementation of the modulated convolution (same formula): "grouped" (one '
+                            'convolution with groups=N), "scaled" (activations scaled around one shared-weight '
+                            'convolution; faster on CPUs) or "naive" (per-sample loop, for checking).')
+
+    @classmethod
+    def problems(cls, o, recipe):
+        if recipe.growth.name != "static":
+            yield "growth.name", (f"stylegan2 does not grow: use [growth] name = \"static\", "
+                                  f"not {recipe.growth.name!r}")
+        init = recipe.init
+        default_gain = math.sqrt(2.0)
+        if init.name != "equalized-lr" or abs(float(getattr(init.options, "gain", default_gain)) - default_gain) > 1e-12:
+            yield "init.name", (f"stylegan2's layers apply the equalized learning rate themselves, so the initializer "
+                                f"{init.name!r} would not change them (set [init] name = \"equalized-lr\" with its "
+                                f"default gain, or remove the [init] table)")
+        if min(o.channel_base // recipe.resolution, o.channel_max) < 1:
+            yield "channel_base", (f"gives no feature maps at resolution {recipe.resolution} "
+                                   f"(use channel_base >= {recipe.resolution})")
+        g = o.mbstd_group_size
+        batch = getattr(recipe.growth.options, "batch_size", None)
+        if g > 0 and isinstance(batch, int) and batch >= g and batch % g:
+            yield "mbstd_group_size", (f"group size {g} does not divide the batch size {batch} "
+                                       f"(choose a batch that is a multiple of {g}, or another group size)")
+
+    def batch_problem(self, batch: int) -> str | None:
+        g = self.options.mbstd_group_size
+        if g > 0 and batch >= g and batch % g:
+            return f"mbstd_group_size {g} does not divide the batch {batch}"
+        return None
+
+    def nf(self, res: int) -> int:
+        o = self.options
+        return int(min(o.channel_base // res, o.channel_max))
+
+    def build(self, resolution, channels):
+        o = self.options
+        G = Generator(resolution, channels, o.latent_dim, o.w_dim, self.nf, mapping_layers=o.mapping_layers,
+                      mapping_lr_mult=o.mapping_lr_mult, style_mixing_prob=o.style_mixing_prob,
+                      w_avg_beta=o.w_avg_beta, modconv=o.modconv)
+        D = Discriminator(resolution, channels, self.nf, o.mbstd_group_size)
+        return G, D

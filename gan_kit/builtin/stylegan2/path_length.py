@@ -1,0 +1,82 @@
+"""Path-length regularisation of G (Karras et al. 2020, arXiv:1912.04958, sec. 3.2), the
+``path-length`` G penalty."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import torch
+
+from gan_kit import GankitError, Penalty, option
+
+__all__ = ["PathLength"]
+
+
+def _positive(v):
+    return None if v >= 1 else f"must be >= 1, got {v}"
+
+
+def _unit(v):
+    return None if 0 <= v <= 1 else f"must be in [0, 1], got {v}"
+
+
+class PathLength(Penalty):
+    """Path-length regularisation of G (StyleGAN2 sec. 3.2, eq. 4): E[(||J_w^T y||_2 - a)^2], a = running mean of the lengths."""
+
+    network = "G"
+
+    @attrs.frozen
+    class Options:
+        interval: int = option(4, help="Lazy regularisation interval k: applied every k-th G step (StyleGAN2 "
+                                       "sec. 3.1); the engine scales it by k.", validator=_positive)
+        batch_shrink: int = option(2, help="The penalty's batch is the per-process batch divided by this "
+                                           "(official code: 2).", validator=_positive)
+        decay: float = option(0.01, help="Rate of the exponential average a of the path lengths "
+                                         "(a <- a + decay * (mean length - a)).", validator=_unit)
+
+    def __init__(self, options=None, context=None):
+        super().__init__(options, context)
+        self.interval = self.options.interval
+        self.pl_mean = torch.zeros((), dtype=torch.float32)
+
+    @classmethod
+    def problems(cls, o, recipe):
+        if getattr(Penalty, "network", None) is None:
+            # Until the engine knows G penalties it would call this one as a D penalty.
+            yield "", ("path-length regularises G, and this gankit applies penalties to D only "
+                       "(remove the path-length [[penalty]] table)")
+
+    def __call__(self, inputs, ctx) -> torch.Tensor:
+        """Unweighted scalar ``mean_n (|J_w^T y|_n - a)^2`` on ``batch_size // batch_shrink``
+        fresh latents. ``J_w^T y`` is the gradient of ``sum(img * y)`` w.r.t. ws, with ``y``
+        N(0, 1) / sqrt(H * W); its length is ``sqrt(mean over the num_ws layers of the squared
+        norm)`` (official code). ``a`` is updated first, ``a <- lerp(a, mean length, decay)``,
+        and the penalty uses the updated ``a`` (gradient flows through it, as in the official
+        code). Not multiplied by the interval. Needs ``inputs.G.mapping`` / ``.synthesis``."""
+        G = inputs.G
+        n = max(1, int(inputs.batch_size) // self.options.batch_shrink)
+        z = ctx.latent(n)
+        with ctx.autocast():
+            ws = G.mapping(z)
+            if getattr(G, "training", False) and hasattr(G, "mix_styles") and getattr(G, "style_mixing_prob", 0) > 0:
+                ws = G.mix_styles(ws)
+            img = G.synthesis(ws)
+        img = img.float()
+        y = torch.randn_like(img) / math.sqrt(img.shape[2] * img.shape[3])
+        grad = ctx.gradients((img * y).sum(), ws).float()
+        lengths = grad.square().sum(dim=2).mean(dim=1).sqrt()  # [n]
+        pl_mean = self.pl_mean.to(lengths.device).lerp(lengths.mean(), self.options.decay)
+        self.pl_mean = pl_mean.detach()
+        return (lengths - pl_mean).square().mean()
+
+    def state_dict(self) -> dict:
+        """``{"pl_mean": float32 scalar tensor on the CPU}``."""
+        return {"pl_mean": self.pl_mean.detach().cpu().clone()}
+
+    def load_state_dict(self, d: dict) -> None:
+        """Restore ``pl_mean``; raises GankitError when it is missing."""
+        if "pl_mean" not in d:
+            raise GankitError(f"path-length state: missing 'pl_mean' (got keys {sorted(d)}); the checkpoint "
+                              f"was not written with this penalty")
+        self.pl_mean = torch.as_tensor(d["pl_mean"], dtype=torch.float32).clone()
