@@ -299,8 +299,10 @@ class Run:
         average, G's statistics do not fit them): recomputed from G_ema's forwards on latents of a
         private generator, so the training RNG does not move. A no-op without BatchNorm."""
         gen = torch.Generator().manual_seed(self.recipe.run.seed + 54321)
-        refresh_batchnorm(self.G_ema, lambda n: torch.randn(n, self.latent_dim, generator=gen).to(self.device),
-                          self.autocast)
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            refresh_batchnorm(self.G_ema, lambda n: torch.randn(n, self.latent_dim, generator=gen).to(self.device),
+                              self.autocast)
 
     # ------------------------------------------------------------------------ for plugins --
 
@@ -311,9 +313,13 @@ class Run:
         phase = phase or self.phase
         set_phase(self.G_ema, phase.resolution, phase.alpha)
         out = []
-        for i in range(0, z.shape[0], batch):
-            with self.autocast():
-                out.append(self.G_ema(z[i:i + batch].to(self.device)).float().cpu())
+        # A generator may draw noise (StyleGAN2's noise inputs): from a forked RNG, so sampling
+        # never moves the training RNG (exact resume).
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            for i in range(0, z.shape[0], batch):
+                with self.autocast():
+                    out.append(self.G_ema(z[i:i + batch].to(self.device)).float().cpu())
         if self.phase is not None:
             set_phase(self.G_ema, self.phase.resolution, self.phase.alpha)
         return torch.cat(out)

@@ -308,14 +308,47 @@ def test_recipe_problems_name_growth_and_init(tmp_path, tiny_recipe_text):
     assert "init.name" in msg and "'normal'" in msg
 
 
-def test_path_length_table_needs_g_penalty_support(tmp_path, tiny_recipe_text):
-    path = sg2_recipe(tmp_path, tiny_recipe_text, '\n[[penalty]]\nname = "path-length"\nweight = 2.0\n')
-    if getattr(Penalty, "network", None) is None:
-        with pytest.raises(RecipeError, match="path-length regularises G"):
-            load_recipe(path, extra_plugins=[sg2])
-    else:
-        recipe, _ = load_recipe(path, extra_plugins=[sg2])
-        assert [p.name for p in recipe.penalties] == ["r1", "path-length"]
+PL = '\n[[penalty]]\nname = "path-length"\nweight = 2.0\ninterval = 4\n'
+
+
+def test_lazy_path_length_runs_every_kth_iteration_with_gain_k_and_one_optimizer_correction(tmp_path, tiny_recipe_text):
+    path = sg2_recipe(tmp_path, tiny_recipe_text, PL)
+    recipe, plugins = load_recipe(path, ["penalty.0.interval=16"])
+    run = Run(recipe, plugins)
+    assert [p.name for p in run.lazy_penalties] == ["r1", "path-length"]
+    g_ratio, d_ratio = 4 / 5, 16 / 17
+    for opt, base, ratio in ((run.opt_G, recipe.optim.lr, g_ratio), (run.opt_D, recipe.optim.lr, d_ratio)):
+        (group,) = opt.param_groups
+        assert group["lr"] == pytest.approx(base * ratio)
+        assert group["betas"] == pytest.approx((0.0 ** ratio, 0.99 ** ratio))
+    steps = {"G": 0, "D": 0}
+    for name, opt in (("G", run.opt_G), ("D", run.opt_D)):
+        original = opt.step
+
+        def counted(*a, _name=name, _orig=original, **k):
+            steps[_name] += 1
+            return _orig(*a, **k)
+
+        opt.step = counted
+    seen = []
+    pl = run.lazy_penalties[1].penalty
+    call = type(pl).__call__
+
+    def spy(self, inputs, ctx):
+        value = call(self, inputs, ctx)
+        seen.append((ctx.step, value.detach()))
+        return value
+
+    type(pl).__call__ = spy
+    try:
+        train(run, max_steps=8)
+    finally:
+        type(pl).__call__ = call
+    assert [s for s, _ in seen] == [0, 4]  # every 4th iteration
+    assert steps == {"G": 8 + 2, "D": 8 + 1}  # one extra optimizer step per lazy regularisation
+    # the correction stays applied once (not compounded) after the run's phase and lr updates
+    assert run.opt_G.param_groups[0]["lr"] == pytest.approx(recipe.optim.lr * g_ratio)
+    assert float(pl.state_dict()["pl_mean"]) > 0
 
 
 def test_registered_by_the_module():
@@ -325,17 +358,10 @@ def test_registered_by_the_module():
 
 
 def test_resume_is_bit_identical_with_style_mixing_noise_and_w_avg(tmp_path, tiny_recipe_text, monkeypatch):
-    # G_ema draws its noise from the global RNG, so sample grids made at the end of the first run
-    # (before its checkpoint stores the RNG state) would move the training RNG. The engine change
-    # asked for in the report - Run.generate under torch.random.fork_rng - is patched in here.
-    generate = Run.generate
-
-    def forked(self, *args, **kwargs):
-        with torch.random.fork_rng(devices=[]):
-            return generate(self, *args, **kwargs)
-
-    monkeypatch.setattr(Run, "generate", forked)
-    path = sg2_recipe(tmp_path, tiny_recipe_text)
+    # G_ema draws its noise from the global RNG; the engine samples grids under a forked RNG, so
+    # the grids made before a checkpoint do not move the training RNG. Path length (lazy, with its
+    # running mean) is part of the run.
+    path = sg2_recipe(tmp_path, tiny_recipe_text, PL.replace("interval = 4", "interval = 2"))
 
     def run_for(out, kimg, resume=False):
         recipe, plugins = load_recipe(path, [f"run.out_dir='{out}'", f"run.total_kimg={kimg}"], extra_plugins=[sg2])
@@ -352,6 +378,8 @@ def test_resume_is_bit_identical_with_style_mixing_noise_and_w_avg(tmp_path, tin
         assert a.keys() == b.keys()
         assert [k for k in a if not torch.equal(a[k], b[k])] == [], name
     assert straight.G.w_avg.abs().sum() > 0
+    pl_a, pl_b = straight.lazy_penalties[-1].penalty.pl_mean, resumed.lazy_penalties[-1].penalty.pl_mean
+    assert torch.equal(pl_a, pl_b) and pl_a > 0
 
 
 def test_the_stylegan2_recipe_loads_with_the_paper_settings():
@@ -360,5 +388,5 @@ def test_the_stylegan2_recipe_loads_with_the_paper_settings():
     recipe, plugins = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "stylegan2.toml")
     assert plugins.registry.get("architecture", "stylegan2").factory is sg2.StyleGAN2
     assert (recipe.architecture.name, recipe.loss.name, recipe.growth.name) == ("stylegan2", "bce", "static")
-    assert [(p.name, p.options.interval) for p in recipe.penalties] == [("r1", 16)]
+    assert [(p.name, p.options.interval) for p in recipe.penalties] == [("r1", 16), ("path-length", 4)]
     assert recipe.optim.lr == 0.0025 and tuple(recipe.optim.betas) == (0.0, 0.99)

@@ -55,6 +55,19 @@ class MinibatchStddev(nn.Module):
         return torch.cat([x, s], dim=1)
 
 
+def mbstd_batch_problem(group: int, batch: int, world_size: int = 1) -> str | None:
+    """Why minibatch stddev with ``group`` cannot take a per-process batch of ``batch`` images
+    with ``world_size`` processes, or None. One process may take a batch below the group size (the
+    group shrinks to the batch, as in the official code); several may not, since their groups
+    would then differ from one process's."""
+    if group > 0 and batch >= group and batch % group:
+        return f"mbstd_group_size {group} does not divide the batch {batch}"
+    if group > 0 and world_size > 1 and batch < group:
+        return (f"mbstd_group_size {group} is larger than the per-process batch {batch}, so minibatch-stddev "
+                f"groups would differ from one process's (use a global batch of at least {group * world_size})")
+    return None
+
+
 def _conv(cin, cout, k, gain=None):
     layer = nn.Conv2d(cin, cout, k, padding=k // 2)
     return set_init_gain(layer, gain) if gain is not None else layer
@@ -185,16 +198,7 @@ class PGGAN(Architecture):
                     break
 
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
-        """Why a per-process batch of ``batch`` images cannot be used, or None. One process may
-        take a batch below the group size (the group shrinks to the batch, as in the official
-        code); several may not, since their groups would then differ from one process's."""
-        g = self.options.mbstd_group_size
-        if g > 0 and batch >= g and batch % g:
-            return f"mbstd_group_size {g} does not divide the batch {batch}"
-        if g > 0 and world_size > 1 and batch < g:
-            return (f"mbstd_group_size {g} is larger than the per-process batch {batch}, so minibatch-stddev groups "
-                    f"would differ from one process's (use a global batch of at least {g * world_size})")
-        return None
+        return mbstd_batch_problem(self.options.mbstd_group_size, batch, world_size)
 
     @property
     def latent_dim(self) -> int:

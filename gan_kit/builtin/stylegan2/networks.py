@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gan_kit import Architecture, option
-from gan_kit.builtin.pggan import MinibatchStddev
+from gan_kit.builtin.pggan import mbstd_batch_problem, MinibatchStddev
 from gan_kit.builtin.stylegan2.layers import EqualizedConv2d, EqualizedLinear, ModulatedConv, NoiseMode
 
 __all__ = ["MappingNetwork", "Generator", "DBlock", "Discriminator", "StyleGAN2"]
@@ -223,15 +223,16 @@ class StyleGAN2(Architecture):
             yield "mbstd_group_size", (f"group size {g} does not divide the batch size {batch} "
                                        f"(choose a batch that is a multiple of {g}, or another group size)")
 
-    def batch_problem(self, batch: int) -> str | None:
-        g = self.options.mbstd_group_size
-        if g > 0 and batch >= g and batch % g:
-            return f"mbstd_group_size {g} does not divide the batch {batch}"
-        return None
+    def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
+        return mbstd_batch_problem(self.options.mbstd_group_size, batch, world_size)
 
     def nf(self, res: int) -> int:
         o = self.options
         return int(min(o.channel_base // res, o.channel_max))
+
+    @property
+    def latent_dim(self) -> int:
+        return self.options.latent_dim
 
     def build(self, resolution, channels):
         o = self.options

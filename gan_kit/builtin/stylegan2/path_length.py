@@ -37,15 +37,11 @@ class PathLength(Penalty):
 
     def __init__(self, options=None, context=None):
         super().__init__(options, context)
-        self.interval = self.options.interval
         self.pl_mean = torch.zeros((), dtype=torch.float32)
 
-    @classmethod
-    def problems(cls, o, recipe):
-        if getattr(Penalty, "network", None) is None:
-            # Until the engine knows G penalties it would call this one as a D penalty.
-            yield "", ("path-length regularises G, and this gankit applies penalties to D only "
-                       "(remove the path-length [[penalty]] table)")
+    @property
+    def interval(self) -> int:
+        return self.options.interval
 
     def __call__(self, inputs, ctx) -> torch.Tensor:
         """Unweighted scalar ``mean_n (|J_w^T y|_n - a)^2`` on ``batch_size // batch_shrink``
