@@ -307,11 +307,15 @@ class Run:
     # ------------------------------------------------------------------------ for plugins --
 
     @torch.no_grad()
-    def generate(self, z: torch.Tensor, phase: Phase | None = None, batch: int = 64) -> torch.Tensor:
-        """Images ``[N,C,r,r]`` (float32, CPU) from G_ema for latents ``z`` (at ``phase``,
-        default the current one)."""
+    def generate(self, z: torch.Tensor, phase: Phase | None = None, batch: int = 64,
+                 G: nn.Module | None = None) -> torch.Tensor:
+        """Images ``[N,C,r,r]`` (float32, CPU) from G_ema (or ``G``, e.g. ``run.G`` for raw-G
+        grids, run in eval mode) for latents ``z`` (at ``phase``, default the current one)."""
         phase = phase or self.phase
-        set_phase(self.G_ema, phase.resolution, phase.alpha)
+        net = G if G is not None else self.G_ema
+        was_training = net.training
+        net.eval()
+        set_phase(net, phase.resolution, phase.alpha)
         out = []
         # A generator may draw noise (StyleGAN2's noise inputs): from a forked RNG, so sampling
         # never moves the training RNG (exact resume).
@@ -319,9 +323,10 @@ class Run:
         with torch.random.fork_rng(devices=devices):
             for i in range(0, z.shape[0], batch):
                 with self.autocast():
-                    out.append(self.G_ema(z[i:i + batch].to(self.device)).float().cpu())
+                    out.append(net(z[i:i + batch].to(self.device)).float().cpu())
+        net.train(was_training)
         if self.phase is not None:
-            set_phase(self.G_ema, self.phase.resolution, self.phase.alpha)
+            set_phase(net, self.phase.resolution, self.phase.alpha)
         return torch.cat(out)
 
     def real_images(self, n: int, seed: int = 0) -> torch.Tensor:

@@ -86,6 +86,10 @@ def test_tensorboard_events_hold_every_tick_scalar(finished_run):
     swd = acc.Scalars("Metrics/swd")
     assert [round(e.value, 3) for e in swd] == [round(r["Metrics/swd"], 3) for r in rows if "Metrics/swd" in r]
     assert swd[-1].step == round(rows[-1]["Progress/kimg"] * 1000)
+    # the sample grid of every tick, as an image
+    images = acc.Images("Samples/G_ema")
+    assert [e.step for e in images] == [round(r["Progress/kimg"] * 1000) for r in rows]
+    assert images[-1].width > 0 and images[-1].height > 0
 
 
 def test_no_tensorboard_package_means_no_events(tiny_recipe_text, write_recipe, monkeypatch, tmp_path):

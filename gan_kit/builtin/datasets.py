@@ -64,10 +64,16 @@ def _from_file(recipe: Any) -> bool:
     return recipe is not None and Path(recipe.path).is_file()
 
 
-def resolve_path(value: str, recipe: Any) -> Path:
-    """``value`` with ``~`` expanded; relative paths joined to the recipe file's folder."""
+def resolve_path(value: str, recipe: Any, key: str = "data.path") -> Path:
+    """``value`` with ``~`` expanded; a relative path is joined to the recipe file's folder, or to
+    the working directory when it was typed on the command line (``--set data.path=...``), like
+    ``--out``."""
     p = Path(value).expanduser()
-    return p if p.is_absolute() else _base_dir(recipe) / p
+    if p.is_absolute():
+        return p
+    if recipe is not None and recipe.from_cli(key):
+        return Path.cwd() / p
+    return _base_dir(recipe) / p
 
 
 def _report_skipped(key: str, where: Path, skipped: list[tuple[str, str]], total: int) -> None:

@@ -109,16 +109,21 @@ def tick_finished(run, stats):
         st["console"].print(f"tick {stats['Progress/tick']:<4} kimg {stats['Progress/kimg']:<8.1f} "
                             f"{stats['Progress/resolution']}px alpha {stats['Progress/alpha']:.2f}  {parts}  "
                             f"{stats['Timing/img_per_s']:.0f} img/s", highlight=False)
-    save_grid(run, run.out_dir / "samples" / f"tick-{stats['Progress/tick']:04d}.png")
+    every = run.options.sample_ticks
+    if every and stats["Progress/tick"] % every == 0:
+        name = f"tick-{stats['Progress/tick']:04d}.png"
+        save_grid(run, run.out_dir / "samples" / name)
+        if run.options.sample_G:
+            save_grid(run, run.out_dir / "samples" / f"G-{name}", G=run.G)
 
 
-def save_grid(run, path, phase=None) -> None:
-    """A grid of G_ema images on the run's fixed latents (at ``phase``, default the current one),
-    upscaled to the final resolution and to at least 32 pixels a side."""
+def save_grid(run, path, phase=None, G=None) -> None:
+    """A grid of G_ema's (or ``G``'s) images on the run's fixed latents (at ``phase``, default the
+    current one), upscaled to the final resolution and to at least 32 pixels a side."""
     from gan_kit.grids import MIN_CELL
     from gan_kit.grids import save_grid as write
 
-    write(run.generate(run.fixed_z, phase=phase), path, size=max(run.recipe.resolution, MIN_CELL))
+    write(run.generate(run.fixed_z, phase=phase, G=G), path, size=max(run.recipe.resolution, MIN_CELL))
 
 
 @hookimpl

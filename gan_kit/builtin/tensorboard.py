@@ -1,5 +1,5 @@
 """TensorBoard events: every scalar of every tick (losses, penalties, metrics, progress, timing)
-written to ``<out_dir>/events`` when the ``tensorboard`` package is installed (optional extra
+and G_ema's sample grid (as often as ``run.sample_ticks`` says) written to ``<out_dir>/events`` when the ``tensorboard`` package is installed (optional extra
 ``gankit[tensorboard]``); without it this plugin does nothing. The step axis is ``cur_nimg``
 (real images shown). View with ``tensorboard --logdir runs``.
 """
@@ -43,6 +43,12 @@ def tick_finished(run, stats):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             continue
         writer.add_scalar(k, float(v), global_step=run.cur_nimg)
+    if run.options.sample_ticks and stats["Progress/tick"] % run.options.sample_ticks == 0:
+        import torchvision.utils as vutils
+
+        images = run.generate(run.fixed_z).clamp(-1, 1)
+        grid = vutils.make_grid(images, nrow=max(1, int(len(images) ** 0.5)), normalize=True, value_range=(-1, 1))
+        writer.add_image("Samples/G_ema", grid, global_step=run.cur_nimg)
     writer.flush()
 
 

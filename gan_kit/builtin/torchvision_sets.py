@@ -38,7 +38,7 @@ class _TorchvisionSet(DatasetFactory):
         xflip: bool = option(False, help=_XFLIP_HELP)
 
     def _root(self) -> Path:
-        return resolve_path(self.options.root, self.context.recipe)
+        return resolve_path(self.options.root, self.context.recipe, "data.root")
 
     def _download(self, root: Path, **kwargs) -> None:
         import torchvision.datasets as tvd
