@@ -139,6 +139,10 @@ class Run:
         self.initializer = self.build(r.init)
         self.initializer.apply(G)
         self.initializer.apply(D)
+        sn = r.architecture.slot.spectral_norm
+        for name, net in (("G", G), ("D", D)):
+            if sn in (name, "both"):
+                apply_spectral_norm(net, name, r)
         self.G, self.D = G.to(self.device), D.to(self.device)
         if r.run.channels_last:
             self.G.to(memory_format=torch.channels_last)
@@ -408,6 +412,22 @@ class Run:
         self.last_checkpoint = path
         self.hook.checkpoint_saved(run=self, path=path)
         return path
+
+
+def apply_spectral_norm(net: nn.Module, name: str, recipe: Recipe) -> None:
+    """Spectral normalisation (Miyato et al. 2018, sec. 2.1) of every conv / linear weight of
+    ``net``: ``W / sigma(W)`` with sigma from one power iteration per training-mode forward; its
+    vectors u, v are buffers, so checkpoints keep them and eval mode (G_ema) reuses them."""
+    from torch.nn.utils.parametrizations import spectral_norm
+
+    from gan_kit.layers import weight_layers
+
+    layers = weight_layers(net)
+    if not layers:
+        raise GankitError(f"{recipe.path}: architecture.spectral_norm: {recipe.architecture.name!r} has no "
+                          f"torch conv / linear layers in {name} to normalise (set spectral_norm = \"none\")")
+    for layer in layers:
+        spectral_norm(layer)
 
 
 def metric_problem(spec: ComponentSpec, metric: Any, data_size: int, data_name: str) -> str | None:

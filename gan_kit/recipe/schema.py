@@ -121,6 +121,14 @@ class DataSlot:
 
 
 @attrs.frozen
+class ArchitectureSlot:
+    spectral_norm: Literal["none", "D", "G", "both"] = option(
+        "none", help="Spectral normalisation (Miyato et al. 2018) of every conv / linear weight of D, G or both: "
+                     "W / sigma(W), sigma estimated by one power iteration per training forward "
+                     "(torch.nn.utils.parametrizations.spectral_norm).")
+
+
+@attrs.frozen
 class PenaltySlot:
     weight: float = option(1.0, help="Multiplier of this penalty in the D objective.", min=0)
 
@@ -134,7 +142,7 @@ class MetricSlot:
 #: Component tables: recipe key -> (component kind, is an array of tables, default name, slot).
 COMPONENT_TABLES: dict[str, tuple[str, bool, str | None, type | None]] = {
     "data": ("dataset", False, "digits", DataSlot),
-    "architecture": ("architecture", False, "pggan", None),
+    "architecture": ("architecture", False, "pggan", ArchitectureSlot),
     "init": ("init", False, "equalized-lr", None),
     "loss": ("loss", False, "hinge", None),
     "penalty": ("penalty", True, None, PenaltySlot),

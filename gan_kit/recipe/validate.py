@@ -208,6 +208,16 @@ def _parse_components(raw: dict, registry: Registry, problems: Problems, broken:
     return comps
 
 
+def _core_checks(recipe: Recipe, problems: Problems) -> None:
+    """Checks across core slots and components."""
+    sn = recipe.architecture.slot.spectral_norm
+    if sn != "none" and recipe.init.name == "equalized-lr":
+        problems.add("architecture.spectral_norm",
+                     f"{sn!r} with init 'equalized-lr' is meaningless: spectral normalisation divides each weight by its "
+                     f"largest singular value, which cancels equalized lr's runtime scale (use init.name = \"normal\" or "
+                     f"\"orthogonal\", or spectral_norm = \"none\")")
+
+
 def _cross_checks(recipe: Recipe, registry: Registry, problems: Problems) -> None:
     """Cross-option checks owned by each component (e.g. growth vs data.resolution)."""
     for spec in (recipe.data, recipe.architecture, recipe.init, recipe.loss, *recipe.penalties,
@@ -242,4 +252,5 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
         augment=comps["augment"], raw=raw, cli_keys=cli_keys, disable_plugins=_check_disable(raw, problems),
     )
     _cross_checks(recipe, registry, problems)
+    _core_checks(recipe, problems)
     return None if problems or any(v is None for v in core.values()) else recipe
