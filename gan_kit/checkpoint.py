@@ -110,7 +110,8 @@ def set_rng_state(state: dict) -> None:
 def load_generator(path: str | Path, device: str | torch.device = "cpu"):
     """G_ema of a checkpoint, rebuilt from the recipe saved in it and set to the saved phase.
 
-    Returns ``(G_ema, phase, recipe, latent_dim)``. Raises ``CheckpointError`` / ``RecipeError``.
+    Returns ``(G_ema, phase, recipe, architecture)`` (the built ``Architecture`` component:
+    ``latent_dim``, ``supports_truncation``). Raises ``CheckpointError`` / ``RecipeError``.
     """
     from gan_kit.components import BuildContext, set_phase
     from gan_kit.phase import Phase
@@ -127,4 +128,4 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu"):
     G = G.to(device).eval().requires_grad_(False)
     phase = Phase(**state["phase"])
     set_phase(G, phase.resolution, phase.alpha)
-    return G, phase, recipe, int(arch.latent_dim)
+    return G, phase, recipe, arch

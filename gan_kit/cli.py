@@ -314,27 +314,50 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
 
 @cli.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-n", "--n", "num", type=click.IntRange(1), default=64, show_default=True, help="Number of images.")
+@click.option("-n", "--n", "num", type=click.IntRange(1), default=64, show_default=True,
+              help="Number of images (with --interpolate: of rows).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the latents.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("grid.png"),
-              show_default=True, help="PNG file for the grid.")
+              show_default=True, help="Image file for the grid (.gif with --interpolate: an animation).")
+@click.option("--truncation", "psi", type=float, default=1.0, show_default=True,
+              help="Truncation psi: W pulled toward its average (0 = the average image, 1 = none); "
+                   "architectures with a mapping network (stylegan2).")
+@click.option("--interpolate", "steps", type=click.IntRange(2), default=None,
+              help="Latent interpolation: each row walks from one z to another in STEPS images (spherical, "
+                   "as for Gaussian latents; White 2016).")
 @user_errors
-def sample(checkpoint: Path, num: int, seed: int, out: Path) -> None:
+def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: int | None) -> None:
     """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at
-    least 32 px, like the run's own grids)."""
+    least 32 px, like the run's own grids), or a latent interpolation strip or GIF."""
     import torch
 
     from gan_kit.checkpoint import load_generator
     from gan_kit.grids import save_grid
+    from gan_kit.sampling import interpolate_latents, save_gif
 
-    if out.suffix.lower() not in (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff"):
-        raise GankitError(f"--out: {str(out)!r} has no image extension (use .png or .jpg)")
-    G_ema, phase, _, latent_dim = load_generator(checkpoint)
-    z = torch.randn(num, latent_dim, generator=torch.Generator().manual_seed(seed))
+    suffix = out.suffix.lower()
+    if suffix not in (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".gif"):
+        raise GankitError(f"--out: {str(out)!r} has no image extension (use .png or .jpg, or .gif with --interpolate)")
+    if suffix == ".gif" and steps is None:
+        raise GankitError("--out: a .gif needs --interpolate STEPS (a grid is written as .png or .jpg)")
+    G_ema, phase, recipe, arch = load_generator(checkpoint)
+    if psi != 1.0 and not arch.supports_truncation:
+        raise GankitError(f"--truncation: architecture {recipe.architecture.name!r} has no mapping network to "
+                          f"truncate (use stylegan2, or leave --truncation at 1)")
+    gen = torch.Generator().manual_seed(seed)
+    if steps is None:
+        z = torch.randn(num, arch.latent_dim, generator=gen)
+    else:
+        z = interpolate_latents(torch.randn(num, 2, arch.latent_dim, generator=gen), steps).flatten(0, 1)
+    kwargs = {"truncation_psi": psi, "noise_mode": "const"} if arch.supports_truncation else {}
     with torch.no_grad():
-        images = G_ema(z).float()
-    save_grid(images, out)
-    click.echo(f"wrote {num} images at {phase.resolution}px (alpha {phase.alpha:.2f}) to {out}")
+        images = torch.cat([G_ema(z[i:i + 64], **kwargs).float() for i in range(0, len(z), 64)])
+    if suffix == ".gif":
+        save_gif(images.reshape(num, steps, *images.shape[1:]), out)
+    else:
+        save_grid(images, out, nrow=steps)
+    what = f"{num} interpolations of {steps} images" if steps else f"{num} images"
+    click.echo(f"wrote {what} at {phase.resolution}px (alpha {phase.alpha:.2f}) to {out}")
 
 
 from gan_kit.evaluate import eval_command  # noqa: E402

@@ -300,6 +300,11 @@ class Architecture(ComponentBase):
     z (architectures with a ``latent_dim`` option get it from there).
     """
 
+    #: True when G's forward takes ``truncation_psi`` (the truncation trick: StyleGAN, Karras et
+    #: al. 2019, sec. 3.2 - W pulled toward its running average); ``gankit sample --truncation``
+    #: refuses other architectures.
+    supports_truncation: ClassVar[bool] = False
+
     @property
     def latent_dim(self) -> int:
         """Size of the latent z that G takes (architectures with a ``latent_dim`` option return it)."""

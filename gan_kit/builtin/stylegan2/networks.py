@@ -230,6 +230,8 @@ class StyleGAN2(Architecture):
         o = self.options
         return int(min(o.channel_base // res, o.channel_max))
 
+    supports_truncation = True
+
     @property
     def latent_dim(self) -> int:
         return self.options.latent_dim
