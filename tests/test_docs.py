@@ -187,7 +187,7 @@ def test_writing_plugins_walkthrough_works(tmp_path, monkeypatch):
         import test_softhinge  # the doc's own tests pass
 
         test_softhinge.test_d_loss_is_low_when_d_separates()
-        test_softhinge.test_listed_by_gankit()
+        test_softhinge.test_trains_two_steps(tmp_path / "doc-test")
     finally:
         for mod in [m for m in sys.modules if m.startswith("gankit_softhinge") or m == "test_softhinge"]:
             del sys.modules[mod]
@@ -225,8 +225,30 @@ def load_example(path: Path):
     return module
 
 
-def test_every_example_file_is_trained_by_the_tests():
+def test_every_example_file_is_trained_by_the_tests_and_shown_in_the_guide():
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXAMPLE_OVERRIDES)
+    guide = (DOCS / "writing-plugins.md").read_text(encoding="utf-8")
+    assert [f for f in EXAMPLE_OVERRIDES if f"(examples/{f})" not in guide] == []
+
+
+def test_example_files_import_only_gan_kit_torch_attrs_and_the_standard_library():
+    import ast
+
+    allowed = {"gan_kit", "torch", "attrs", "__future__", *sys.stdlib_module_names}
+    for path in sorted(EXAMPLES.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert roots <= allowed, (path.name, sorted(roots - allowed))
+
+
+@pytest.mark.parametrize("page", ["hooks.md", "writing-plugins.md"])
+def test_plugin_guides_name_no_builtin_module_or_private_name(page):
+    text = (DOCS / page).read_text(encoding="utf-8")
+    assert "gan_kit.builtin" not in text
+    assert re.findall(r"\bgan_kit(?:\.\w+)*\._\w+", text) == []
+    for module in re.findall(r"\bgan_kit\.(\w+)", text):
+        assert module in {"testing", *__import__("gan_kit").__all__}, f"{page} names gan_kit.{module}"
 
 
 @pytest.mark.parametrize("filename", sorted(EXAMPLE_OVERRIDES))
