@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import re
 import sys
 import tomllib
@@ -186,7 +187,102 @@ def test_writing_plugins_walkthrough_works(tmp_path, monkeypatch):
         import test_softhinge  # the doc's own tests pass
 
         test_softhinge.test_d_loss_is_low_when_d_separates()
-        test_softhinge.test_listed_by_gankit()
+        test_softhinge.test_trains_two_steps(tmp_path / "doc-test")
     finally:
         for mod in [m for m in sys.modules if m.startswith("gankit_softhinge") or m == "test_softhinge"]:
             del sys.modules[mod]
+
+
+# ------------------------------------------------------------------------------ docs/examples --
+
+EXAMPLES = DOCS / "examples"
+
+#: Each example file and the ``--set`` overrides of the tiny recipe that choose its components.
+EXAMPLE_OVERRIDES: dict[str, list[str]] = {
+    "loss_plugin.py": ["loss.name=ragan"],
+    "penalty_plugin.py": ['penalty=[{name="r2", weight=1.0}, {name="zero-gp", weight=1.0}, '
+                          '{name="mode-seeking", weight=0.1, interval=2}]'],
+    "strategy_plugin.py": ["update.name=g-then-critics", "update.d_steps=2"],
+    "initializer_plugin.py": ["init.name=lecun-normal"],
+    "growth_plugin.py": ['growth={name="two-stage", low_kimg=0.008, fade_kimg=0.016, batch_size=8}'],
+    "architecture_plugin.py": ['architecture={name="mlp", latent_dim=8, hidden=16}',
+                               'growth={name="static", batch_size=8}'],
+    "dataset_plugin.py": ['data={name="blobs", resolution=8, num_images=64}'],
+    "metric_plugin.py": ['metric=[{name="moment-gap", every_kimg=0.008, num_images=16}]'],
+    "augment_plugin.py": ['augment={name="xflip", p=0.5}'],
+    "lifecycle_plugin.py": [],
+}
+
+
+def load_example(path: Path):
+    """Import a docs/examples file as a module of its own (as a recipe's ``plugins = [...]`` would)."""
+    import importlib.util
+
+    name = f"gankit_doc_example_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_example_file_is_trained_by_the_tests_and_shown_in_the_guide():
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXAMPLE_OVERRIDES)
+    guide = (DOCS / "writing-plugins.md").read_text(encoding="utf-8")
+    assert [f for f in EXAMPLE_OVERRIDES if f"(examples/{f})" not in guide] == []
+
+
+def test_example_files_import_only_gan_kit_torch_attrs_and_the_standard_library():
+    import ast
+
+    allowed = {"gan_kit", "torch", "attrs", "__future__", *sys.stdlib_module_names}
+    for path in sorted(EXAMPLES.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert roots <= allowed, (path.name, sorted(roots - allowed))
+
+
+@pytest.mark.parametrize("page", ["hooks.md", "writing-plugins.md"])
+def test_plugin_guides_name_no_builtin_module_or_private_name(page):
+    text = (DOCS / page).read_text(encoding="utf-8")
+    assert "gan_kit.builtin" not in text
+    assert re.findall(r"\bgan_kit(?:\.\w+)*\._\w+", text) == []
+    for module in re.findall(r"\bgan_kit\.(\w+)", text):
+        assert module in {"testing", *__import__("gan_kit").__all__}, f"{page} names gan_kit.{module}"
+
+
+@pytest.mark.parametrize("filename", sorted(EXAMPLE_OVERRIDES))
+def test_example_plugin_trains_two_steps(filename, tmp_path):
+    """Each docs/examples file, loaded as a plugin, trains 2 steps of the tiny recipe with its own
+    component chosen, and that component is the one the recipe used."""
+    from gan_kit.testing import make_run, train_steps
+
+    module = load_example(EXAMPLES / filename)
+    run = make_run(tmp_path, plugins=[module], overrides=EXAMPLE_OVERRIDES[filename])
+    stats = train_steps(run, 2)
+    assert run.step == 2
+    assert math.isfinite(stats["Loss/D"]) and math.isfinite(stats["Loss/G"])
+    registered = {(c.kind, c.name) for c in run.registry if c.plugin == module.__name__}
+    chosen = {(s.kind, s.name) for s in (run.recipe.data, run.recipe.architecture, run.recipe.init, run.recipe.loss,
+                                         run.recipe.update, run.recipe.growth, run.recipe.augment,
+                                         *run.recipe.penalties, *run.recipe.metrics)}
+    assert registered <= chosen  # every component of the example is in use
+    if filename == "penalty_plugin.py":
+        # the two D penalties are in the D objective; the lazy G penalty ran at step 0 as its own step
+        assert {"Loss/D/r2", "Loss/D/zero-gp", "Loss/G/mode-seeking"} <= set(stats)
+        assert stats["Loss/D/r2"] > 0 and stats["Loss/D/zero-gp"] > 0
+    if filename == "growth_plugin.py":
+        # step 1 at 4 px; step 2 entered the 8 px phase at the start of its fade-in (8 images shown)
+        assert (run.phase.index, run.phase.resolution, run.phase.alpha) == (1, 8, 0.0)
+        assert run.growth.phase_at(16).alpha == 0.5 and run.growth.phase_at(24).alpha == 1.0
+    if filename == "metric_plugin.py":
+        assert 0 < stats["Metrics/moment-gap"] < 4
+    if filename == "augment_plugin.py":
+        assert stats["Augment/p"] == 0.5
+    if filename == "lifecycle_plugin.py":
+        log = run.stash[module.log_key]
+        assert (log.steps, log.phases, log.ticks) == (2, [4], 1)
+        assert log.file.closed  # run_teardown closed it
+        lines = (run.out_dir / "losses.csv").read_text().splitlines()
+        assert lines[0] == "step,kimg,Loss/D,Loss/G" and len(lines) == 3
+        assert stats["Example/steps_logged"] == 2

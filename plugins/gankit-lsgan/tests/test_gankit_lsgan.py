@@ -1,16 +1,21 @@
-"""Tests of the gankit-lsgan plugin, using gankit only through its public API and plugin loader."""
+"""Tests of the gankit-lsgan plugin, using gankit only through its public API (``gan_kit`` and
+``gan_kit.testing``), as any third-party plugin would."""
 
 from __future__ import annotations
 
+import json
+import math
+import subprocess
+import sys
 import textwrap
 
 import pytest
 import torch
 from torch import nn
 
+import gankit_lsgan
 from gan_kit import RecipeError
-from gan_kit.plugins import build_plugins
-from gan_kit.recipe import load_recipe
+from gan_kit.testing import make_run, train_steps, write_tiny_recipe
 from gankit_lsgan import LSGAN, TruncatedNormal
 
 
@@ -47,10 +52,27 @@ def test_truncated_normal_init():
         assert torch.count_nonzero(layer.bias) == 0
 
 
-def test_registered_through_the_entry_point():
-    plugins = build_plugins(load_entry_points=True)
-    assert plugins.registry.get("loss", "lsgan").plugin == "gankit-lsgan 0.1.0"
-    assert plugins.registry.get("init", "truncated-normal").factory is TruncatedNormal
+def test_trains_with_the_lsgan_loss_and_truncated_normal_init(tmp_path):
+    """The installed entry point alone makes both components known to a recipe (no plugins=[...]):
+    2 steps of gankit's tiny recipe train with them, and the initializer really ran."""
+    run = make_run(tmp_path, overrides=["loss.name=lsgan", "init.name=truncated-normal", "init.std=0.05"])
+    assert isinstance(run.loss, LSGAN)
+    weights = [p for p in run.D.parameters() if p.dim() > 1]
+    assert weights and max(float(w.detach().abs().max()) for w in weights) <= 0.1 + 1e-7  # cutoff 2 x std 0.05
+    stats = train_steps(run, 2)
+    assert run.step == 2 and math.isfinite(stats["Loss/D"]) and math.isfinite(stats["Loss/G"])
+    assert stats["Loss/D"] >= 0 and stats["Loss/G"] >= 0  # sums of squares
+
+
+def test_listed_with_its_distribution_by_gankit():
+    """`gankit list-plugins` names the distribution that registered each component."""
+    r = subprocess.run([sys.executable, "-m", "gan_kit", "list-plugins", "--json"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {(row["kind"], row["name"]): row for row in json.loads(r.stdout)}
+    version = f"gankit-lsgan {gankit_lsgan.__version__}"
+    assert rows[("loss", "lsgan")]["plugin"] == version
+    assert rows[("init", "truncated-normal")]["plugin"] == version
 
 
 def test_recipe_problems_are_reported_with_the_file_and_key(tmp_path):
@@ -64,11 +86,11 @@ def test_recipe_problems_are_reported_with_the_file_and_key(tmp_path):
         std = -1
     """))
     with pytest.raises(RecipeError) as e:
-        load_recipe(path)
+        make_run(tmp_path, recipe=path)
     # init.std fails its own check, so the cross-option check of the loss waits for a valid recipe
     assert e.value.problems == [f"{path}: init.std: must be > 0, got -1.0 (e.g. std = 0.02)"]
-    path.write_text('[loss]\nname = "lsgan"\na = 1.0\n')
+    path = write_tiny_recipe(tmp_path, "tiny.toml")
     with pytest.raises(RecipeError) as e:
-        load_recipe(path)
+        make_run(tmp_path, recipe=path, overrides=["loss.name=lsgan", "loss.a=1.0"])
     assert e.value.problems == [
         f"{path}: loss.b: must differ from a (both are 1.0): D could not tell real from fake (e.g. a = 0, b = 1)"]

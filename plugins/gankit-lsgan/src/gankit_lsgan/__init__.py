@@ -22,7 +22,7 @@ import attrs
 import torch
 from torch import nn
 
-from gan_kit import Initializer, Loss, hookimpl, option
+from gan_kit import Initializer, Loss, hookimpl, option, weight_layers
 
 __version__ = "0.1.0"
 __all__ = ["LSGAN", "TruncatedNormal", "register_losses", "register_initializers"]
@@ -53,9 +53,6 @@ class LSGAN(Loss):
             yield "b", f"must differ from a (both are {options.a}): D could not tell real from fake (e.g. a = 0, b = 1)"
 
 
-_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-
-
 class TruncatedNormal(Initializer):
     """N(0, std^2) weights truncated to [-cutoff*std, cutoff*std], zero biases, on every conv and linear layer."""
 
@@ -69,11 +66,10 @@ class TruncatedNormal(Initializer):
     @torch.no_grad()
     def apply(self, module: nn.Module) -> None:
         std, cut = self.options.std, self.options.cutoff
-        for layer in module.modules():
-            if isinstance(layer, _LAYERS):
-                nn.init.trunc_normal_(layer.weight, mean=0.0, std=std, a=-cut * std, b=cut * std)
-                if layer.bias is not None:
-                    nn.init.zeros_(layer.bias)
+        for layer in weight_layers(module):  # every conv, transposed conv and linear layer
+            nn.init.trunc_normal_(layer.weight, mean=0.0, std=std, a=-cut * std, b=cut * std)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
 
 
 @hookimpl

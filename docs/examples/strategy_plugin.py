@@ -1,0 +1,75 @@
+"""Example gankit plugin: an update strategy (kind ``update``, recipe ``[update]``).
+
+``g-then-critics``: each iteration takes the G step FIRST, against the D of the previous
+iteration, then ``d_steps`` critic steps, each on a fresh real batch and fresh fakes from the
+updated G. The strategy only decides this order; it acts through the verbs of the
+``StepContext`` (``zero_grad``, ``backward``, ``opt_step``, ``frozen``, ``d_objective``,
+``g_objective``), which own the fp16 GradScaler, the gradient averaging of several processes
+and the non-finite policy - so the same code runs under every precision, ``--nproc`` and
+``torch.compile``.
+
+Use it::
+
+    plugins = ["strategy_plugin.py"]
+    [update]
+    name = "g-then-critics"
+    d_steps = 2
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import torch
+
+from gan_kit import StepContext, UpdateStrategy, hookimpl, option
+
+
+class GThenCritics(UpdateStrategy):
+    """One G step (D frozen), then ``d_steps`` D steps on fakes made under ``no_grad``.
+
+    Per iteration: G forwards 1 + d_steps, D forwards 1 + 2 * d_steps, backwards 1 + d_steps.
+    Critic steps per G step as in WGAN (Arjovsky et al. 2017, Algorithm 1, n_critic), but G first.
+    Returns the last D step's stats (``Loss/D``, ``Loss/D/<penalty>``, ``Logits/*``) and ``Loss/G``.
+    """
+
+    @attrs.frozen
+    class Options:
+        d_steps: int = option(2, help="Critic (D) steps after each G step, each on a fresh real batch.",
+                              validator=lambda v: None if v >= 1 else f"must be >= 1, got {v} (e.g. d_steps = 2)")
+
+    @property
+    def d_steps(self) -> int:
+        # The engine hands the step this many real batches: ctx.reals[0 .. d_steps-1].
+        return self.options.d_steps
+
+    def step(self, ctx: StepContext) -> dict[str, Any]:
+        n = ctx.reals[0].shape[0]  # this process's batch
+
+        # G step. D is frozen: the backward through it computes input gradients only, so
+        # nothing lands in D's weight gradients (and a multi-process D skips its sync).
+        ctx.zero_grad("G")
+        with ctx.frozen("D"):
+            with ctx.autocast():
+                fake = ctx.G(ctx.latent(n))
+                fake_logits = ctx.D(fake)
+            g_loss, g_stats = ctx.g_objective(fake_logits, fake)
+            ctx.backward(g_loss, "G")
+        ctx.opt_step("G")
+
+        # Critic steps: fakes under no_grad (G builds no graph), gradients cleared every time.
+        d_stats: dict[str, Any] = {}
+        for real in ctx.reals:
+            with torch.no_grad(), ctx.autocast():
+                fake = ctx.G(ctx.latent(n))
+            ctx.zero_grad("D")
+            d_total, d_stats = ctx.d_objective(real, fake)  # the loss plus the D penalties
+            ctx.backward(d_total, "D")
+            ctx.opt_step("D")
+        return {**d_stats, **g_stats}
+
+
+@hookimpl
+def register_update_strategies(register):
+    register("g-then-critics", GThenCritics)
