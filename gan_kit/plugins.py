@@ -113,8 +113,15 @@ def disabled_names(extra: Iterable[str] = ()) -> tuple[str, ...]:
 
 
 def _is_disabled(name: str, disabled: Iterable[str]) -> bool:
-    short = name.rsplit(".", 1)[-1].split(" (")[0]
-    return any(d in (name, short, name.split(" (")[0]) for d in disabled)
+    """``name`` (a module, ``"<entry point> (<dist> <version>)"`` or a recipe plugin's ``.py``
+    path) is switched off by its full name, its part before `` (``, its last dotted part (a
+    built-in: ``tensorboard``), or - for a file - its file name or stem."""
+    base = name.split(" (")[0]
+    if base.endswith(".py") or "/" in base or os.sep in base:
+        short = {Path(base).name, Path(base).stem}
+    else:
+        short = {base.rsplit(".", 1)[-1]}
+    return any(d == name or d == base or d in short for d in disabled)
 
 
 def autoload_disabled() -> bool:
