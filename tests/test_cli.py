@@ -160,3 +160,37 @@ def test_resume_without_checkpoint_is_a_user_error(tiny_recipe, tmp_path):
     result = invoke("run", tiny_recipe, "--out", tmp_path / "fresh", "--resume")
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: --resume: no checkpoint at {tmp_path / 'fresh' / 'checkpoints' / 'latest.pt'}")
+
+
+def test_sample_truncation_and_interpolation(tmp_path):
+    """--truncation needs a mapping network (one line otherwise); --interpolate writes a strip
+    of STEPS images a row, or an animated GIF."""
+    from gan_kit.engine import train
+    from gan_kit.testing import make_run
+
+    sg2 = make_run(tmp_path / "sg2", overrides=[
+        "architecture={name='stylegan2', latent_dim=8, w_dim=8, mapping_layers=2, channel_base=64, channel_max=8}",
+        "growth={name='static', batch_size=8}", "penalty=[]", "run.total_kimg=0.016"])
+    train(sg2)
+    ckpt = tmp_path / "sg2" / "run" / "checkpoints" / "latest.pt"
+    zero = tmp_path / "zero.png"
+    result = invoke("sample", ckpt, "-n", "4", "--truncation", "0", "--out", zero)
+    assert result.exit_code == 0, result.output
+    with Image.open(zero) as im:
+        cells = [im.crop((1 + 33 * i, 1, 33 + 33 * i, 33)).tobytes() for i in range(2)]
+    assert cells[0] == cells[1]  # psi = 0: the average-W image for every z
+    strip = tmp_path / "strip.png"
+    result = invoke("sample", ckpt, "-n", "2", "--interpolate", "5", "--out", strip)
+    assert result.exit_code == 0 and "wrote 2 interpolations of 5 images" in result.stdout
+    with Image.open(strip) as im:
+        assert im.size == (5 * 33 + 1, 2 * 33 + 1)
+    gif = tmp_path / "walk.gif"
+    assert invoke("sample", ckpt, "-n", "2", "--interpolate", "4", "--out", gif).exit_code == 0
+    with Image.open(gif) as im:
+        assert im.n_frames == 4 + 2  # forth and back
+    pg = make_run(tmp_path / "pg", overrides=["run.total_kimg=0.016"])
+    train(pg)
+    result = invoke("sample", tmp_path / "pg" / "run" / "checkpoints" / "latest.pt", "--truncation", "0.5")
+    assert result.exit_code == 2
+    assert result.stderr == ("error: --truncation: architecture 'pggan' has no mapping network to truncate "
+                             "(use stylegan2, or leave --truncation at 1)\n")
