@@ -89,17 +89,12 @@ def _spans_from_recipe(run_dir: Path, total_kimg: float) -> list[PhaseSpan] | No
             return None
         resolution = int(raw.get("data", {}).get("resolution", 32))
         sched = comp.factory(options, BuildContext(resolution=resolution))
-        spans, nimg, total = [], 0, int(round(total_kimg * 1000))
-        while nimg <= total:
-            ph = sched.phase_at(nimg)
-            if spans and ph.index == spans[-1].index:
-                break
+        total = int(round(total_kimg * 1000))
+        spans = []
+        for ph in sched.phases(total):
             end = min(ph.end_nimg, total) if math.isfinite(ph.end_nimg) else total
             spans.append(PhaseSpan(ph.index, ph.resolution, ph.start_nimg / 1000, (ph.start_nimg + ph.fade_nimg) / 1000,
                                    end / 1000))
-            if not math.isfinite(ph.end_nimg) or ph.end_nimg >= total:
-                break
-            nimg = int(ph.end_nimg)
         return spans or None
     except Exception:  # a foreign or old recipe: fall back to the metrics columns
         return None

@@ -175,3 +175,26 @@ def test_resume_advice_is_never_circular(tiny_recipe, tmp_path):
     with pytest.raises(GankitError) as e:
         train(run)
     assert "--overwrite" in str(e.value) and "--resume" not in str(e.value)
+
+
+def test_report_of_a_run_interrupted_and_resumed_twice_has_monotonic_curves_and_the_schedules_phases(
+        tiny_recipe, tmp_path):
+    from gan_kit.report import load_metrics, phase_spans
+
+    out = tmp_path / "twice"
+    over = [*SHORT, "run.tick_kimg=0.008", "run.snapshot_ticks=3"]
+    for at in (4, 9):  # SIGINT after iteration 4, then after 9; snapshots every 3 ticks between
+        run = build(tiny_recipe, out, over, extra=[SignalAt(at)])
+        with pytest.raises(Interrupted):
+            train(run, resume=at != 4)
+    train(build(tiny_recipe, out, over), resume=True)
+    rows, bad = load_metrics(out)
+    assert bad == 0
+    kimg = [r["Progress/kimg"] for r in rows]
+    assert all(a < b for a, b in zip(kimg, kimg[1:])), kimg
+    assert [r["Progress/tick"] for r in rows] == list(range(len(rows)))
+    spans = phase_spans(out, rows)
+    # 4 px until 0.04 kimg, then 8 px fading until 0.08 and stable to the end (0.12)
+    assert [(s.index, s.resolution, s.start_kimg, s.fade_end_kimg, s.end_kimg) for s in spans] == [
+        (0, 4, 0.0, 0.0, 0.04), (1, 8, 0.04, 0.08, 0.12)]
+    assert [r["Progress/resolution"] for r in rows] == [4 if k <= 0.04 else 8 for k in kimg]
