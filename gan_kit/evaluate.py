@@ -21,7 +21,19 @@ import click
 
 from gan_kit.cli_errors import user_errors as _user_errors
 
-__all__ = ["eval_command", "evaluate_checkpoint", "evaluate"]
+__all__ = ["eval_command", "evaluate_checkpoint", "evaluate", "metric_problem"]
+
+
+def metric_problem(spec: Any, metric: Any, data_size: int, data_name: str) -> str | None:
+    """Why ``metric`` cannot run on a data set of ``data_size`` images, or None: it asks for more
+    images than there are, or the data holds fewer than the metric's minimum."""
+    if metric.min_images > data_size:
+        return (f"{spec.key}: {spec.name} needs at least {metric.min_images} real images, the {data_name!r} data "
+                f"set holds {data_size} (use more data, or another metric)")
+    if metric.num_images > data_size:
+        return (f"{spec.key}: {spec.name} asks for {metric.num_images} images, the {data_name!r} data set holds "
+                f"{data_size} (set {spec.key}.num_images = {data_size} or less)")
+    return None
 
 
 def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:

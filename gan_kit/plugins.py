@@ -199,56 +199,14 @@ def build_plugins(
     if os.environ.get("GANKIT_TRACE_PLUGINS"):
         pm.trace.root.setwriter(lambda msg: print(msg, end="", file=sys.stderr))
         pm.enable_tracing()
-    sources: dict[str, str] = {}
-    broken: list[BrokenPlugin] = []
-    disabled = disabled_names(disable)
-
-    def add(plugin: Any, name: str, source: str) -> None:
-        if _is_disabled(name, disabled):
-            return
-        try:
-            pm.register(plugin, name=name)
-        except pluggy.PluginValidationError as e:
-            lines = str(e).splitlines()
-            detail = "; ".join(lines[1:]) if len(lines) > 1 else str(e)
-            raise PluginError(f"plugin {source}: {detail} (match the hook's signature in gan_kit/hookspecs.py)") from None
-        except ValueError as e:  # the same name or object registered twice
-            raise PluginError(f"plugin {source}: {e} (each plugin may be registered once)") from None
-        try:
-            _validate(pm, plugin, source)
-        except pluggy.PluginValidationError as e:
-            pm.unregister(name=name)
-            raise PluginError(f"plugin {source}: {e} (check the hook names in gan_kit/hookspecs.py)") from None
-        except PluginError:
-            pm.unregister(name=name)
-            raise
-        sources[name] = source
-
+    loader = _Loader(pm, disabled_names(disable))
     for mod_name in BUILTIN_PLUGINS:
-        add(importlib.import_module(mod_name), mod_name, mod_name)
-
-    if load_entry_points is None:
-        load_entry_points = not autoload_disabled()
-    if load_entry_points:
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            dist = getattr(ep, "dist", None)
-            dist_text = f"{dist.name} {dist.version}" if dist else "unknown distribution"
-            where = f"{dist_text}, entry point {ENTRY_POINT_GROUP}: {ep.name} = {ep.value}"
-            try:
-                plugin = ep.load()
-            except Exception as e:  # a broken third-party plugin must not take gankit down
-                broken.append(BrokenPlugin(ep.name, where, f"{type(e).__name__}: {e}"))
-                continue
-            if pm.is_registered(plugin):
-                continue
-            add(plugin, f"{ep.name} ({dist_text})", dist_text if dist else where)
-
+        loader.add(importlib.import_module(mod_name), mod_name, mod_name)
+    if load_entry_points if load_entry_points is not None else not autoload_disabled():
+        loader.add_entry_points()
     for i, plugin in enumerate(extra):
         name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}-{i}"
-        if pm.is_registered(plugin):
-            continue
-        add(plugin, name, name)
-
+        loader.add(plugin, name, name)
     for i, spec in enumerate(recipe_plugins):
         try:
             module = _load_module(spec, recipe_dir)
@@ -258,10 +216,57 @@ def build_plugins(
                 raise PluginError(f"plugins[{i}]: cannot load plugin {spec!r}: {error}") from None
             failed.append((i, spec, error))
             continue
-        if pm.is_registered(module):
-            continue
-        add(module, spec, f"recipe plugin {spec}")
+        loader.add(module, spec, f"recipe plugin {spec}")
+    return Plugins(pm=pm, registry=_registry(pm, loader.sources), broken=loader.broken, sources=loader.sources,
+                   disabled=loader.disabled)
 
+
+class _Loader:
+    """Registers plugins on ``pm`` (skipping disabled and already registered ones), validating
+    each and remembering where it came from."""
+
+    def __init__(self, pm: pluggy.PluginManager, disabled: tuple[str, ...]):
+        self.pm, self.disabled = pm, disabled
+        self.sources: dict[str, str] = {}
+        self.broken: list[BrokenPlugin] = []
+
+    def add(self, plugin: Any, name: str, source: str) -> None:
+        if _is_disabled(name, self.disabled) or self.pm.is_registered(plugin):
+            return
+        pm = self.pm
+        try:
+            pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as e:
+            lines = str(e).splitlines()
+            detail = "; ".join(lines[1:]) if len(lines) > 1 else str(e)
+            raise PluginError(f"plugin {source}: {detail} (match the hook's signature in docs/hooks.md)") from None
+        except ValueError as e:  # the same name or object registered twice
+            raise PluginError(f"plugin {source}: {e} (each plugin may be registered once)") from None
+        try:
+            _validate(pm, plugin, source)
+        except pluggy.PluginValidationError as e:
+            pm.unregister(name=name)
+            raise PluginError(f"plugin {source}: {e} (check the hook names in docs/hooks.md)") from None
+        except PluginError:
+            pm.unregister(name=name)
+            raise
+        self.sources[name] = source
+
+    def add_entry_points(self) -> None:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = getattr(ep, "dist", None)
+            dist_text = f"{dist.name} {dist.version}" if dist else "unknown distribution"
+            where = f"{dist_text}, entry point {ENTRY_POINT_GROUP}: {ep.name} = {ep.value}"
+            try:
+                plugin = ep.load()
+            except Exception as e:  # a broken third-party plugin must not take gankit down
+                self.broken.append(BrokenPlugin(ep.name, where, f"{type(e).__name__}: {e}"))
+                continue
+            self.add(plugin, f"{ep.name} ({dist_text})", dist_text if dist else where)
+
+
+def _registry(pm: pluggy.PluginManager, sources: dict[str, str]) -> Registry:
+    """Call every registration hook and record which plugin registered each component."""
     registry = Registry()
     plugins = list(pm.get_plugins())
     order = {name: i for i, name in enumerate(sources)}
@@ -281,4 +286,4 @@ def build_plugins(
                 registry.add(_kind, component_name, factory, _source)
 
             caller(register=register)
-    return Plugins(pm=pm, registry=registry, broken=broken, sources=sources, disabled=disabled)
+    return registry

@@ -19,8 +19,10 @@ from torch import nn
 
 from gan_kit import __version__
 from gan_kit import checkpoint as ckpt
-from gan_kit.components import AugmentedD, BuildContext, WeightedPenalty, set_phase
+from gan_kit.components import BuildContext, WeightedPenalty, set_phase
 from gan_kit.ema import make_ema, refresh_batchnorm
+from gan_kit.evaluate import metric_problem
+from gan_kit.networks import apply_spectral_norm, training_views
 from gan_kit.errors import GankitError, TrainingError
 from gan_kit.phase import Phase
 from gan_kit.plugins import Plugins
@@ -152,26 +154,11 @@ class Run:
 
             broadcast_parameters(self.G, self.D)
         self.G_ema = make_ema(self.G)
-        # The networks the strategies call: in DDP wrappers under several processes, then
-        # compiled when asked (torch.compile(DDP(net)) lets Dynamo split graphs at DDP's buckets).
-        # Penalties keep the eager networks - still the DDP ones, so a penalty-only backward is
-        # averaged too - because compiled graphs have no double backward.
         self.all_reduce_grads = self.world_size > 1 and r.run.grad_sync == "all-reduce"
-        G_train, D_train = self.G, self.D
-        if self.world_size > 1 and r.run.grad_sync == "ddp":
-            from gan_kit.distributed import wrap_ddp
-
-            G_train, D_train = wrap_ddp(self.G, self.device), wrap_ddp(self.D, self.device)
-        self.G_penalty, self.D_penalty = G_train, D_train
-        if r.run.compile:
-            G_train = _compile(G_train, r.run.compile_backend)
-            D_train = _compile(D_train, r.run.compile_backend)
-        # Every D the strategies and penalties get sees augmented images (outside any compiled
-        # graph: an augmentation's parameters, such as ADA's p, change during training).
         self.augment = self.build(r.augment)
-        if r.augment.name != "none":
-            D_train, self.D_penalty = AugmentedD(D_train, self.augment), AugmentedD(self.D_penalty, self.augment)
-        self.G_train, self.D_train = G_train, D_train
+        views = training_views(self.G, self.D, recipe=r, device=self.device, world_size=self.world_size,
+                               augment=self.augment if r.augment.name != "none" else None)
+        self.G_train, self.D_train, self.G_penalty, self.D_penalty = views
 
     def _build_objectives(self) -> None:
         r = self.recipe
@@ -412,44 +399,6 @@ class Run:
         self.last_checkpoint = path
         self.hook.checkpoint_saved(run=self, path=path)
         return path
-
-
-def apply_spectral_norm(net: nn.Module, name: str, recipe: Recipe) -> None:
-    """Spectral normalisation (Miyato et al. 2018, sec. 2.1) of every conv / linear weight of
-    ``net``: ``W / sigma(W)`` with sigma from one power iteration per training-mode forward; its
-    vectors u, v are buffers, so checkpoints keep them and eval mode (G_ema) reuses them."""
-    from torch.nn.utils.parametrizations import spectral_norm
-
-    from gan_kit.layers import weight_layers
-
-    layers = weight_layers(net)
-    if not layers:
-        raise GankitError(f"{recipe.path}: architecture.spectral_norm: {recipe.architecture.name!r} has no "
-                          f"torch conv / linear layers in {name} to normalise (set spectral_norm = \"none\")")
-    for layer in layers:
-        spectral_norm(layer)
-
-
-def metric_problem(spec: ComponentSpec, metric: Any, data_size: int, data_name: str) -> str | None:
-    """Why ``metric`` cannot run on a data set of ``data_size`` images, or None: it asks for more
-    images than there are, or the data holds fewer than the metric's minimum."""
-    if metric.min_images > data_size:
-        return (f"{spec.key}: {spec.name} needs at least {metric.min_images} real images, the {data_name!r} data "
-                f"set holds {data_size} (use more data, or another metric)")
-    if metric.num_images > data_size:
-        return (f"{spec.key}: {spec.name} asks for {metric.num_images} images, the {data_name!r} data set holds "
-                f"{data_size} (set {spec.key}.num_images = {data_size} or less)")
-    return None
-
-
-def _compile(net: nn.Module, backend: str) -> nn.Module:
-    """``torch.compile(net)``. AOTAutograd's donated buffers forbid ``retain_graph=True`` in a
-    backward through a compiled graph, which a strategy that backpropagates one graph twice
-    (``shared-fake``) needs; turning donation off costs only some buffer reuse in the backward."""
-    from torch._functorch import config as functorch_config
-
-    functorch_config.donated_buffer = False
-    return torch.compile(net, backend=backend)
 
 
 def _phase_dict(phase: Phase | None) -> dict | None:

@@ -179,11 +179,12 @@ def test_ema_half_life_with_rampup_follows_stylegan2():
     from gan_kit.ema import ema_beta
 
     assert ema_beta(0.999, None, None, 64, 10**6) == 0.999
+    assert ema_beta(0.999, 10.0, 0.05, 64, 10**6) == 0.999  # a fixed decay, when set, wins
     # half-life 10 kimg: after 10k images (batch 64 per step) the old average has half its weight
-    beta = ema_beta(0.999, 10.0, None, 64, 10**6)
+    beta = ema_beta(None, 10.0, None, 64, 10**6)
     assert beta ** (10_000 / 64) == pytest.approx(0.5)
     # ramp-up: early on the half-life is cur_nimg * rampup, so G_ema tracks G closely
-    early = ema_beta(0.999, 10.0, 0.05, 64, 20_000)  # half-life min(10000, 1000) = 1000 images
+    early = ema_beta(None, 10.0, 0.05, 64, 20_000)  # half-life min(10000, 1000) = 1000 images
     assert early == pytest.approx(0.5 ** (64 / 1000))
     assert early < beta
 

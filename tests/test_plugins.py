@@ -169,7 +169,7 @@ def test_hook_with_wrong_argument_names_is_an_error():
         build_plugins([WrongArgs()], load_entry_points=False)
     assert str(e.value) == ("plugin WrongArgs-0: hookimpl definition: register_losses(reg); Argument(s) {'reg'} "
                             "are declared in the hookimpl but can not be found in the hookspec "
-                            "(match the hook's signature in gan_kit/hookspecs.py)")
+                            "(match the hook's signature in docs/hooks.md)")
 
 
 def test_recipe_plugin_file_misspelled_hook_is_reported(tmp_path, write_recipe):
