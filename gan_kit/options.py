@@ -30,7 +30,7 @@ _MISSING = attrs.NOTHING
 
 def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator: Any = None,
            min: float | None = None, max: float | None = None, min_exclusive: bool = False,
-           max_exclusive: bool = False, allow_inf: bool = False, hint: str | None = None):
+           max_exclusive: bool = False, allow_inf: bool = False, hint: str | tuple[str, ...] | None = None):
     """An attrs field with ``help`` text in its metadata (units, meaning of None).
 
     Use a ``factory`` for mutable defaults. ``validator(value) -> str | None`` may return a
@@ -40,7 +40,8 @@ def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator
     range-checked at recipe load, element-wise: ``min`` / ``max`` bound them (inclusive unless
     ``min_exclusive`` / ``max_exclusive``); floats must be finite unless ``allow_inf`` (NaN is
     always refused); integers must fit int64 (what torch and numpy index and seed with). ``hint``
-    is the fix printed after a range problem, e.g. ``"Adam's beta2, e.g. 0.99"``. A declared range
+    is the fix printed after a range problem, e.g. ``"Adam's beta2, e.g. 0.99"`` (a tuple gives
+    one per array item). A declared range
     is appended to ``help`` (``Allowed: > 0.``), so ``gankit list-plugins -v`` and docs/recipes.md
     show it.
     """
@@ -81,7 +82,7 @@ class Range:
     min_exclusive: bool = False
     max_exclusive: bool = False
     allow_inf: bool = False
-    hint: str | None = None
+    hint: str | tuple[str, ...] | None = None
 
     def text(self) -> str:
         """``"> 0"``, ``">= 1"``, ``"<= 8"``, ``"in [0, 1)"``, or ``""`` when unbounded."""
