@@ -30,7 +30,7 @@ _MISSING = attrs.NOTHING
 
 def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator: Any = None,
            min: float | None = None, max: float | None = None, min_exclusive: bool = False,
-           max_exclusive: bool = False, allow_inf: bool = False, hint: str | None = None):
+           max_exclusive: bool = False, allow_inf: bool = False, hint: str | tuple[str, ...] | None = None):
     """An attrs field with ``help`` text in its metadata (units, meaning of None).
 
     Use a ``factory`` for mutable defaults. ``validator(value) -> str | None`` may return a
@@ -40,7 +40,8 @@ def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator
     range-checked at recipe load, element-wise: ``min`` / ``max`` bound them (inclusive unless
     ``min_exclusive`` / ``max_exclusive``); floats must be finite unless ``allow_inf`` (NaN is
     always refused); integers must fit int64 (what torch and numpy index and seed with). ``hint``
-    is the fix printed after a range problem, e.g. ``"Adam's beta2, e.g. 0.99"``. A declared range
+    is the fix printed after a range problem, e.g. ``"Adam's beta2, e.g. 0.99"`` (a tuple gives
+    one per array item). A declared range
     is appended to ``help`` (``Allowed: > 0.``), so ``gankit list-plugins -v`` and docs/recipes.md
     show it.
     """
@@ -81,43 +82,44 @@ class Range:
     min_exclusive: bool = False
     max_exclusive: bool = False
     allow_inf: bool = False
-    hint: str | None = None
+    hint: str | tuple[str, ...] | None = None
 
-    def text(self) -> str:
-        """``"> 0"``, ``">= 1"``, ``"<= 8"``, ``"in [0, 1)"``, or ``""`` when unbounded."""
+    def text(self, low_only: bool = False) -> str:
+        """``"> 0"``, ``">= 1"``, ``"<= 8"``, ``"in [0, 1)"``, or ``""`` when unbounded;
+        ``low_only``: only the lower bound where there is one (for a value below it)."""
         lo, hi = self.min, self.max
+        low = f"{'>' if self.min_exclusive else '>='} {_num(lo)}" if lo is not None else ""
+        if low and (low_only or hi is None):
+            return low
         if lo is not None and hi is not None:
             return (f"in {'(' if self.min_exclusive else '['}{_num(lo)}, "
                     f"{_num(hi)}{')' if self.max_exclusive else ']'}")
-        if lo is not None:
-            return f"{'>' if self.min_exclusive else '>='} {_num(lo)}"
         if hi is not None:
             return f"{'<' if self.max_exclusive else '<='} {_num(hi)}"
         return ""
 
-    def default_fix(self) -> str:
-        """The fix for a core-table option without a ``hint``."""
-        if self.min == 0 and self.max is None:
+    def default_fix(self, msg: str = "") -> str:
+        """The fix after ``msg`` (from ``check``) for an option without a ``hint``."""
+        if self.min == 0 and f"must be {self.text(low_only=True)}," in msg.replace("a finite number ", ""):
             return "use a positive number" if self.min_exclusive else "use 0 or a positive number"
         return f"use a value {self.text()}" if self.text() else "use a finite number"
 
     def check(self, v: Any) -> str | None:
-        """``"must be ..., got v"`` if the number ``v`` is outside the range, else None."""
+        """``"must be ..., got v"`` if the number ``v`` is outside the range, else None. A value
+        below the minimum (or NaN / inf where a minimum is declared) is told the lower bound,
+        one above the maximum the whole range."""
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return None
-        text = self.text()
         if isinstance(v, float) and (math.isnan(v) or (math.isinf(v) and not self.allow_inf)):
+            text = self.text(low_only=True)
             return f"must be a finite number{' ' + text if text else ''}, got {v!r}"
-        if isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:
-            lo = self.min if self.min is not None else INT64_MIN
-            hi = self.max if self.max is not None else INT64_MAX
-            if lo >= INT64_MIN and hi <= INT64_MAX and text:
-                return f"must be {text}, got {v}"
-            return f"must be {text + ' and ' if text else ''}fit a 64-bit integer, got {v}"
         lo_bad = self.min is not None and (v <= self.min if self.min_exclusive else v < self.min)
         hi_bad = self.max is not None and (v >= self.max if self.max_exclusive else v > self.max)
+        text = self.text(low_only=lo_bad)
         if lo_bad or hi_bad:
             return f"must be {text}, got {v!r}"
+        if isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:  # torch and numpy take int64
+            return f"must {'be ' + text + ' and ' if text else ''}fit a 64-bit integer, got {v}"
         return None
 
 

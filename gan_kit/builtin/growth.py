@@ -25,10 +25,10 @@ class Progressive(GrowthScheduler):
         start_resolution: int = option(4, help="First resolution trained, in pixels (a power of two >= 4).",
                                        min=4, max=2**16)
         fade_kimg: float | dict[int, float] = option(
-            600.0, help="Length of each fade-in in kimg; a table keyed by resolution sets each one.", min=0)
+            600.0, help="Length of each fade-in in kimg; a table keyed by resolution sets each one.", min=0, max=1e9)
         stable_kimg: float | dict[int, float] = option(
             600.0, help="Length of each stabilisation in kimg (the last resolution stabilises until the end); "
-                        "a table keyed by resolution sets each one.", min=0)
+                        "a table keyed by resolution sets each one.", min=0, max=1e9)
         batch_size: int | dict[int, int] = option(
             16, help="Global batch size; a table keyed by resolution gives one per resolution (every one needed).",
             min=1, max=2**16)

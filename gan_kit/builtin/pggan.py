@@ -187,14 +187,15 @@ class PGGAN(Architecture):
     @classmethod
     def problems(cls, o, recipe):
         if o.fmap_max < o.fmap_min:
-            yield "fmap_max", f"need 1 <= fmap_min <= fmap_max, got fmap_min={o.fmap_min}, fmap_max={o.fmap_max}"
+            yield "fmap_min", (f"must be <= fmap_max = {o.fmap_max}, got {o.fmap_min} "
+                               f"(lower fmap_min or raise fmap_max)")
         g = o.mbstd_group_size
         if g > 0:
             for res, batch in _batch_sizes(recipe):
                 if batch >= g and batch % g:
                     where = f" at resolution {res}" if res else ""
                     yield "mbstd_group_size", (f"group size {g} does not divide the batch size {batch}{where} "
-                                               f"(choose a batch that is a multiple of {g}, or another group size)")
+                                               f"(choose a growth.batch_size that is a multiple of {g}, or another group size)")
                     break
 
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:

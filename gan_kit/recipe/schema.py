@@ -17,11 +17,15 @@ import attrs
 from gan_kit.options import option
 
 __all__ = ["RunOptions", "OptimOptions", "EmaOptions", "DataSlot", "PenaltySlot", "MetricSlot",
-           "COMPONENT_TABLES", "CORE_TABLES", "TOP_LEVEL", "ComponentSpec", "Recipe", "SEED_MAX"]
+           "COMPONENT_TABLES", "CORE_TABLES", "TOP_LEVEL", "ComponentSpec", "Recipe", "SEED_MAX", "KIMG_MAX"]
 
 #: Seeds are < 2**32: numpy's legacy seeding takes 0 <= seed < 2**32, and the data order seeds a
 #: torch generator with seed * 1_000_003 + epoch, which must stay below 2**64.
 SEED_MAX = 2**32
+
+#: kimg values are turned into image counts (kimg * 1000, an integer): 1e9 kimg (10**12 images)
+#: is beyond any run and keeps them far from float overflow.
+KIMG_MAX = 1e9
 
 
 def _device(v):
@@ -41,17 +45,18 @@ def _power_of_two(v):
 class RunOptions:
     """The ``[run]`` table: length, place and precision of training."""
 
-    seed: int = option(0, help="Seed of every random number generator (torch, numpy, python).",
-                       min=0, max=SEED_MAX, max_exclusive=True, hint="numpy seeds take 0 <= seed < 2**32, e.g. 0")
+    seed: int = option(0, help="Seed of every random number generator (torch, numpy, python); below 2**32, "
+                               "the range numpy's seeding and the data order's torch generator accept.",
+                       min=0, max=SEED_MAX, max_exclusive=True, hint="e.g. seed = 0")
     device: str = option("auto", help='"auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N".',
                          validator=_device)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = option(
         "auto", help='"auto" = bf16 autocast on CUDA and fp32 on the CPU; "fp16" adds a GradScaler.')
     out_dir: str = option("runs/gankit", help="Run directory (relative to the working directory).")
     total_kimg: float = option(100.0, help="Length of training in thousands of real images shown.",
-                               min=0, min_exclusive=True)
+                               min=0, min_exclusive=True, max=KIMG_MAX)
     tick_kimg: float = option(1.0, help="Reporting interval in kimg: metrics.jsonl line, progress, samples.",
-                              min=0, min_exclusive=True)
+                              min=0, min_exclusive=True, max=KIMG_MAX)
     snapshot_ticks: int = option(10, help="Write the latest checkpoint every this many ticks (0 = only at "
                                           "phase ends and the end).", min=0)
     keep_snapshots: int = option(0, help="Besides latest.pt, keep the last this many snapshots as "
@@ -88,13 +93,14 @@ class OptimOptions:
 
     name: Literal["adam", "sgd"] = option("adam", help='"adam" (PGGAN: betas (0, 0.99)) or plain "sgd".')
     lr: float = option(0.001, help="Base learning rate of G and D (scaled per phase by the growth schedule).",
-                       min=0, min_exclusive=True)
+                       min=0, min_exclusive=True, max=10)
     betas: tuple[float, float] = option((0.0, 0.99), help="Adam's (beta1, beta2), each a decay rate.",
                                         min=0, max=1, max_exclusive=True,
-                                        hint="Adam's decay rates; PGGAN uses [0.0, 0.99]")
-    eps: float = option(1e-8, help="Adam's epsilon.", min=0, min_exclusive=True)
-    g_lr: float | None = option(None, help="G's learning rate (TTUR); None = lr.", min=0, min_exclusive=True)
-    d_lr: float | None = option(None, help="D's learning rate (TTUR); None = lr.", min=0, min_exclusive=True)
+                                        hint=("Adam's beta1, e.g. 0.0 as in PGGAN", "Adam's beta2, e.g. 0.99"))
+    eps: float = option(1e-8, help="Adam's epsilon.", min=0, min_exclusive=True, max=1)
+    # Learning rates above 10 diverge at the first step; far above, Adam's step size overflows float32.
+    g_lr: float | None = option(None, help="G's learning rate (TTUR); None = lr.", min=0, min_exclusive=True, max=10)
+    d_lr: float | None = option(None, help="D's learning rate (TTUR); None = lr.", min=0, min_exclusive=True, max=10)
 
 
 @attrs.frozen
@@ -107,7 +113,7 @@ class EmaOptions:
         min=0, max=1, hint='0.999 is PGGAN\'s; 0 copies G every step; "none" = the half-life rule')
     half_life_kimg: float = option(
         10.0, help="Without decay: beta = 0.5 ** (batch / (half_life_kimg * 1000)) per step (StyleGAN2-ADA).",
-        min=0, min_exclusive=True, hint="e.g. half_life_kimg = 10")
+        min=0, min_exclusive=True, max=KIMG_MAX, hint="e.g. half_life_kimg = 10")
     rampup: float | None = option(
         0.05, help="Without decay: half-life = min(half_life, cur_nimg * rampup) early on, so G_ema does not hold "
                    "the random initial weights of a short run (StyleGAN2-ADA's 0.05); None = no ramp-up.",
@@ -136,7 +142,7 @@ class PenaltySlot:
 @attrs.frozen
 class MetricSlot:
     every_kimg: float | None = option(None, help="Evaluate every this many kimg (None = at the end only).",
-                                      min=0, min_exclusive=True)
+                                      min=0, min_exclusive=True, max=KIMG_MAX)
 
 
 #: Component tables: recipe key -> (component kind, is an array of tables, default name, slot).

@@ -36,13 +36,22 @@ def _unknown_option_fix(k: str, known: list[str], extra_known: tuple[str, ...], 
     return f"({owner} takes no options" + (f" besides {', '.join(extra_known)})" if extra_known else ")")
 
 
+def _range_fix(rng: Any, path: str, range_fix: str | None, msg: str) -> str:
+    """The fix after a range problem at ``path`` (``""``, ``"[1]"``, ``".8"``): the option's hint
+    (per array item when the hint is a tuple), else ``range_fix``, else one derived from the range."""
+    hint = rng.hint
+    if isinstance(hint, tuple):
+        index = int(path[1:path.index("]")]) if path.startswith("[") else -1
+        hint = hint[index] if 0 <= index < len(hint) else None
+    return hint or range_fix or rng.default_fix(msg)
+
+
 def _value_problems(f: attrs.Attribute, value: Any, dotted: str, range_fix: str | None) -> list[tuple[str, str]]:
     """Range problems of a converted value (every number in it), else the field validator's."""
     rng = option_range(f)
     found = range_problems(value, rng)
     if found:
-        fix = rng.hint or range_fix or rng.default_fix()
-        return [(dotted + path, f"{msg} ({fix})") for path, msg in found]
+        return [(dotted + path, f"{msg} ({_range_fix(rng, path, range_fix, msg)})") for path, msg in found]
     check = f.metadata.get("validator")
     msg = check(value) if check and value is not None else None
     if not msg:
