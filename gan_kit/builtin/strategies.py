@@ -50,14 +50,10 @@ __all__ = [
 ]
 
 
-def _d_steps_ok(v):
-    return None if v >= 1 else f"must be >= 1, got {v}"
-
-
 @attrs.frozen
 class CommonOptions:
     d_steps: int = option(1, help="Critic (D) steps per G step, each on a fresh real batch with zeroed grads.",
-                          validator=_d_steps_ok)
+                          min=1, max=64, hint="WGAN uses 5; 1 or 2 is usual with a gradient penalty")
 
 
 @attrs.frozen
@@ -67,7 +63,7 @@ class SingleLossOptions(CommonOptions):
                   "is the G:D learning-rate ratio (seed 003); gankit sets TTUR with optim.g_lr / optim.d_lr, so "
                   "1 = exactly the simultaneous step, and under SGD the effective G:D ratio is lam * g_lr / d_lr. "
                   "Adam divides out any constant gradient scale, so lam != 1 is rejected with Adam.",
-        validator=lambda v: None if v > 0 else f"must be > 0, got {v}")
+        min=0, min_exclusive=True, max=1000)
 
 
 class _Strategy(UpdateStrategy):

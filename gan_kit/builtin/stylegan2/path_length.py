@@ -51,6 +51,10 @@ class PathLength(Penalty):
         and the penalty uses the updated ``a`` (gradient flows through it, as in the official
         code). Not multiplied by the interval. Needs ``inputs.G.mapping`` / ``.synthesis``."""
         G = inputs.G
+        if not (hasattr(G, "mapping") and hasattr(G, "synthesis")):
+            raise GankitError(
+                "penalty path-length: G has no mapping network (G.mapping / G.synthesis): use an architecture with "
+                "one (stylegan2); under several processes set run.grad_sync = \"all-reduce\"")
         n = max(1, int(inputs.batch_size) // self.options.batch_shrink)
         z = ctx.latent(n)
         with ctx.autocast():
