@@ -151,6 +151,9 @@ class Digits(DatasetFactory):
             "bicubic", help="How the 8x8 images are resized to data.resolution.")
         digits: tuple[int, ...] | None = option(
             None, help="Keep only these classes (e.g. [0, 1]); None = all ten. Labels stay the digits (num_classes 10).")
+        max_images: int | None = option(
+            None, help="Keep this many images, a fixed random choice (seed 0) of the whole set after the digits "
+                       "filter, for small-data experiments (e.g. 180 = 10%); None = all.", min=1)
         xflip: bool = option(False, help=_XFLIP_HELP)
 
     def build(self, resolution: int):
@@ -162,6 +165,9 @@ class Digits(DatasetFactory):
         if self.options.digits is not None:
             keep = torch.isin(labels, torch.tensor(self.options.digits))
             images, labels = images[keep], labels[keep]
+        if self.options.max_images is not None:
+            pick = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))[:self.options.max_images]
+            images, labels = images[pick.sort().values], labels[pick.sort().values]
         x = images.unsqueeze(1)
         if resolution != 8:
             mode = self.options.interpolation
