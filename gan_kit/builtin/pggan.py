@@ -66,6 +66,15 @@ def _lrelu(x):
     return F.leaky_relu(x, 0.2)
 
 
+def _lrelu_(x):
+    """Leaky ReLU (slope 0.2) in place, for a fresh layer output no backward needs: a conv or
+    linear layer saves its input and weight, not its output, so overwriting the output changes no
+    gradient (the activation saves its result, whose sign is the input's for a positive slope,
+    and first and second derivatives follow from it). Same values as ``_lrelu``; one
+    ``[N, C, H, W]`` tensor fewer per layer alive until the backward (speed and peak memory)."""
+    return F.leaky_relu_(x, 0.2)
+
+
 class Generator(nn.Module):
     """G: ``z[N, latent_dim] -> images[N, channels, r, r]`` at the current phase's resolution r."""
 
@@ -88,17 +97,20 @@ class Generator(nn.Module):
         self.resolution = resolution
         # alpha lives in a tensor so a compiled graph does not depend on its value.
         self.register_buffer("alpha", torch.ones(()))
+        # True only after set_phase with alpha >= 1: the fade blend is then skipped (see forward).
+        self.stable = False
 
     def set_phase(self, resolution: int, alpha: float) -> None:
         if resolution not in self.resolutions:
             raise ValueError(f"resolution {resolution} not in {self.resolutions}")
         self.resolution = int(resolution)
         self.alpha.fill_(float(alpha))
+        self.stable = float(alpha) >= 1.0
 
     def forward(self, z):
         x = self.norm(z)
-        x = self.norm(_lrelu(self.dense(x).reshape(z.shape[0], -1, 4, 4)))
-        x = self.norm(_lrelu(self.conv4(x)))
+        x = self.norm(_lrelu_(self.dense(x)).reshape(z.shape[0], -1, 4, 4))
+        x = self.norm(_lrelu_(self.conv4(x)))
         prev = x
         for res in self.resolutions[1:]:
             if res > self.resolution:
@@ -106,11 +118,14 @@ class Generator(nn.Module):
             prev = x
             x = F.interpolate(x, scale_factor=2, mode="nearest")
             conv1, conv2 = self.blocks[str(res)]
-            x = self.norm(_lrelu(conv1(x)))
-            x = self.norm(_lrelu(conv2(x)))
+            x = self.norm(_lrelu_(conv1(x)))
+            x = self.norm(_lrelu_(conv2(x)))
         rgb = self.to_rgb[str(self.resolution)](x)
-        if self.resolution > 4:
+        if self.resolution > 4 and not self.stable:
             # Fade-in (sec. 2, fig. 2): blend with the previous resolution's image upsampled.
+            # At alpha = 1 the blend is the new image exactly (lerp returns end - (end - start) * 0)
+            # and the old path's gradients are exactly 0, so a stable phase skips it (the old
+            # toRGB then gets no gradient instead of a zero one).
             low = F.interpolate(self.to_rgb[str(self.resolution // 2)](prev), scale_factor=2, mode="nearest")
             rgb = torch.lerp(low, rgb, self.alpha.to(rgb.dtype))
         return rgb
@@ -134,28 +149,31 @@ class Discriminator(nn.Module):
         self.out.gankit_gain = 1.0
         self.resolution = resolution
         self.register_buffer("alpha", torch.ones(()))
+        self.stable = False  # as in Generator: True after set_phase with alpha >= 1
 
     def set_phase(self, resolution: int, alpha: float) -> None:
         if resolution not in self.resolutions:
             raise ValueError(f"resolution {resolution} not in {self.resolutions}")
         self.resolution = int(resolution)
         self.alpha.fill_(float(alpha))
+        self.stable = float(alpha) >= 1.0
 
     def forward(self, img):
         res = self.resolution
-        x = _lrelu(self.from_rgb[str(res)](img))
+        x = _lrelu_(self.from_rgb[str(res)](img))
         for r in [r for r in reversed(self.resolutions[1:]) if r <= res]:
             conv1, conv2 = self.blocks[str(r)]
-            x = _lrelu(conv2(_lrelu(conv1(x))))
+            x = _lrelu_(conv2(_lrelu_(conv1(x))))
             x = F.avg_pool2d(x, 2)
-            if r == res and res > 4:
-                # Fade-in of the new fromRGB/block pair, mirrored from G (sec. 2, fig. 2).
-                low = _lrelu(self.from_rgb[str(res // 2)](F.avg_pool2d(img, 2)))
+            if r == res and res > 4 and not self.stable:
+                # Fade-in of the new fromRGB/block pair, mirrored from G (sec. 2, fig. 2); skipped
+                # at alpha = 1, where it changes neither the output nor any gradient (see G).
+                low = _lrelu_(self.from_rgb[str(res // 2)](F.avg_pool2d(img, 2)))
                 x = torch.lerp(low, x, self.alpha.to(x.dtype))
         if self.mbstd is not None:
             x = self.mbstd(x)
-        x = _lrelu(self.conv4(x))
-        x = _lrelu(self.dense(x.flatten(1)))
+        x = _lrelu_(self.conv4(x))
+        x = _lrelu_(self.dense(x.flatten(1)))
         return self.out(x).squeeze(1)
 
 

@@ -1,0 +1,172 @@
+"""Speed changes that keep the math (issue 15): each is compared with the implementation it
+replaced, kept here as the reference.
+
+pggan: leaky ReLU in place after every conv/linear layer, and the fade-in blend skipped while
+stabilising (alpha = 1), in G and D. Same outputs, same weight and input gradients (double
+backward of the gradient penalty included), same weights and losses after a few training steps.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gan_kit.builtin import pggan
+from gan_kit.builtin.initializers import EqualizedLR
+
+
+# ------------------------------------------------------------ the replaced implementation ----
+
+
+def _lrelu(x):
+    return F.leaky_relu(x, 0.2)
+
+
+def old_generator_forward(self, z):
+    """pggan.Generator.forward before issue 15: out-of-place leaky ReLU, blend always computed."""
+    x = self.norm(z)
+    x = self.norm(_lrelu(self.dense(x).reshape(z.shape[0], -1, 4, 4)))
+    x = self.norm(_lrelu(self.conv4(x)))
+    prev = x
+    for res in self.resolutions[1:]:
+        if res > self.resolution:
+            break
+        prev = x
+        x = F.interpolate(x, scale_factor=2, mode="nearest")
+        conv1, conv2 = self.blocks[str(res)]
+        x = self.norm(_lrelu(conv1(x)))
+        x = self.norm(_lrelu(conv2(x)))
+    rgb = self.to_rgb[str(self.resolution)](x)
+    if self.resolution > 4:
+        low = F.interpolate(self.to_rgb[str(self.resolution // 2)](prev), scale_factor=2, mode="nearest")
+        rgb = torch.lerp(low, rgb, self.alpha.to(rgb.dtype))
+    return rgb
+
+
+def old_discriminator_forward(self, img):
+    """pggan.Discriminator.forward before issue 15."""
+    res = self.resolution
+    x = _lrelu(self.from_rgb[str(res)](img))
+    for r in [r for r in reversed(self.resolutions[1:]) if r <= res]:
+        conv1, conv2 = self.blocks[str(r)]
+        x = _lrelu(conv2(_lrelu(conv1(x))))
+        x = F.avg_pool2d(x, 2)
+        if r == res and res > 4:
+            low = _lrelu(self.from_rgb[str(res // 2)](F.avg_pool2d(img, 2)))
+            x = torch.lerp(low, x, self.alpha.to(x.dtype))
+    if self.mbstd is not None:
+        x = self.mbstd(x)
+    x = _lrelu(self.conv4(x))
+    x = _lrelu(self.dense(x.flatten(1)))
+    return self.out(x).squeeze(1)
+
+
+# ------------------------------------------------------------------------------- helpers ----
+
+
+def _nets(res=16, alpha=1.0):
+    torch.manual_seed(0)
+    arch = pggan.PGGAN(pggan.PGGAN.Options(latent_dim=8, fmap_base=64, fmap_max=8))
+    G, D = arch.build(16, 1)
+    init = EqualizedLR()
+    init.apply(G)
+    init.apply(D)
+    with torch.no_grad():  # non-zero biases, so every path matters
+        for p in list(G.parameters()) + list(D.parameters()):
+            if p.dim() == 1:
+                p.normal_(0.0, 0.1)
+    for net in (G, D):
+        net.set_phase(res, alpha)
+    return G, D
+
+
+def _grads(params):
+    return [None if p.grad is None else p.grad.clone() for p in params]
+
+
+def _same(a, b, what):
+    assert a.shape == b.shape, what
+    assert torch.allclose(a, b, rtol=1e-6, atol=1e-7), f"{what}: max diff {(a - b).abs().max().item():.3g}"
+
+
+def _gp_step(G, D, g_fwd, d_fwd, z, real, eps):
+    """Forward, WGAN-GP-style double backward and a G loss; returns (logits, grads of D, grads of G)."""
+    fake = g_fwd(G, z)
+    x_hat = torch.lerp(fake.detach(), real, eps).requires_grad_(True)
+    (g,) = torch.autograd.grad(d_fwd(D, x_hat).sum(), x_hat, create_graph=True)
+    gp = ((g.flatten(1).square().sum(1) + 1e-12).sqrt() - 1.0).square().mean()
+    real_logits, fake_logits = d_fwd(D, real), d_fwd(D, fake)
+    d_loss = fake_logits.mean() - real_logits.mean() + 10 * gp
+    D.zero_grad(set_to_none=True)
+    G.zero_grad(set_to_none=True)
+    torch.autograd.backward(d_loss, inputs=list(D.parameters()), retain_graph=True)
+    d_grads = _grads(D.parameters())
+    torch.autograd.backward(-fake_logits.mean(), inputs=list(G.parameters()))
+    return torch.cat([real_logits, fake_logits, g.flatten()]).detach(), d_grads, _grads(G.parameters())
+
+
+# --------------------------------------------------------------------------------- tests ----
+
+
+def test_pggan_forward_and_gradients_equal_the_replaced_implementation():
+    for res, alpha in ((16, 1.0), (16, 0.3), (8, 1.0), (4, 1.0)):
+        G, D = _nets(res, alpha)
+        torch.manual_seed(1)
+        z, real, eps = torch.randn(8, 8), torch.rand(8, 1, res, res) * 2 - 1, torch.rand(8, 1, 1, 1)
+        new = _gp_step(G, D, lambda g, x: g(x), lambda d, x: d(x), z, real, eps)
+        old = _gp_step(G, D, old_generator_forward, old_discriminator_forward, z, real, eps)
+        _same(new[0], old[0], f"{res}px alpha {alpha}: logits and GP input gradients")
+        for which, names, new_g, old_g in (("D", [n for n, _ in D.named_parameters()], new[1], old[1]),
+                                           ("G", [n for n, _ in G.named_parameters()], new[2], old[2])):
+            for name, a, b in zip(names, new_g, old_g):
+                if a is None and b is None:  # a layer of another resolution, unused by both
+                    continue
+                if a is None or b is None:
+                    # Only the skipped fade path may lose its gradient, and that gradient was 0.
+                    assert alpha == 1.0 and res > 4 and f"rgb.{res // 2}." in name, (which, name)
+                    assert a is None and (b is None or not b.any()), (which, name)
+                    continue
+                _same(a, b, f"{res}px alpha {alpha}: grad of {which}.{name}")
+        if alpha == 1.0 and res > 4:  # the skip really happened (and did skip something)
+            assert any(a is None and b is not None for a, b in zip(new[1], old[1]))
+
+
+def test_pggan_outputs_identical_at_the_fade_end_and_blend_used_before_it():
+    G, D = _nets(16, 1.0)
+    z, img = torch.randn(4, 8), torch.rand(4, 1, 16, 16)
+    with torch.no_grad():
+        assert torch.equal(G(z), old_generator_forward(G, z))
+        assert torch.equal(D(img), old_discriminator_forward(D, img))
+        # a network whose phase was never set (e.g. just loaded) always blends with its alpha buffer
+        G2, _ = _nets(16, 1.0)
+        G2.stable = False
+        G2.alpha.fill_(0.5)
+        assert torch.equal(G2(z), old_generator_forward(G2, z))
+        assert not torch.allclose(G2(z), G(z))
+
+
+def test_training_steps_equal_the_replaced_implementation(tiny_recipe, monkeypatch, tmp_path):
+    """A few d-then-g steps of the engine (4px stable, 8px fade, 8px stable) end with the same
+    losses and weights as with the replaced forwards."""
+    from gan_kit.engine import Run, train
+    from gan_kit.recipe import load_recipe
+
+    def run_steps(tag):
+        recipe, plugins = load_recipe(tiny_recipe, ["run.tick_kimg=100", "run.total_kimg=100"])
+        run = Run(recipe, plugins, out_dir=tmp_path / tag)
+        losses = []
+        for start in (0, 48, 80):  # 4px stable, 8px mid-fade (alpha 0.2), 8px stable
+            run.cur_nimg = start
+            stats = train(run, max_steps=3, overwrite=True)  # one tick: the 3 steps' mean losses
+            losses += [stats["Loss/D"], stats["Loss/G"], stats["Loss/D/gradient-penalty"]]
+        return run, losses
+
+    new_run, new_losses = run_steps("new")
+    monkeypatch.setattr(pggan.Generator, "forward", old_generator_forward)
+    monkeypatch.setattr(pggan.Discriminator, "forward", old_discriminator_forward)
+    old_run, old_losses = run_steps("old")
+    assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(new_losses, old_losses)), (new_losses, old_losses)
+    for net in ("G", "D", "G_ema"):
+        for (k, a), b in zip(getattr(new_run, net).state_dict().items(), getattr(old_run, net).state_dict().values()):
+            # With Adam beta1 = 0 a zero gradient moves nothing, so even the skipped layers agree.
+            _same(a, b, f"{net}.{k}")
