@@ -66,6 +66,16 @@ def _lrelu(x):
     return F.leaky_relu(x, 0.2)
 
 
+def _blend(net) -> bool:
+    """Whether ``net`` (G or D) computes its fade-in blend. At alpha = 1 the blend is the new
+    path exactly (``torch.lerp`` returns ``end - (end - start) * 0``) and the old path's gradients
+    are exactly 0, so eager code skips it once ``set_phase`` said alpha >= 1 (the old toRGB /
+    fromRGB then get no gradient instead of a zero one). Under torch.compile it always blends,
+    with alpha a tensor, so the fade -> stabilise switch reuses the compiled graphs (the compiled
+    lerp costs little); ``is_compiling`` comes first so no guard on ``stable`` is installed."""
+    return torch.compiler.is_compiling() or not net.stable
+
+
 def _lrelu_(x):
     """Leaky ReLU (slope 0.2) in place, for a fresh layer output no backward needs: a conv or
     linear layer saves its input and weight, not its output, so overwriting the output changes no
@@ -121,11 +131,8 @@ class Generator(nn.Module):
             x = self.norm(_lrelu_(conv1(x)))
             x = self.norm(_lrelu_(conv2(x)))
         rgb = self.to_rgb[str(self.resolution)](x)
-        if self.resolution > 4 and not self.stable:
+        if self.resolution > 4 and _blend(self):
             # Fade-in (sec. 2, fig. 2): blend with the previous resolution's image upsampled.
-            # At alpha = 1 the blend is the new image exactly (lerp returns end - (end - start) * 0)
-            # and the old path's gradients are exactly 0, so a stable phase skips it (the old
-            # toRGB then gets no gradient instead of a zero one).
             low = F.interpolate(self.to_rgb[str(self.resolution // 2)](prev), scale_factor=2, mode="nearest")
             rgb = torch.lerp(low, rgb, self.alpha.to(rgb.dtype))
         return rgb
@@ -165,9 +172,8 @@ class Discriminator(nn.Module):
             conv1, conv2 = self.blocks[str(r)]
             x = _lrelu_(conv2(_lrelu_(conv1(x))))
             x = F.avg_pool2d(x, 2)
-            if r == res and res > 4 and not self.stable:
-                # Fade-in of the new fromRGB/block pair, mirrored from G (sec. 2, fig. 2); skipped
-                # at alpha = 1, where it changes neither the output nor any gradient (see G).
+            if r == res and res > 4 and _blend(self):
+                # Fade-in of the new fromRGB/block pair, mirrored from G (sec. 2, fig. 2).
                 low = _lrelu_(self.from_rgb[str(res // 2)](F.avg_pool2d(img, 2)))
                 x = torch.lerp(low, x, self.alpha.to(x.dtype))
         if self.mbstd is not None:
