@@ -170,3 +170,46 @@ def test_training_steps_equal_the_replaced_implementation(tiny_recipe, monkeypat
         for (k, a), b in zip(getattr(new_run, net).state_dict().items(), getattr(old_run, net).state_dict().values()):
             # With Adam beta1 = 0 a zero gradient moves nothing, so even the skipped layers agree.
             _same(a, b, f"{net}.{k}")
+
+
+class OldMinibatchStddev(torch.nn.Module):
+    """pggan.MinibatchStddev before issue 15 (no ``splits``)."""
+
+    def __init__(self, group_size=4):
+        super().__init__()
+        self.group_size = group_size
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        g = min(self.group_size, n)
+        y = x.float().reshape(g, n // g, c, h, w)
+        y = y - y.mean(dim=0, keepdim=True)
+        std = torch.sqrt(y.square().mean(dim=0) + 1e-8)
+        s = std.mean(dim=(1, 2, 3))
+        s = s.repeat(g).reshape(n, 1, 1, 1).expand(n, 1, h, w).to(x.dtype)
+        return torch.cat([x, s], dim=1)
+
+
+def test_minibatch_stddev_equals_the_replaced_one_and_splits_keep_groups_apart():
+    x = torch.randn(16, 3, 4, 4, requires_grad=True)
+    for n in (16, 8, 2):
+        new, old = pggan.MinibatchStddev(4)(x[:n]), OldMinibatchStddev(4)(x[:n])
+        _same(new, old, f"batch {n}")
+    # splits=2 on a concatenation = two separate calls (values and gradients)
+    a, b = x[:8], x[8:]
+    cat = pggan.MinibatchStddev(4)(x, splits=2)
+    sep = torch.cat([OldMinibatchStddev(4)(a), OldMinibatchStddev(4)(b)])
+    _same(cat, sep, "splits=2")
+    w = torch.randn_like(cat)
+    (g_cat,) = torch.autograd.grad((cat * w).sum(), x)
+    (g_sep,) = torch.autograd.grad((sep * w).sum(), x)
+    _same(g_cat, g_sep, "splits=2 gradient")
+    # ...while one call without splits mixes the two halves' samples in its groups
+    assert not torch.allclose(pggan.MinibatchStddev(4)(x), sep)
+
+
+def test_discriminator_on_concatenated_batches_equals_separate_forwards():
+    _, D = _nets(16, 0.5)
+    real, fake = torch.rand(8, 1, 16, 16), torch.rand(8, 1, 16, 16)
+    both = D(torch.cat([real, fake]), splits=2)
+    _same(both, torch.cat([D(real), D(fake)]), "D(cat(real, fake), splits=2)")

@@ -36,22 +36,29 @@ class MinibatchStddev(nn.Module):
     Grouping follows the official code: a batch of N = G * M is viewed as [G, M, ...], so sample
     n belongs to group ``n % M`` (groups are strided, not contiguous). ``N`` must be divisible
     by ``min(group_size, N)``; raises ValueError otherwise.
+
+    ``splits`` > 1: the batch is ``splits`` batches concatenated (e.g. reals then fakes, for one D
+    forward where there were two) and each is grouped on its own exactly as above, so the output
+    equals that of ``splits`` separate calls, and no group mixes reals with fakes.
     """
 
     def __init__(self, group_size: int = 4):
         super().__init__()
         self.group_size = group_size
 
-    def forward(self, x):
+    def forward(self, x, splits: int = 1):
         n, c, h, w = x.shape
-        g = min(self.group_size, n)
-        if n % g:
-            raise ValueError(f"minibatch stddev: batch {n} is not divisible by group size {g}")
-        y = x.float().reshape(g, n // g, c, h, w)
-        y = y - y.mean(dim=0, keepdim=True)
-        std = torch.sqrt(y.square().mean(dim=0) + 1e-8)  # [M, C, H, W]
-        s = std.mean(dim=(1, 2, 3))  # [M]
-        s = s.repeat(g).reshape(n, 1, 1, 1).expand(n, 1, h, w).to(x.dtype)
+        if splits < 1 or n % splits:
+            raise ValueError(f"minibatch stddev: batch {n} does not split into {splits} equal parts")
+        part = n // splits
+        g = min(self.group_size, part)
+        if part % g:
+            raise ValueError(f"minibatch stddev: batch {part} is not divisible by group size {g}")
+        y = x.float().reshape(splits, g, part // g, c, h, w)
+        y = y - y.mean(dim=1, keepdim=True)
+        std = torch.sqrt(y.square().mean(dim=1) + 1e-8)  # [splits, M, C, H, W]
+        s = std.mean(dim=(2, 3, 4))  # [splits, M]
+        s = s.unsqueeze(1).expand(splits, g, part // g).reshape(n, 1, 1, 1).expand(n, 1, h, w).to(x.dtype)
         return torch.cat([x, s], dim=1)
 
 
@@ -165,7 +172,11 @@ class Discriminator(nn.Module):
         self.alpha.fill_(float(alpha))
         self.stable = float(alpha) >= 1.0
 
-    def forward(self, img):
+    def forward(self, img, splits: int = 1):
+        """``img[N, C, r, r] -> logits[N]``. ``splits``: ``img`` is that many equal batches
+        concatenated (e.g. ``torch.cat([real, fake])``), whose minibatch-stddev groups stay within
+        each one, so the logits equal those of separate forwards (one D call instead of two: the
+        caller's choice, see docs/performance.md)."""
         res = self.resolution
         x = _lrelu_(self.from_rgb[str(res)](img))
         for r in [r for r in reversed(self.resolutions[1:]) if r <= res]:
@@ -177,7 +188,7 @@ class Discriminator(nn.Module):
                 low = _lrelu_(self.from_rgb[str(res // 2)](F.avg_pool2d(img, 2)))
                 x = torch.lerp(low, x, self.alpha.to(x.dtype))
         if self.mbstd is not None:
-            x = self.mbstd(x)
+            x = self.mbstd(x, splits)
         x = _lrelu_(self.conv4(x))
         x = _lrelu_(self.dense(x.flatten(1)))
         return self.out(x).squeeze(1)
