@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RECIPE = ROOT / "recipes" / "bench-pggan32.toml"
 THREADS = 2  # torch threads per worker (the harness's setting); --threads changes it
 PHASES = {"s16": (16, 1.0), "s32": (32, 1.0), "f32": (32, 0.5)}
-QUICK_SETS = ["architecture.latent_dim=16", "architecture.fmap_base=64", "architecture.fmap_max=8",
+QUICK_SETS = ["architecture.latent_dim=16", "architecture.fmap_base=256", "architecture.fmap_max=8",
               "growth.batch_size=8"]
 OWN_SYSTEMS = ("gankit", "hand-detach", "hand-freeze")
 PEER_SCRIPTS = {"pro_gan": "progan_worker.py", "gan_zoo": "ganzoo_worker.py"}

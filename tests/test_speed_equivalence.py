@@ -213,3 +213,94 @@ def test_discriminator_on_concatenated_batches_equals_separate_forwards():
     real, fake = torch.rand(8, 1, 16, 16), torch.rand(8, 1, 16, 16)
     both = D(torch.cat([real, fake]), splits=2)
     _same(both, torch.cat([D(real), D(fake)]), "D(cat(real, fake), splits=2)")
+
+
+# ------------------------------------------------------ benchmarks/bench_peers.py (issue 15) ----
+
+
+def _bench_peers():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_peers.py"
+    spec = importlib.util.spec_from_file_location("bench_peers", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_hand_written_loop_is_gankits_pggan_math():
+    """The reference loop's G and D, given gankit's weights, give gankit's outputs: the benchmark
+    compares the same math (stable and mid-fade)."""
+    B = _bench_peers()
+    cfg = B.config_from_recipe(B.DEFAULT_RECIPE, B.QUICK_SETS)
+    assert cfg["batch"] == {"16": 8, "32": 8} and cfg["gp"] == 10.0 and cfg["drift"] == 0.001
+    assert cfg["latent_dim"] == 16 and set(cfg["nf"].values()) == {8}
+    HG, HD = B._hand_modules()
+    hG, hD = HG(cfg), HD(cfg)
+    torch.manual_seed(0)
+    arch = pggan.PGGAN(pggan.PGGAN.Options(latent_dim=16, fmap_base=256, fmap_max=8))
+    G, D = arch.build(32, 1)
+    for net, hand in ((G, hG), (D, hD)):
+        EqualizedLR().apply(net)
+        state = {k.replace("parametrizations.weight.original", "weight"): v for k, v in net.state_dict().items()
+                 if k != "alpha"}
+        with torch.no_grad():
+            for p in state.values():
+                p.add_(0.1 * torch.randn_like(p))  # non-zero biases too
+        hand.load_state_dict(state)
+    z, img = torch.randn(8, 16), torch.rand(8, 1, 16, 16) * 2 - 1
+    with torch.no_grad():
+        for res, alpha in ((16, 1.0), (16, 0.5), (32, 0.5)):
+            for net in (G, D):
+                net.set_phase(res, alpha)
+            x = img if res == 16 else F.interpolate(img, scale_factor=2)
+            _same(hG(z, res, alpha), G(z), f"G at {res}px alpha {alpha}")
+            _same(hD(x, res, alpha), D(x), f"D at {res}px alpha {alpha}")
+
+
+def test_bench_summary_is_the_median_over_rounds_of_round_medians():
+    B = _bench_peers()
+    rec = [{"round": r, "phase": "s16", "system": s, "times": t} for r, s, t in (
+        (0, "gankit", [1.0, 2.0, 3.0]), (0, "hand-freeze", [4.0, 4.0, 5.0]),
+        (1, "gankit", [2.0, 2.0, 9.0]), (1, "hand-freeze", [3.0, 3.0, 3.0]),
+        (2, "gankit", [1.0, 1.0, 1.0]), (2, "hand-freeze", [2.5, 2.5, 2.5]))]
+    s = B.summarise(rec)["s16"]
+    assert s["gankit"]["s_iter"] == 2.0 and s["hand-freeze"]["s_iter"] == 3.0
+    assert s["hand-freeze"]["ref_speedup"] == 2.0  # round ratios 4/2, 3/2, 2.5/1 -> median 2
+    assert s["gankit"]["ref_speedup"] == 1.0
+
+
+def test_bench_peers_quick_run_times_every_system(tmp_path):
+    """The smoke mode runs end to end: one worker process per system, a figure and a peak RSS
+    for each, the table printed."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_peers.py"
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, str(script), "--quick", "--quiet", "--phases", "s16", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["systems"] == ["gankit", "hand-detach", "hand-freeze"]
+    for name in result["systems"]:
+        entry = result["summary"]["s16"][name]
+        assert entry["rounds"] == 1 and 0 < entry["s_iter"] < 30
+        assert 100 < result["rss_mib"][name] < 4096
+    assert "| 16x16 stable, s/iter |" in p.stdout and "peak RSS, MiB" in p.stdout
+
+
+def test_bench_peers_refuses_a_recipe_it_cannot_mirror(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_peers.py"
+    p = subprocess.run([sys.executable, str(script), "--quick", "--set", "loss.name=hinge"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines()[-1].startswith("error: ") and "loss.name: 'hinge'" in p.stderr
+    assert "Traceback" not in p.stderr
