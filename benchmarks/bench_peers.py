@@ -580,7 +580,8 @@ def main(argv=None) -> int:
     ap.add_argument("--peers", default=None, help="a prepared copy of the shared peer harness (adds pro_gan, gan_zoo)")
     ap.add_argument("--json", type=Path, default=None, help="write every round and the summary here")
     ap.add_argument("--quick", action="store_true", help="tiny networks, 1 round: a smoke run of a few seconds")
-    ap.add_argument("--threads", type=int, default=THREADS, help="torch threads per worker")
+    ap.add_argument("--threads", type=int, default=THREADS,
+                    help="torch threads per gankit/hand worker (the peer workers set their own 2)")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
