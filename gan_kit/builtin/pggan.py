@@ -36,22 +36,29 @@ class MinibatchStddev(nn.Module):
     Grouping follows the official code: a batch of N = G * M is viewed as [G, M, ...], so sample
     n belongs to group ``n % M`` (groups are strided, not contiguous). ``N`` must be divisible
     by ``min(group_size, N)``; raises ValueError otherwise.
+
+    ``splits`` > 1: the batch is ``splits`` batches concatenated (e.g. reals then fakes, for one D
+    forward where there were two) and each is grouped on its own exactly as above, so the output
+    equals that of ``splits`` separate calls, and no group mixes reals with fakes.
     """
 
     def __init__(self, group_size: int = 4):
         super().__init__()
         self.group_size = group_size
 
-    def forward(self, x):
+    def forward(self, x, splits: int = 1):
         n, c, h, w = x.shape
-        g = min(self.group_size, n)
-        if n % g:
-            raise ValueError(f"minibatch stddev: batch {n} is not divisible by group size {g}")
-        y = x.float().reshape(g, n // g, c, h, w)
-        y = y - y.mean(dim=0, keepdim=True)
-        std = torch.sqrt(y.square().mean(dim=0) + 1e-8)  # [M, C, H, W]
-        s = std.mean(dim=(1, 2, 3))  # [M]
-        s = s.repeat(g).reshape(n, 1, 1, 1).expand(n, 1, h, w).to(x.dtype)
+        if splits < 1 or n % splits:
+            raise ValueError(f"minibatch stddev: batch {n} does not split into {splits} equal parts")
+        part = n // splits
+        g = min(self.group_size, part)
+        if part % g:
+            raise ValueError(f"minibatch stddev: batch {part} is not divisible by group size {g}")
+        y = x.float().reshape(splits, g, part // g, c, h, w)
+        y = y - y.mean(dim=1, keepdim=True)
+        std = torch.sqrt(y.square().mean(dim=1) + 1e-8)  # [splits, M, C, H, W]
+        s = std.mean(dim=(2, 3, 4))  # [splits, M]
+        s = s.unsqueeze(1).expand(splits, g, part // g).reshape(n, 1, 1, 1).expand(n, 1, h, w).to(x.dtype)
         return torch.cat([x, s], dim=1)
 
 
@@ -77,6 +84,25 @@ def _lrelu(x):
     return F.leaky_relu(x, 0.2)
 
 
+def _blend(net) -> bool:
+    """Whether ``net`` (G or D) computes its fade-in blend. At alpha = 1 the blend is the new
+    path exactly (``torch.lerp`` returns ``end - (end - start) * 0``) and the old path's gradients
+    are exactly 0, so eager code skips it once ``set_phase`` said alpha >= 1 (the old toRGB /
+    fromRGB then get no gradient instead of a zero one). Under torch.compile it always blends,
+    with alpha a tensor, so the fade -> stabilise switch reuses the compiled graphs (the compiled
+    lerp costs little); ``is_compiling`` comes first so no guard on ``stable`` is installed."""
+    return torch.compiler.is_compiling() or not net.stable
+
+
+def _lrelu_(x):
+    """Leaky ReLU (slope 0.2) in place, for a fresh layer output no backward needs: a conv or
+    linear layer saves its input and weight, not its output, so overwriting the output changes no
+    gradient (the activation saves its result, whose sign is the input's for a positive slope,
+    and first and second derivatives follow from it). Same values as ``_lrelu``; one
+    ``[N, C, H, W]`` tensor fewer per layer alive until the backward (speed and peak memory)."""
+    return F.leaky_relu_(x, 0.2)
+
+
 class Generator(Growable, nn.Module):
     """G: ``z[N, latent_dim] -> images[N, channels, r, r]`` at the current phase's resolution r."""
 
@@ -99,17 +125,20 @@ class Generator(Growable, nn.Module):
         self.resolution = resolution
         # alpha lives in a tensor so a compiled graph does not depend on its value.
         self.register_buffer("alpha", torch.ones(()))
+        # True only after set_phase with alpha >= 1: the fade blend is then skipped (see forward).
+        self.stable = False
 
     def set_phase(self, resolution: int, alpha: float) -> None:
         if resolution not in self.resolutions:
             raise ValueError(f"resolution {resolution} not in {self.resolutions}")
         self.resolution = int(resolution)
         self.alpha.fill_(float(alpha))
+        self.stable = float(alpha) >= 1.0
 
     def forward(self, z):
         x = self.norm(z)
-        x = self.norm(_lrelu(self.dense(x).reshape(z.shape[0], -1, 4, 4)))
-        x = self.norm(_lrelu(self.conv4(x)))
+        x = self.norm(_lrelu_(self.dense(x)).reshape(z.shape[0], -1, 4, 4))
+        x = self.norm(_lrelu_(self.conv4(x)))
         prev = x
         for res in self.resolutions[1:]:
             if res > self.resolution:
@@ -117,10 +146,10 @@ class Generator(Growable, nn.Module):
             prev = x
             x = F.interpolate(x, scale_factor=2, mode="nearest")
             conv1, conv2 = self.blocks[str(res)]
-            x = self.norm(_lrelu(conv1(x)))
-            x = self.norm(_lrelu(conv2(x)))
+            x = self.norm(_lrelu_(conv1(x)))
+            x = self.norm(_lrelu_(conv2(x)))
         rgb = self.to_rgb[str(self.resolution)](x)
-        if self.resolution > 4:
+        if self.resolution > 4 and _blend(self):
             # Fade-in (sec. 2, fig. 2): blend with the previous resolution's image upsampled.
             low = F.interpolate(self.to_rgb[str(self.resolution // 2)](prev), scale_factor=2, mode="nearest")
             rgb = torch.lerp(low, rgb, self.alpha.to(rgb.dtype))
@@ -145,28 +174,34 @@ class Discriminator(Growable, nn.Module):
         set_init_gain(self.out, 1.0)
         self.resolution = resolution
         self.register_buffer("alpha", torch.ones(()))
+        self.stable = False  # as in Generator: True after set_phase with alpha >= 1
 
     def set_phase(self, resolution: int, alpha: float) -> None:
         if resolution not in self.resolutions:
             raise ValueError(f"resolution {resolution} not in {self.resolutions}")
         self.resolution = int(resolution)
         self.alpha.fill_(float(alpha))
+        self.stable = float(alpha) >= 1.0
 
-    def forward(self, img):
+    def forward(self, img, splits: int = 1):
+        """``img[N, C, r, r] -> logits[N]``. ``splits``: ``img`` is that many equal batches
+        concatenated (e.g. ``torch.cat([real, fake])``), whose minibatch-stddev groups stay within
+        each one, so the logits equal those of separate forwards (one D call instead of two: the
+        caller's choice, see docs/performance.md)."""
         res = self.resolution
-        x = _lrelu(self.from_rgb[str(res)](img))
+        x = _lrelu_(self.from_rgb[str(res)](img))
         for r in [r for r in reversed(self.resolutions[1:]) if r <= res]:
             conv1, conv2 = self.blocks[str(r)]
-            x = _lrelu(conv2(_lrelu(conv1(x))))
+            x = _lrelu_(conv2(_lrelu_(conv1(x))))
             x = F.avg_pool2d(x, 2)
-            if r == res and res > 4:
+            if r == res and res > 4 and _blend(self):
                 # Fade-in of the new fromRGB/block pair, mirrored from G (sec. 2, fig. 2).
-                low = _lrelu(self.from_rgb[str(res // 2)](F.avg_pool2d(img, 2)))
+                low = _lrelu_(self.from_rgb[str(res // 2)](F.avg_pool2d(img, 2)))
                 x = torch.lerp(low, x, self.alpha.to(x.dtype))
         if self.mbstd is not None:
-            x = self.mbstd(x)
-        x = _lrelu(self.conv4(x))
-        x = _lrelu(self.dense(x.flatten(1)))
+            x = self.mbstd(x, splits)
+        x = _lrelu_(self.conv4(x))
+        x = _lrelu_(self.dense(x.flatten(1)))
         return self.out(x).squeeze(1)
 
 
