@@ -90,7 +90,7 @@ def config_from_recipe(recipe_path: Path, sets: list[str]) -> dict:
     loss = recipe.loss.name
     need(loss in ("wgan", "wgan-gp"), "loss.name", loss, 'use "wgan" with gradient-penalty and drift penalties')
     need(recipe.update.options.d_steps == 1, "update.d_steps", recipe.update.options.d_steps, "use 1")
-    need(recipe.ema.half_life_kimg is None, "ema.half_life_kimg", recipe.ema.half_life_kimg, "use a fixed decay")
+    need(recipe.ema.decay is not None, "ema.decay", recipe.ema.decay, "set a fixed decay, e.g. 0.999")
     gp, drift = 0.0, 0.0
     gp_target = 1.0
     specs = [(s.name, s.slot.weight, s.options) for s in recipe.penalties]

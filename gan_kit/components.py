@@ -218,8 +218,8 @@ class AugmentedD(nn.Module):
         self.net = net
         self.augment = augment
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(self.augment(x))
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        return self.net(self.augment(x), **kwargs)
 
 
 class UpdateStrategy(ComponentBase):
@@ -304,6 +304,11 @@ class Architecture(ComponentBase):
     #: al. 2019, sec. 3.2 - W pulled toward its running average); ``gankit sample --truncation``
     #: refuses other architectures.
     supports_truncation: ClassVar[bool] = False
+
+    #: True when D's forward takes ``splits``: ``D(cat([real, fake]), splits=2)`` equals
+    #: ``cat([D(real), D(fake)])`` exactly (every layer is per sample, minibatch statistics are
+    #: taken within each part). The D objective then runs one D forward on both batches.
+    joint_d_forward: ClassVar[bool] = False
 
     @property
     def latent_dim(self) -> int:

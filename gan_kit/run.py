@@ -255,7 +255,8 @@ class Run:
                            latent=self.latent, phase=phase, autocast=self.autocast, scaler=self.scaler,
                            step=self.step, d_step=self.d_step, rank=self.rank, world_size=self.world_size,
                            D_penalty=self.D_penalty, G_penalty=self.G_penalty,
-                           all_reduce_grads=self.all_reduce_grads, augment=self.augment)
+                           all_reduce_grads=self.all_reduce_grads, augment=self.augment,
+                           joint_d_forward=self.arch.joint_d_forward)
 
     def latent(self, n: int) -> torch.Tensor:
         """Latents ``z[n, latent_dim]`` for this process: drawn for all processes together and

@@ -83,6 +83,7 @@ class StepContext:
     all_reduce_grads: bool = False
     g_penalties: list[WeightedPenalty] = attrs.field(factory=list)
     augment: Any = None
+    joint_d_forward: bool = False
     check_nonfinite: bool = True
     #: The first non-finite gradient found (``"G"`` / ``"D"``), set by ``step``; None if none.
     nonfinite: str | None = None
@@ -239,9 +240,13 @@ class StepContext:
         ``Logits/fake`` - detached tensors.
         """
         with self.autocast():
-            real_logits = self.D(real)
-            if fake_logits is None:
-                fake_logits = self.D(fake)
+            if fake_logits is None and self.joint_d_forward and real.shape == fake.shape:
+                # One D forward on both batches: the same numbers as two (Architecture.joint_d_forward).
+                real_logits, fake_logits = self.D(torch.cat([real, fake.to(real.dtype)]), splits=2).chunk(2)
+            else:
+                real_logits = self.D(real)
+                if fake_logits is None:
+                    fake_logits = self.D(fake)
         real_logits, fake_logits = real_logits.float(), fake_logits.float()
         if self.augment is not None:
             self.augment.feedback(real_logits.detach())  # ADA's overfitting heuristic

@@ -236,6 +236,8 @@ class PGGAN(Architecture):
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
         return mbstd_batch_problem(self.options.mbstd_group_size, batch, world_size)
 
+    joint_d_forward = True
+
     @property
     def latent_dim(self) -> int:
         return self.options.latent_dim
