@@ -38,7 +38,7 @@ def train_and_eval(name: str, sets: list[str], kimg: float, out: Path) -> dict:
     train_s = time.time() - t0
     ev = subprocess.run([sys.executable, "-m", "gan_kit", "eval", str(run_dir / "checkpoints" / "latest.pt"),
                          "--baselines", "--json", "--n", "898", "--set", "data.max_images=none",
-                         "--set", "augment.name=none"],
+                         "--set", "augment={name='none'}"],
                         check=True, env=env, capture_output=True, text=True)
     res = json.loads(ev.stdout)["results"]["swd"]
     return {"name": name, "train_s": train_s, "trained": res["trained"]["Metrics/swd"],

@@ -52,8 +52,10 @@ def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None 
     error: BaseException | None = None
     try:
         with _interrupts() as interrupt:
+            first = run.growth.phase_at(run.cur_nimg)
+            run.set_phase(first)  # run_started hooks read run.phase
             run.hook.run_started(run=run)
-            _enter_phase(run, run.growth.phase_at(run.cur_nimg), first=True)
+            _enter_phase(run, first, first=True)
             steps = 0
             while run.cur_nimg < run.total_nimg and (max_steps is None or steps < max_steps):
                 phase = run.growth.phase_at(run.cur_nimg)

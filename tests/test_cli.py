@@ -194,3 +194,11 @@ def test_sample_truncation_and_interpolation(tmp_path):
     assert result.exit_code == 2
     assert result.stderr == ("error: --truncation: architecture 'pggan' has no mapping network to truncate "
                              "(use stylegan2, or leave --truncation at 1)\n")
+
+
+def test_the_progress_bar_runs_with_the_default_recipe_settings(tiny_recipe, tmp_path):
+    """Every shipped recipe shows the progress bar (run.progress defaults to true)."""
+    out = tmp_path / "bar"
+    result = invoke("run", tiny_recipe, "--out", out, "--set", "run.progress=true", "--set", "run.total_kimg=0.016")
+    assert result.exit_code == 0, result.output
+    assert "done: " in result.stderr

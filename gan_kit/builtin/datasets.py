@@ -152,7 +152,7 @@ class Digits(DatasetFactory):
         digits: tuple[int, ...] | None = option(
             None, help="Keep only these classes (e.g. [0, 1]); None = all ten. Labels stay the digits (num_classes 10).")
         max_images: int | None = option(
-            None, help="Keep this many images, a fixed random choice (seed 0) of the whole set after the digits "
+            None, help="Keep this many images, a fixed random choice (the same for every run) of the whole set after the digits "
                        "filter, for small-data experiments (e.g. 180 = 10%); None = all.", min=1)
         xflip: bool = option(False, help=_XFLIP_HELP)
 

@@ -1,7 +1,8 @@
 """Update strategies: the order and isolation of the D and G steps of one iteration.
 
-Five strategies, from the seed articles (../shared/seeds/000: detach vs retain_graph and G
-first; 002: zero_grad with two optimizers; 003: one loss with the stop-gradient trick). Every one
+Five strategies: the three update orders PyTorch GAN code uses (D first on detached or no_grad
+fakes, D first sharing one forward with ``retain_graph``, G first), one loss with the
+stop-gradient trick (Su Jianlin 2019, "GANs with a single loss"), and simultaneous gradient steps. Every one
 is correct on current PyTorch (>= 1.5, where optimizer steps bump the version counters of the
 parameters they update) and keeps the invariants tested in tests/test_strategies.py:
 
@@ -60,7 +61,7 @@ class CommonOptions:
 class SingleLossOptions(CommonOptions):
     lam: float = option(
         1.0, help="lambda, weight of the stop-gradient G term. With one plain-SGD learning rate for both nets it "
-                  "is the G:D learning-rate ratio (seed 003); gankit sets TTUR with optim.g_lr / optim.d_lr, so "
+                  "is the G:D learning-rate ratio (Su 2019); gankit sets TTUR with optim.g_lr / optim.d_lr, so "
                   "1 = exactly the simultaneous step, and under SGD the effective G:D ratio is lam * g_lr / d_lr. "
                   "Adam divides out any constant gradient scale, so lam != 1 is rejected with Adam.",
         min=0, min_exclusive=True, max=1000)
@@ -78,7 +79,7 @@ def critic_step(ctx, real: torch.Tensor, n: int, fake: torch.Tensor | None = Non
     """One plain D step: fakes ``[n,C,r,r]`` made under no_grad (or ``fake``, detached), D's
     gradients cleared, the D objective on ``real``, backward into D, D's optimizer step.
 
-    no_grad rather than detach: G builds no graph at all for the D step (seed 002's answer).
+    no_grad rather than detach: G builds no graph at all for the D step.
     """
     if fake is None:
         with torch.no_grad(), ctx.autocast():
@@ -139,7 +140,7 @@ def _g_step(ctx, n: int) -> tuple[dict, torch.Tensor]:
 
 def g_step(ctx, n: int) -> dict:
     """A G step with its own G and D forward; D is frozen, so the backward computes D's input
-    gradients only and leaves no gradient on D's weights (nothing for seed 000's extra zero_grad)."""
+    gradients only and leaves no gradient on D's weights (no extra zero_grad of D needed)."""
     return _g_step(ctx, n)[0]
 
 
@@ -148,8 +149,8 @@ class DThenG(_Strategy):
 
     Per iteration: G forwards 2 (one under no_grad), D forwards 3 (real, fake; fake for G),
     backwards 2 (D objective through D; G loss through frozen D into G).
-    Source: seed 000 strategy 2 and seed 002 (no_grad instead of detach: no G graph for the D
-    step); Goodfellow et al. 2014, Algorithm 1 (k = d_steps critic steps, then one G step).
+    Source: Goodfellow et al. 2014, Algorithm 1 (no_grad instead of detach: no G graph for the D
+    step) (k = d_steps critic steps, then one G step).
     """
 
     def step(self, ctx):
@@ -167,7 +168,7 @@ class SharedFake(_Strategy):
     Per iteration: G forwards 1, D forwards 2 (real, fake - the fake logits feed both losses),
     backwards 2 (G loss through D into G, weight gradients for G only; D objective, weight
     gradients for D only). The G step sees the D *before* this iteration's (last) D step.
-    Source: seed 000 strategy 1 (one forward, ``backward(retain_graph=True)``). Its literal order
+    Source: the common one-forward pattern with ``backward(retain_graph=True)``. Its literal order
     - D backward, ``opt_D.step()``, then the G backward through the old graph - raises
     "one of the variables needed for gradient computation has been modified by an inplace
     operation" on PyTorch >= 1.5 (the step bumps the version of D's weights saved in the graph);
@@ -189,7 +190,7 @@ class GThenD(_Strategy):
     Per iteration: G forwards 1, D forwards 3 (fake for G; real, fake for D), backwards 2
     (G loss through frozen D into G; D objective through D). The G step sees the D of the
     previous iteration; the first D step sees fakes of the pre-update G.
-    Source: seed 000 strategy 3 (its G backward also filled D's weight gradients, which it then
+    Source: the G-first order of PyTorch GAN code (whose G backward often also fills D's weight gradients, which it then
     had to zero; freezing D skips computing them). With ``d_steps`` > 1 the later D steps draw
     fresh fakes from the updated G under no_grad.
     """
@@ -227,7 +228,7 @@ def single_loss_objective(ctx, real: torch.Tensor, fake: torch.Tensor, *, lam: f
 
 
 class SingleLoss(_Strategy):
-    """One objective with the stop-gradient trick, one backward, then both optimizer steps (seed 003).
+    """One objective with the stop-gradient trick, one backward, then both optimizer steps (Su 2019).
 
     Per iteration: G forwards 1, D forwards 3 (real, sg(fake), fake), backwards 1 (through D
     three times - computing D weight gradients on the fake path that then cancel - and G once).
