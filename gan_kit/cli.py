@@ -118,7 +118,7 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
 
 
 def _print_plan(run, changes: list[str] | None = None) -> None:
-    console = Console()
+    console = Console(soft_wrap=True)  # long paths stay on one line (logs, pipes)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     r = run.recipe
     console.print(f"recipe {r.path}: ok")

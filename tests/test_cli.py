@@ -55,7 +55,7 @@ def test_list_plugins_verbose_options():
     items = {i["name"]: i for i in json.loads(result.stdout)}
     gp = {o["name"]: o for o in items["wgan-gp"]["options"]}["gp_weight"]
     assert gp == {"name": "gp_weight", "type": "float", "default": 10.0, "required": False,
-                  "help": "Weight lambda of the gradient penalty (PGGAN: 10)."}
+                  "help": "Weight lambda of the gradient penalty (PGGAN: 10). Allowed: >= 0."}
     table = invoke("list-plugins", "--kind", "growth", "-v")
     assert table.exit_code == 0
     assert "growth progressive" in table.stdout and "start_resolution" in table.stdout
@@ -78,7 +78,8 @@ def test_recipe_show_round_trips(tiny_recipe, tmp_path):
     result = invoke("recipe", "show", tiny_recipe, "--set", "loss.name=bce", "--set", "run.seed=3")
     assert result.exit_code == 0
     assert result.stdout.startswith(f"# {tiny_recipe} resolved by gankit {__version__}\n")
-    assert "[ema]\ndecay = 0.9\n" in result.stdout and "half_life_kimg" not in result.stdout  # None left out
+    assert "[ema]\ndecay = 0.9\nhalf_life_kimg = 10.0\nrampup = 0.05\n" in result.stdout
+    assert "g_lr" not in result.stdout  # None left out
     assert "compile = false" in result.stdout  # defaults filled in
     shown = tmp_path / "shown.toml"
     shown.write_text(result.stdout, encoding="utf-8")

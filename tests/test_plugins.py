@@ -238,8 +238,16 @@ def test_recipe_plugins_list_loads_a_module_relative_to_the_recipe(tmp_path, tin
     path = write_recipe('plugins = ["my_loss.py"]\n' + tiny_recipe_text.replace('name = "hinge"', 'name = "zero"'),
                         "sub/r.toml")
     recipe, plugins = load_recipe(path)
-    assert recipe.plugins == ("my_loss.py",)
+    # the resolved recipe names the file absolutely, so a run's saved recipe.toml finds it too
+    assert recipe.plugins == (str(tmp_path / "sub" / "my_loss.py"),)
     assert plugins.registry.get("loss", "zero").plugin == "recipe plugin my_loss.py"
+    from gan_kit.recipe import recipe_to_toml
+
+    saved = tmp_path / "elsewhere" / "recipe.toml"
+    saved.parent.mkdir()
+    saved.write_text(recipe_to_toml(recipe))
+    again, plugins = load_recipe(saved)
+    assert plugins.registry.get("loss", "zero").plugin.startswith("recipe plugin /")
 
 
 # ------------------------------------------------------- the example third-party distribution --

@@ -42,7 +42,7 @@ def test_values_are_converted_to_the_declared_types(write_recipe, plugins):
     assert r.growth.options.fade_kimg == 1.0
     assert r.resolution == 16
     # defaults fill every table the recipe left out
-    assert r.loss.name == "hinge" and r.update.name == "d-then-g" and r.ema.decay == 0.999
+    assert r.loss.name == "hinge" and r.update.name == "d-then-g" and r.ema.decay is None and r.ema.half_life_kimg == 10.0 and r.ema.rampup == 0.05
 
 
 def test_extends_merges_tables_and_replaces_arrays(write_recipe, plugins):

@@ -76,10 +76,10 @@ CASES = [
         "r.toml: lossx: unknown top-level table (did you mean 'loss'?)",
     ]),
     case('unknown-table', {'r.toml': '[banana]\nx = 1\n'}, 'check', [], [
-        'r.toml: banana: unknown top-level table (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric; keys: extends, plugins)',
+        'r.toml: banana: unknown top-level table (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric, augment; keys: extends, plugins, disable_plugins)',
     ]),
     case('unknown-top-level-key', {'r.toml': 'seed = 3\n'}, 'check', [], [
-        'r.toml: seed: unknown top-level key (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric; keys: extends, plugins)',
+        'r.toml: seed: unknown top-level key (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric, augment; keys: extends, plugins, disable_plugins)',
     ]),
     case('unknown-option-suggested', {'r.toml': '[run]\nseedd = 1\n'}, 'check', [], [
         "r.toml: run.seedd: unknown option (did you mean 'seed'?)",
@@ -142,7 +142,7 @@ CASES = [
         'r.toml: growth.fade_kimg: must be >= 0, got -5.0 (see gankit list-plugins --kind growth -v)',
     ]),
     case('ema-decay-out-of-range', {'r.toml': '[ema]\ndecay = 1.5\n'}, 'check', [], [
-        'r.toml: ema.decay: must be in [0, 1], got 1.5 (0.999 is usual; 0 copies G every step)',
+        'r.toml: ema.decay: must be in [0, 1], got 1.5 (0.999 is PGGAN\'s; 0 copies G every step; "none" = the half-life rule)',
     ]),
     case('image-folder-missing-path', {'r.toml': '[data]\nname = "image-folder"\nresolution = 8\n'}, 'check', [], [
         'r.toml: data.path: missing: dataset \'image-folder\' needs it (add path = "..."; Folder of images (absolute, or relative to the recipe file\'s folder))',
@@ -206,7 +206,7 @@ CASES = [
         "r.toml (--set): loss.name: unknown loss 'hing' (did you mean 'hinge'?); available: <loss>",
     ]),
     case('several-problems', {'r.toml': '[run]\nseed = "a"\ntotal_kimg = -2\n[loss]\nname = "hing"\n[banana]\n'}, 'check', ['optim.lr=-1'], [
-        'r.toml: banana: unknown top-level table (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric; keys: extends, plugins)',
+        'r.toml: banana: unknown top-level table (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric, augment; keys: extends, plugins, disable_plugins)',
         'r.toml: run.seed: expected integer, got string "a" (e.g. seed = 0)',
         'r.toml: run.total_kimg: must be > 0, got -2.0 (use a positive number)',
         'r.toml (--set): optim.lr: must be > 0, got -1.0 (use a positive number)',

@@ -243,6 +243,14 @@ def _cross_checks(recipe: Recipe, registry: Registry, problems: Problems) -> Non
             problems.add(full, msg)
 
 
+def _absolute_plugin(spec: str, path: Path) -> str:
+    """A ``.py`` plugin path made absolute (it is relative to the recipe's folder), so the
+    resolved recipe a run saves - in its folder and its checkpoints - still finds the file."""
+    if (spec.endswith(".py") or "/" in spec) and not Path(spec).expanduser().is_absolute():
+        return str((path.parent / spec).resolve())
+    return spec
+
+
 def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, broken: list = (),
                  cli_keys: frozenset[str] = frozenset()) -> Recipe | None:
     """The validated ``Recipe`` of the merged table ``raw``, or None when ``problems`` holds any."""
@@ -255,7 +263,7 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
     # every problem of the file is reported at once.
     stand_in = {k: v if v is not None else CORE_TABLES[k]() for k, v in core.items()}
     recipe = Recipe(
-        path=path, plugins=plugins, run=stand_in["run"], optim=stand_in["optim"], ema=stand_in["ema"],
+        path=path, plugins=tuple(_absolute_plugin(p, path) for p in plugins), run=stand_in["run"], optim=stand_in["optim"], ema=stand_in["ema"],
         data=comps["data"], architecture=comps["architecture"], init=comps["init"], loss=comps["loss"],
         penalties=comps["penalty"], update=comps["update"], growth=comps["growth"], metrics=comps["metric"],
         augment=comps["augment"], raw=raw, cli_keys=cli_keys, disable_plugins=_check_disable(raw, problems),
