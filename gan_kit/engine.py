@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import torch
 
@@ -30,6 +30,7 @@ from gan_kit.phase import Phase, fade_real
 from gan_kit.resume import resume_run
 from gan_kit.run import Run, resolve_device
 from gan_kit.rundir import clear_run_dir, preflight, run_dir_problem, write_recipe
+from gan_kit.stash import StashKey
 from gan_kit.step import StepContext
 
 __all__ = ["Run", "train", "train_step", "split_reals", "lazy_regularization", "Ticks", "resolve_device", "preflight"]
@@ -188,7 +189,7 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor, *, interrupted: Any 
     """
     ctx = run.step_context(phase, split_reals(run, phase, batch))
     scale = run.scaler.get_scale() if run.scaler is not None else None
-    raw = dict(run.strategy.step(ctx))
+    raw = _strategy_stats(run, ctx)
     raw.update(lazy_regularization(run, ctx))
     raw.update(run.augment.end_step(run.step + 1, phase.batch_size))
     scaler_skipped = _update_scaler(run, scale)
@@ -215,6 +216,27 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor, *, interrupted: Any 
         update_ema(run.G_ema, run.G, ema_beta(e.decay, e.half_life_kimg, e.rampup, phase.batch_size, run.cur_nimg))
     run.hook.step_finished(run=run, stats=stats)
     return stats
+
+
+_warned_unstepped = StashKey[bool]()
+
+
+def _strategy_stats(run: Run, ctx: StepContext) -> dict[str, Any]:
+    """``strategy.step(ctx)``, checked: it returns a mapping of stats, and a network it never
+    steps is named once (a strategy that forgot ``ctx.opt_step``, or one that trains one network
+    on purpose)."""
+    raw = run.strategy.step(ctx)
+    name = run.recipe.update.name
+    if not isinstance(raw, Mapping):
+        raise GankitError(f"update strategy {name!r}: step(ctx) returned {type(raw).__name__}, not a dict of stats "
+                          f"(return e.g. the stats of ctx.d_objective and ctx.g_objective)")
+    missing = [n for n in ("D", "G") if n not in ctx.stepped]
+    if missing and not run.stash.get(_warned_unstepped, False):
+        run.stash[_warned_unstepped] = True
+        print(f"warning: update strategy {name!r} took no optimizer step for {' or '.join(missing)} in iteration "
+              f"{run.step + 1}, so {' and '.join(missing)} does not train (call ctx.opt_step(...) if that is not "
+              f"intended)", file=sys.stderr)
+    return dict(raw)
 
 
 def _update_scaler(run: Run, scale: float | None) -> bool:

@@ -158,8 +158,14 @@ def _hook_names() -> list[str]:
 
 
 def _validate(pm: pluggy.PluginManager, plugin: Any, source: str) -> None:
-    """Raise ``PluginError`` for a hook implementation whose name is no gankit hook."""
+    """Raise ``PluginError`` for a hook implementation whose name is no gankit hook, or a
+    function named like a hook but not marked with ``@hookimpl`` (pluggy would ignore it)."""
     names = _hook_names()
+    for name in names:
+        fn = getattr(plugin, name, None)
+        if callable(fn) and not hasattr(fn, "gankit_impl"):
+            raise PluginError(f"plugin {source}: {name} is not marked with @gan_kit.hookimpl, so it would be ignored "
+                              f"(put @hookimpl above it)")
     for caller in pm.get_hookcallers(plugin) or ():
         if caller.has_spec():
             continue

@@ -87,6 +87,8 @@ class StepContext:
     check_nonfinite: bool = True
     #: The first non-finite gradient found (``"G"`` / ``"D"``), set by ``step``; None if none.
     nonfinite: str | None = None
+    #: Networks whose optimizer stepped this iteration (``"G"``, ``"D"``).
+    stepped: set = attrs.field(factory=set, init=False, repr=False)
     _scaler_stepped: set = attrs.field(factory=set, init=False, repr=False)
 
     # ---------------------------------------------------------------- networks and optimizers --
@@ -145,6 +147,7 @@ class StepContext:
         """
         name = self._name(net)
         opt = self._opt(name)
+        self.stepped.add(name)
         if self.nonfinite is not None:
             return False  # an earlier step of this iteration failed: leave every weight as it is
         if self.all_reduce_grads and self.world_size > 1:
@@ -263,7 +266,7 @@ class StepContext:
             inputs = DInputs(D=self.D_penalty if self.D_penalty is not None else self.D, real=real.detach(),
                              fake=fake.detach(), real_logits=real_logits, fake_logits=fake_logits)
             for wp in self.penalties:
-                value = wp.penalty(inputs, self)
+                value = _scalar(wp.penalty(inputs, self), "penalty", wp.name)
                 total = total + wp.weight * value
                 stats[f"Loss/D/{wp.name}"] = value.detach()
         return total, stats
@@ -287,10 +290,20 @@ class StepContext:
         if self.g_penalties:
             inputs = GInputs(G=self.G_penalty if self.G_penalty is not None else self.G, batch_size=int(fake_logits.shape[0]), fake=fake, fake_logits=fake_logits)
             for wp in self.g_penalties:
-                value = wp.penalty(inputs, self)
+                value = _scalar(wp.penalty(inputs, self), "penalty", wp.name)
                 total = total + wp.weight * value
                 stats[f"Loss/G/{wp.name}"] = value.detach()
         return total, stats
+
+
+def _scalar(value: Any, kind: str, name: str) -> torch.Tensor:
+    """``value`` if it is a scalar tensor, else a one-line ``GankitError`` naming the component."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0:
+        return value
+    from gan_kit.errors import GankitError
+
+    what = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+    raise GankitError(f"{kind} {name!r} returned {what}; it must return a scalar tensor (e.g. end with .mean())")
 
 
 def _all_finite(opt: torch.optim.Optimizer) -> bool:

@@ -152,3 +152,17 @@ def test_d_objective_adds_weighted_penalties():
     assert total.item() == pytest.approx(1 + 10 * r1 + 0.5 * drift, abs=1e-4)
     assert stats["Loss/D/r1"].item() == pytest.approx(r1, abs=1e-5)
     assert stats["Loss/D/drift"].item() == pytest.approx(drift, abs=1e-5)
+
+
+def test_a_penalty_that_returns_no_scalar_is_named_in_one_line():
+    from gan_kit import GankitError, Penalty
+
+    class PerSample(Penalty):
+        def __call__(self, inputs, ctx):
+            return inputs.real_logits.square()  # forgot the .mean()
+
+    x = two_channel_images()
+    ctx = context(Quadratic((2, 2, 2)), x, [WeightedPenalty("per-sample", PerSample(), 1.0)])
+    with pytest.raises(GankitError, match=r"^penalty 'per-sample' returned a tensor of shape \(2,\); it must return "
+                                          r"a scalar tensor \(e\.g\. end with \.mean\(\)\)$"):
+        ctx.d_objective(x, torch.zeros_like(x))

@@ -282,3 +282,51 @@ def test_lsgan_distribution_found_through_its_entry_point(tmp_path, tiny_recipe,
     assert '[loss]\nname = "lsgan"\na = 0.0\nb = 1.0\nc = 1.0\n' in saved
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["Progress/kimg"] == 0.016 and last["Loss/D"] >= 0.0  # a sum of squares
+
+
+def test_a_hook_function_without_hookimpl_is_an_error_not_silence():
+    import types
+
+    from gan_kit.errors import PluginError
+
+    mod = types.ModuleType("forgot_marker")
+    mod.register_losses = lambda register: None
+    with pytest.raises(PluginError, match=r"plugin forgot_marker: register_losses is not marked with "
+                                          r"@gan_kit.hookimpl, so it would be ignored \(put @hookimpl above it\)"):
+        build_plugins([mod], load_entry_points=False)
+
+
+def test_strategy_mistakes_are_named(tmp_path, capsys):
+    import torch
+
+    from gan_kit import GankitError, UpdateStrategy, hookimpl
+    from gan_kit.engine import train
+    from gan_kit.testing import make_run
+
+    class NoG(UpdateStrategy):
+        def step(self, ctx):
+            n = ctx.reals[0].shape[0]
+            with torch.no_grad():
+                fake = ctx.G(ctx.latent(n))
+            ctx.zero_grad("D")
+            total, stats = ctx.d_objective(ctx.reals[0], fake)
+            ctx.backward(total, "D")
+            ctx.opt_step("D")
+            return stats
+
+    class ReturnsNone(NoG):
+        def step(self, ctx):
+            super().step(ctx)
+
+    class Plugin:
+        @hookimpl
+        def register_update_strategies(self, register):
+            register("no-g", NoG)
+            register("returns-none", ReturnsNone)
+
+    train(make_run(tmp_path / "a", plugins=[Plugin()], overrides=["update.name=no-g"]), max_steps=3)
+    warnings = [l for l in capsys.readouterr().err.splitlines() if l.startswith("warning: update strategy")]
+    assert warnings == ["warning: update strategy 'no-g' took no optimizer step for G in iteration 1, so G does not "
+                        "train (call ctx.opt_step(...) if that is not intended)"]
+    with pytest.raises(GankitError, match=r"update strategy 'returns-none': step\(ctx\) returned NoneType, not a dict"):
+        train(make_run(tmp_path / "b", plugins=[Plugin()], overrides=["update.name=returns-none"]), max_steps=1)
