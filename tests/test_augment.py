@@ -339,7 +339,11 @@ def test_shape_dtype_and_range(make, dtype, side, channels):
     assert not torch.equal(out, x)
 
 
-def test_register_augmentations_registers_both():
+def test_register_augmentations_registers_both_and_none():
+    from gan_kit.builtin.augment import NoAugment
+
     seen = {}
     register_augmentations(lambda name, cls: seen.__setitem__(name, cls))
-    assert seen == {"diffaugment": DiffAugment, "ada": AdaptiveAugment}
+    assert seen == {"none": NoAugment, "diffaugment": DiffAugment, "ada": AdaptiveAugment}
+    x = torch.randn(2, 1, 4, 4)
+    assert NoAugment()(x) is x

@@ -52,7 +52,7 @@ BAD = [
      "growth.fade_kimg.8: must be a finite number >= 0, got inf (see gankit list-plugins --kind growth -v)"),
     ("run.seed=20000000000000", "run.seed: must be in [0, 2**32), got 20000000000000 (e.g. seed = 0)"),
     ("run.seed=-1", "run.seed: must be >= 0, got -1 (e.g. seed = 0)"),
-    ("ema.half_life_kimg=-10", 'ema.half_life_kimg: must be > 0, got -10.0 (e.g. half_life_kimg = 10; "none" uses decay)'),
+    ("ema.half_life_kimg=-10", 'ema.half_life_kimg: must be > 0, got -10.0 (e.g. half_life_kimg = 10)'),
     ("ema.rampup=-0.05", 'ema.rampup: must be >= 0, got -0.05 (e.g. rampup = 0.05; "none" = no ramp-up)'),
     ("run.total_kimg=inf", "run.total_kimg: must be a finite number > 0, got inf (use a positive number)"),
     ("run.total_kimg=2e9", "run.total_kimg: must be in (0, 1000000000], got 2000000000.0 (use a value in (0, 1000000000])"),
