@@ -51,6 +51,7 @@ def _version(ctx: click.Context, value: bool) -> None:
 def _warn_broken(plugins) -> None:
     for b in plugins.broken:
         click.echo(f"warning: {b} (gankit list-plugins marks it; fix or uninstall it)", err=True)
+    _warn_unknown_disabled(plugins)
 
 
 # ------------------------------------------------------------------------------------ run ----
@@ -227,19 +228,26 @@ def list_plugins(kind: str | None, as_json: bool, verbose: bool) -> None:
 
 
 @cli.command("plugins")
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option("--hook", "hook", default=None, metavar="NAME", help="Only plugins that implement this hook.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @user_errors
-def plugins_command(hook: str | None, as_json: bool) -> None:
-    """List every loaded plugin - built-in, entry point, hook-only ones included - with where it
-    comes from (module or distribution and version) and the hooks it implements.
+def plugins_command(recipe: Path | None, hook: str | None, as_json: bool) -> None:
+    """List every loaded plugin - built-in, entry point, hook-only ones included - with its
+    version and the hooks it implements; with RECIPE, also the plugins its `plugins = [...]`
+    loads (and without those its `disable_plugins` switches off).
 
     A plugin's name is what GANKIT_DISABLE_PLUGINS (and a recipe's disable_plugins) take.
     """
     from gan_kit.plugins import build_plugins, disabled_names
     from gan_kit.registry import suggest
 
-    plugins = build_plugins()
+    if recipe is not None:
+        from gan_kit.recipe import load_recipe
+
+        plugins = load_recipe(recipe)[1]
+    else:
+        plugins = build_plugins()
     infos = plugins.describe()
     if hook is not None:
         known = sorted({h for i in infos for h in i.hooks} | set(_hook_names()))
@@ -261,9 +269,15 @@ def plugins_command(hook: str | None, as_json: bool) -> None:
     for b in plugins.broken:
         table.add_row(f"[bold red]BROKEN[/] {b.name}", b.source, f"[red]{b.error}[/]")
     console.print(table)
-    off = disabled_names()
-    if off:
-        click.echo(f"disabled by GANKIT_DISABLE_PLUGINS: {', '.join(off)}")
+    if plugins.disabled:
+        click.echo(f"disabled: {', '.join(plugins.disabled)}")
+    _warn_unknown_disabled(plugins)
+
+
+def _warn_unknown_disabled(plugins) -> None:
+    for name in plugins.unknown_disabled:
+        click.echo(f"warning: GANKIT_DISABLE_PLUGINS / disable_plugins names {name!r}, which matches no plugin "
+                   f"(`gankit plugins` lists their names)", err=True)
 
 
 def _hook_names() -> list[str]:

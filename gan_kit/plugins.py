@@ -83,6 +83,8 @@ class Plugins:
     broken: list[BrokenPlugin]
     sources: dict[str, str]  # plugin name -> its module, "<dist> <version>" or "recipe plugin <spec>"
     disabled: tuple[str, ...] = ()
+    #: Disabled names that matched no plugin (a typo, most likely).
+    unknown_disabled: tuple[str, ...] = ()
 
     @property
     def hook(self) -> Any:
@@ -223,8 +225,9 @@ def build_plugins(
             failed.append((i, spec, error))
             continue
         loader.add(module, spec, f"recipe plugin {spec}")
+    unknown = tuple(d for d in loader.disabled if d not in loader.matched)
     return Plugins(pm=pm, registry=_registry(pm, loader.sources), broken=loader.broken, sources=loader.sources,
-                   disabled=loader.disabled)
+                   disabled=loader.disabled, unknown_disabled=unknown)
 
 
 class _Loader:
@@ -235,9 +238,14 @@ class _Loader:
         self.pm, self.disabled = pm, disabled
         self.sources: dict[str, str] = {}
         self.broken: list[BrokenPlugin] = []
+        self.matched: set[str] = set()
 
     def add(self, plugin: Any, name: str, source: str) -> None:
-        if _is_disabled(name, self.disabled) or self.pm.is_registered(plugin):
+        hit = [d for d in self.disabled if _is_disabled(name, (d,))]
+        if hit:
+            self.matched.update(hit)
+            return
+        if self.pm.is_registered(plugin):
             return
         pm = self.pm
         try:

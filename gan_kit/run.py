@@ -93,6 +93,8 @@ class Run:
         self.previous_phase: Phase | None = None
         self.last_checkpoint: Path | None = None
         self.resumed_from: Path | None = None
+        if recipe.run.threads is not None:
+            torch.set_num_threads(recipe.run.threads)
         seed_everything(recipe.run.seed)
         self._build_data()
         self._build_networks()

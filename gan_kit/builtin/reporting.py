@@ -106,7 +106,8 @@ def tick_finished(run, stats):
                [k for k in stats if k.startswith("Metrics/") and k.count("/") == 1]
         parts = " ".join(f"{k.split('/', 1)[1] if k.startswith('Loss/') else k.split('/')[-1]}={_fmt(stats[k])}"
                          for k in keys if k in stats)
-        st["console"].print(f"tick {stats['Progress/tick']:<4} kimg {stats['Progress/kimg']:<8.1f} "
+        kimg = stats["Progress/kimg"]
+        st["console"].print(f"tick {stats['Progress/tick']:<4} kimg {kimg:<8.{1 if run.total_nimg >= 10_000 else 3}f} "
                             f"{stats['Progress/resolution']}px alpha {stats['Progress/alpha']:.2f}  {parts}  "
                             f"{stats['Timing/img_per_s']:.0f} img/s", highlight=False)
     every = run.options.sample_ticks

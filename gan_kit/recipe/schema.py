@@ -85,6 +85,9 @@ class RunOptions:
                     '(bucketed all-reduce overlapping the backward); "all-reduce" = one flattened '
                     "all-reduce before each optimizer step, also for strategies that set .grad themselves.")
     progress: bool = option(True, help="Show the rich progress bar.")
+    threads: int | None = option(
+        None, help="torch intra-op CPU threads (torch.set_num_threads); None = torch's default (one per core). "
+                   "On a shared or small CPU, 1 is often faster for small networks.", min=1, max=1024)
 
 
 @attrs.frozen
