@@ -36,6 +36,9 @@ def save_atomic(state: dict, path: str | Path) -> Path:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; a checkpoint is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -14,8 +14,11 @@ from gan_kit.errors import GankitError
 
 
 def print_error(e: BaseException) -> None:
+    from gan_kit.errors import Interrupted
+
+    prefix = "stopped" if isinstance(e, Interrupted) else "error"  # an interrupt is no failure of the run
     for line in str(e).splitlines() or [type(e).__name__]:
-        click.echo(f"error: {line}", err=True)
+        click.echo(f"{prefix}: {line}", err=True)
 
 
 def user_errors(fn):

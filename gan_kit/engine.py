@@ -63,19 +63,25 @@ def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None 
                 _enter_phase(run, phase, first=False)
                 stats = train_step(run, phase, next(batches), interrupted=lambda: interrupt.requested)
                 steps += 1
-                ticks.add(stats)
                 # Several processes stop at the iteration where one of them saw the signal (the
                 # flag travels with the stats' all-reduce); one process also stops for a signal
                 # that came during the step's hooks.
-                if stats.pop("Interrupt/requested", 0.0) > 0 or (run.world_size == 1 and interrupt.requested):
-                    _stop_on_interrupt(run, ticks, interrupt.signal_name)
+                stop = stats.pop("Interrupt/requested", 0.0) > 0 or (run.world_size == 1 and interrupt.requested)
+                ticks.add(stats)
                 if ticks.due() and run.cur_nimg < run.total_nimg:
-                    ticks.finish(final=False)
+                    ticks.finish(final=False)  # a tick that ends at this step is written before stopping
+                if stop:
+                    _stop_on_interrupt(run, interrupt.signal_name)
             final = run.cur_nimg >= run.total_nimg
             stats = ticks.finish(final=final)
             if final:
                 run.hook.run_finished(run=run, stats=stats)
             return stats
+    except KeyboardInterrupt as e:  # a second Ctrl-C: stopped at once, mid-iteration
+        error = e
+        where = f"the last checkpoint is {run.last_checkpoint}" if run.last_checkpoint else "no checkpoint was written"
+        raise Interrupted(f"stopped at once by a second Ctrl-C (kimg {run.cur_nimg / 1000:.3f}); {where}; continue "
+                          f"with `gankit run --resume {run.out_dir}`", exit_code=130) from None
     except BaseException as e:
         error = e
         raise
@@ -289,8 +295,9 @@ class Ticks:
 
     def __init__(self, run: Run):
         self.run = run
-        self.sums: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
+        # The running tick's sums live on the run, so a checkpoint written mid-tick (an
+        # interrupt) resumes with the steps it had already averaged.
+        self.sums, self.counts = run.tick_sums, run.tick_counts
         self.start_time = time.perf_counter()
         self.start_nimg = run.cur_nimg
         self.next_nimg = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
@@ -327,8 +334,9 @@ class Ticks:
             "Timing/img_per_s": (run.cur_nimg - self.start_nimg) / elapsed,
         })
         run.tick += 1
+        self.sums.clear()
+        self.counts.clear()
         run.hook.tick_finished(run=run, stats=stats)
-        self.sums, self.counts = {}, {}
         self.start_time, self.start_nimg = time.perf_counter(), run.cur_nimg
         self.next_nimg = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
         return stats
@@ -367,7 +375,7 @@ def _interrupts() -> Iterator[_Interrupt]:
             signal.signal(s, h)
 
 
-def _stop_on_interrupt(run: Run, ticks: Ticks, signal_name: str) -> None:
+def _stop_on_interrupt(run: Run, signal_name: str) -> None:
     """Write ``latest.pt`` at this iteration boundary and raise ``Interrupted``."""
     run.check_in_sync()
     run.refresh_G_ema()

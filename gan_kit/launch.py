@@ -31,7 +31,7 @@ def load_for_run(recipe_path: Path | None, out_dir: Path | None, overrides: tupl
     ``overrides`` on top; ``changes`` lists what differs from the checkpoint (refused changes
     raise ``CheckpointError``). Raises ``GankitError`` with the command that works.
     """
-    from gan_kit.resume import recipe_changes, saved_recipe_text
+    from gan_kit.resume import recipe_changes, refused_override, saved_recipe_text
     from gan_kit.rundir import latest_checkpoint, no_checkpoint_problem
 
     if resume is None:
@@ -55,6 +55,7 @@ def load_for_run(recipe_path: Path | None, out_dir: Path | None, overrides: tupl
     checkpoint = latest_checkpoint(run_dir)
     if not checkpoint.is_file():
         raise GankitError(no_checkpoint_problem(run_dir))
+    refused_override(overrides, run_dir)
     saved = saved_recipe_text(checkpoint)
     if recipe_path is not None:
         recipe, plugins = load_recipe(recipe_path, list(overrides))

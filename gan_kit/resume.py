@@ -1,15 +1,16 @@
 """Resuming a run exactly: which recipe a resumed run uses, what may change, restoring the state.
 
 A run resumes from ``<out_dir>/checkpoints/latest.pt`` with the recipe saved in it. A recipe file
-or ``--set`` given with ``--resume`` may change anything that can change mid-run, and every such
-change takes effect (the run is built from the new recipe; optimizer hyper-parameters are written
-into the restored optimizer state). What shapes the networks, the data or the optimizer's state
-cannot change: ``architecture``, ``data``, ``init`` and ``optim.name`` are refused with one line
-naming the key.
+or ``--set`` given with ``--resume`` may change what can change mid-run (``MUTABLE``: the
+``[run]`` table but its seed, learning rates, Adam's betas and eps, the EMA, penalty weights,
+metrics), and every such change takes effect (the run is built from the new recipe; optimizer
+hyper-parameters are written into the restored optimizer state). Any other change is refused
+with one line naming the key.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,19 @@ from gan_kit import checkpoint as ckpt
 from gan_kit.errors import CheckpointError, GankitError
 from gan_kit.recipe import Recipe, recipe_to_toml
 
-__all__ = ["FIXED", "recipe_changes", "resume_run", "saved_recipe_text"]
+__all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text"]
 
-#: Recipe keys (prefixes) that cannot change when a run resumes.
-FIXED = ("architecture.", "data.", "init.", "optim.name")
+#: Recipe keys (prefixes) that may change when a run resumes; every other change is refused:
+#: what shapes the networks, the data, the optimizer's state, the objective or the growth
+#: schedule must stay as the checkpoint was trained (a changed schedule would, e.g., skip a fade).
+MUTABLE = ("run.", "optim.lr", "optim.g_lr", "optim.d_lr", "optim.betas", "optim.eps", "ema.", "metric",
+           "plugins", "disable_plugins")
+_PENALTY_WEIGHT = re.compile(r"penalty\[\d+\]\.weight$")
+
+
+def mutable(key: str) -> bool:
+    """Whether recipe key ``key`` (dotted, arrays as ``penalty[0].weight``) may change on resume."""
+    return (key.startswith(MUTABLE) and key != "run.seed") or bool(_PENALTY_WEIGHT.match(key))
 
 
 def _flatten(table: dict, prefix: str = "") -> dict:
@@ -55,7 +65,7 @@ def _resolved(saved_text: str, plugins: Any) -> str:
 def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: Path, plugins: Any = None) -> list[str]:
     """``"key: old -> new"`` for every key ``recipe`` changes against the checkpoint's recipe.
 
-    Raises ``CheckpointError`` (one line naming the key) for a change in ``FIXED``.
+    Raises ``CheckpointError`` (one line naming the key) for a change that is not ``mutable``.
     """
     old = _flatten(tomllib.loads(_resolved(saved_text, plugins)))
     new = _flatten(tomllib.loads(recipe_to_toml(recipe)))
@@ -64,13 +74,26 @@ def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: P
         if key == "run.out_dir" or old.get(key) == new.get(key):
             continue
         before, after = old.get(key, "(unset)"), new.get(key, "(unset)")
-        if key.startswith(FIXED):
+        if not mutable(key):
             raise CheckpointError(
                 f"--resume: {checkpoint} was trained with {key} = {before!r}, the recipe now says {after!r}; this "
                 f"cannot change in a resumed run: resume with the run's own recipe (`gankit run --resume {run_dir}`) "
                 f"or start a new run with --out")
         changes.append(f"{key}: {before!r} -> {after!r}")
     return changes
+
+
+def refused_override(overrides, run_dir: Path) -> None:
+    """Refuse, in one line, a ``--set`` of a key that cannot change on resume - before the saved
+    recipe is validated with it (``--set architecture.name=dcgan`` would otherwise be reported as
+    the saved recipe's options that dcgan does not take)."""
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        dotted = re.sub(r"\.(\d+)", r"[\1]", key)
+        if key and not mutable(dotted):
+            raise CheckpointError(
+                f"--resume: --set {key}: {key} cannot change in a resumed run (it may change: the [run] table but "
+                f"run.seed, optim.lr/g_lr/d_lr/betas/eps, [ema], penalty weights, metrics); start a new run with --out")
 
 
 def saved_recipe_text(checkpoint: Path) -> str:

@@ -89,6 +89,9 @@ class Run:
         self.d_step = 0
         self.tick = 0
         self.skipped_steps = 0
+        #: Sums and counts of the running tick's step stats (the engine's ``Ticks``).
+        self.tick_sums: dict[str, float] = {}
+        self.tick_counts: dict[str, int] = {}
         self.phase: Phase | None = None
         self.previous_phase: Phase | None = None
         self.last_checkpoint: Path | None = None
@@ -361,6 +364,7 @@ class Run:
             "d_step": self.d_step,
             "tick": self.tick,
             "skipped_steps": self.skipped_steps,
+            "tick_stats": {k: [v, self.tick_counts[k]] for k, v in self.tick_sums.items()},
             "phase": _phase_dict(self.phase),
             "rng": ckpt.rng_state(),
         }
@@ -382,6 +386,10 @@ class Run:
         self.d_step = int(state["d_step"])
         self.tick = int(state["tick"])
         self.skipped_steps = int(state["skipped_steps"])
+        self.tick_sums.clear()
+        self.tick_counts.clear()
+        for k, (v, n) in state.get("tick_stats", {}).items():
+            self.tick_sums[k], self.tick_counts[k] = float(v), int(n)
         ckpt.set_rng_state(state["rng"])
 
     def save_checkpoint(self, name: str = "latest") -> Path | None:

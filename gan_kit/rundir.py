@@ -36,7 +36,7 @@ def run_dir_problem(out_dir: Path, command: str = "gankit run RECIPE") -> str | 
         return None
     resume = (f"continue it with `gankit run --resume {out_dir}`, " if latest_checkpoint(out_dir).is_file() else "")
     return (f"{out_dir}: already holds a run ({', '.join(existing)}); {resume}pick another folder with --out, "
-            f"or replace it with `{command} --overwrite`")
+            f"or replace it with `{command} --out {out_dir} --overwrite`")
 
 
 def clear_run_dir(out_dir: Path) -> None:

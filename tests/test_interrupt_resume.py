@@ -85,8 +85,10 @@ def test_a_signal_checkpoints_at_the_iteration_and_resume_is_bit_identical(tiny_
 
 def test_a_second_ctrl_c_stops_at_once(tiny_recipe, tmp_path):
     run = build(tiny_recipe, tmp_path / "r", SHORT, extra=[SignalAt(2, signal.SIGINT, times=2)])
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted) as e:
         train(run)
+    assert str(e.value) == (f"stopped at once by a second Ctrl-C (kimg 0.016); no checkpoint was written; continue "
+                            f"with `gankit run --resume {tmp_path / 'r'}`")
     assert not (tmp_path / "r" / "checkpoints" / "latest.pt").exists()
 
 
@@ -102,7 +104,7 @@ def test_cli_ctrl_c_exits_130_with_a_checkpoint_and_resume_from_the_run_director
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert first.returncode == 130, first.stderr
     last = first.stderr.strip().splitlines()[-1]
-    assert last == (f"error: interrupted by SIGINT at kimg 0.024 (step 3); checkpoint written to "
+    assert last == (f"stopped: interrupted by SIGINT at kimg 0.024 (step 3); checkpoint written to "
                     f"{out / 'checkpoints' / 'latest.pt'}; continue with `gankit run --resume {out}`")
     second = subprocess.run([sys.executable, "-m", "gan_kit", "run", "--resume", str(out)],
                             capture_output=True, text=True, env=env, timeout=120)
@@ -149,15 +151,27 @@ def test_changed_optimizer_settings_take_effect_on_resume(tiny_recipe, tmp_path)
 
 @pytest.mark.parametrize("override, key", [("optim.name=sgd", "optim.name"),
                                            ("architecture.fmap_max=16", "architecture.fmap_max"),
-                                           ("data.xflip=true", "data.xflip")])
+                                           ("architecture.name=dcgan", "architecture.name"),
+                                           ("data.xflip=true", "data.xflip"),
+                                           ("growth.stable_kimg=0.002", "growth.stable_kimg"),
+                                           ("loss.name=bce", "loss.name"),
+                                           ("penalty=[]", "penalty"),
+                                           ("run.seed=3", "run.seed")])
 def test_a_change_that_cannot_happen_mid_run_is_refused_in_one_line(tiny_recipe, tmp_path, override, key):
     out = tmp_path / "r"
     train(build(tiny_recipe, out, ["run.total_kimg=0.016"]))
     with pytest.raises(CheckpointError) as e:
         load_for_run(None, None, (override, "run.total_kimg=0.032"), str(out))
     msg = str(e.value)
-    assert "\n" not in msg and f"was trained with {key} = " in msg
-    assert f"cannot change in a resumed run: resume with the run's own recipe (`gankit run --resume {out}`)" in msg
+    assert "\n" not in msg and msg.startswith(f"--resume: --set {key}: {key} cannot change in a resumed run")
+    # the same change in a recipe file given with --resume names the key too
+    path = tmp_path / "changed.toml"
+    recipe_text = (tmp_path / "tiny.toml").read_text() if (tmp_path / "tiny.toml").exists() else tiny_recipe.read_text()
+    path.write_text(recipe_text)
+    if "=" in override and "[" not in override and "{" not in override and not override.startswith("architecture.name"):
+        with pytest.raises((CheckpointError, GankitError)) as e2:
+            load_for_run(path, out, (override, "run.total_kimg=0.032"), "")
+        assert "\n" not in str(e2.value) and key in str(e2.value)
 
 
 def test_resume_advice_is_never_circular(tiny_recipe, tmp_path):
@@ -198,3 +212,20 @@ def test_report_of_a_run_interrupted_and_resumed_twice_has_monotonic_curves_and_
     assert [(s.index, s.resolution, s.start_kimg, s.fade_end_kimg, s.end_kimg) for s in spans] == [
         (0, 4, 0.0, 0.0, 0.04), (1, 8, 0.04, 0.08, 0.12)]
     assert [r["Progress/resolution"] for r in rows] == [4 if k <= 0.04 else 8 for k in kimg]
+
+
+@pytest.mark.parametrize("at", [4, 6])  # on the step that ends a tick, and inside one
+def test_an_interrupt_loses_no_tick_and_no_step_of_a_ticks_average(tiny_recipe, tmp_path, at):
+    over = [*SHORT, "run.tick_kimg=0.032"]  # a tick every 4 steps
+    straight = build(tiny_recipe, tmp_path / "straight", over)
+    train(straight)
+    run = build(tiny_recipe, tmp_path / "split", over, extra=[SignalAt(at)])
+    with pytest.raises(Interrupted):
+        train(run)
+    train(build(tiny_recipe, tmp_path / "split", over), resume=True)
+    rows = {n: [json.loads(x) for x in (tmp_path / n / "metrics.jsonl").read_text().splitlines()]
+            for n in ("straight", "split")}
+    assert [(r["Progress/tick"], r["Progress/kimg"]) for r in rows["split"]] == \
+           [(r["Progress/tick"], r["Progress/kimg"]) for r in rows["straight"]]
+    for a, b in zip(rows["straight"], rows["split"]):  # the tick spanning the interrupt averages all its steps
+        assert a["Loss/D"] == pytest.approx(b["Loss/D"], rel=1e-6) and a["Loss/G"] == pytest.approx(b["Loss/G"], rel=1e-6)
