@@ -8,56 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-
-TINY_RECIPE = """
-[run]
-seed = 0
-device = "cpu"
-out_dir = "{out_dir}"
-total_kimg = 0.2
-tick_kimg = 0.1
-snapshot_ticks = 0
-sample_grid = 4
-progress = false
-
-[data]
-name = "digits"
-resolution = 8
-
-[architecture]
-name = "pggan"
-latent_dim = 8
-fmap_base = 64
-fmap_max = 8
-mbstd_group_size = 4
-
-[init]
-name = "equalized-lr"
-
-[loss]
-name = "hinge"
-
-[[penalty]]
-name = "gradient-penalty"
-weight = 10.0
-
-[update]
-name = "d-then-g"
-
-[growth]
-name = "progressive"
-start_resolution = 4
-fade_kimg = 0.04
-stable_kimg = 0.04
-batch_size = 8
-
-[optim]
-lr = 0.001
-betas = [0.0, 0.99]
-
-[ema]
-decay = 0.9
-"""
+from gan_kit.testing import TINY_RECIPE  # the recipe plugin authors test with too
 
 
 @pytest.fixture

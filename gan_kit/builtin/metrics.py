@@ -143,7 +143,19 @@ def swd(fake: torch.Tensor, real: torch.Tensor, *, seed: int = 0, patches_per_im
     return out
 
 
-class SWD(Metric):
+class _FromOptions(Metric):
+    """A metric whose ``num_images`` and ``seed`` are options of its own."""
+
+    @property
+    def num_images(self) -> int:
+        return self.options.num_images
+
+    @property
+    def seed(self) -> int:
+        return self.options.seed
+
+
+class SWD(_FromOptions):
     """Multi-scale sliced Wasserstein distance x 1e3 on Laplacian-pyramid patches (PGGAN appendix D); lower is better."""
 
     @attrs.frozen
@@ -157,14 +169,6 @@ class SWD(Metric):
         directions: int = option(128, help="Random projections per repeat (4 x 128 = the paper's 512).",
                                  min=1, max=2**16)
         repeats: int = option(4, help="Independent sets of projections averaged.", min=1, max=1024)
-
-    @property
-    def num_images(self) -> int:
-        return self.options.num_images
-
-    @property
-    def seed(self) -> int:
-        return self.options.seed
 
     def compute(self, generate, reals, device):
         o = self.options
@@ -208,7 +212,7 @@ def inception_problem(name: str, weights: str | None = None) -> str | None:
     return f"{name} needs " + " and ".join(missing)
 
 
-class _InceptionMetric(Metric):
+class _InceptionMetric(_FromOptions):
     """Shared by fid and kid: InceptionV3 pool features (2048-d) of both image sets."""
 
     metric_name = ""
@@ -222,14 +226,6 @@ class _InceptionMetric(Metric):
         weights: str | None = option(None, help="Local InceptionV3 weights file (torch-fidelity's); None = the "
                                                 "torch hub cache. Nothing is ever downloaded.")
         batch_size: int = option(64, help="Images per Inception forward pass.", min=1, max=2**16)
-
-    @property
-    def num_images(self) -> int:
-        return self.options.num_images
-
-    @property
-    def seed(self) -> int:
-        return self.options.seed
 
     def __init__(self, options=None, context=None):
         super().__init__(options, context)

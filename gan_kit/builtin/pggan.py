@@ -103,7 +103,19 @@ def _lrelu_(x):
     return F.leaky_relu_(x, 0.2)
 
 
-class Generator(Growable, nn.Module):
+class _Progressive(Growable, nn.Module):
+    """What G and D share: the resolutions they can run at, the current one, and alpha in a
+    buffer (so a compiled graph does not depend on its value)."""
+
+    def set_phase(self, resolution: int, alpha: float) -> None:
+        if resolution not in self.resolutions:
+            raise ValueError(f"resolution {resolution} not in {self.resolutions}")
+        self.resolution = int(resolution)
+        self.alpha.fill_(float(alpha))
+        self.stable = float(alpha) >= 1.0  # the fade blend is skipped from then on (see _blend)
+
+
+class Generator(_Progressive):
     """G: ``z[N, latent_dim] -> images[N, channels, r, r]`` at the current phase's resolution r."""
 
     def __init__(self, resolution: int, channels: int, latent_dim: int, nf, use_pixelnorm: bool = True):
@@ -128,13 +140,6 @@ class Generator(Growable, nn.Module):
         # True only after set_phase with alpha >= 1: the fade blend is then skipped (see forward).
         self.stable = False
 
-    def set_phase(self, resolution: int, alpha: float) -> None:
-        if resolution not in self.resolutions:
-            raise ValueError(f"resolution {resolution} not in {self.resolutions}")
-        self.resolution = int(resolution)
-        self.alpha.fill_(float(alpha))
-        self.stable = float(alpha) >= 1.0
-
     def forward(self, z):
         x = self.norm(z)
         x = self.norm(_lrelu_(self.dense(x)).reshape(z.shape[0], -1, 4, 4))
@@ -156,7 +161,7 @@ class Generator(Growable, nn.Module):
         return rgb
 
 
-class Discriminator(Growable, nn.Module):
+class Discriminator(_Progressive):
     """D: ``images[N, channels, r, r] -> logits[N]`` at the current phase's resolution r."""
 
     def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4):
@@ -175,13 +180,6 @@ class Discriminator(Growable, nn.Module):
         self.resolution = resolution
         self.register_buffer("alpha", torch.ones(()))
         self.stable = False  # as in Generator: True after set_phase with alpha >= 1
-
-    def set_phase(self, resolution: int, alpha: float) -> None:
-        if resolution not in self.resolutions:
-            raise ValueError(f"resolution {resolution} not in {self.resolutions}")
-        self.resolution = int(resolution)
-        self.alpha.fill_(float(alpha))
-        self.stable = float(alpha) >= 1.0
 
     def forward(self, img, splits: int = 1):
         """``img[N, C, r, r] -> logits[N]``. ``splits``: ``img`` is that many equal batches
