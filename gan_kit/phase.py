@@ -33,10 +33,6 @@ class Phase:
     end_nimg: float = math.inf
     fade_nimg: int = 0
 
-    @property
-    def fading(self) -> bool:
-        return self.alpha < 1.0
-
 
 def resize_real(images: torch.Tensor, resolution: int) -> torch.Tensor:
     """Box-filter ``images[N,C,H,W]`` down to ``resolution`` (average of each k x k block)."""
