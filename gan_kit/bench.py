@@ -419,10 +419,15 @@ def bench(recipe: Path, strategies: str, steps: int, warmup: int, resolution: in
 
     console = Console(highlight=False)
     try:
-        with console.status("benchmarking") as status:
+        with console.status("building the networks of every row") as status:
+            t0 = time.perf_counter()
+
+            def progress(i: int, n: int) -> None:
+                left = (time.perf_counter() - t0) / i * (n - i)
+                status.update(f"benchmarking: round {i}/{n}, about {left:.0f} s left")
+
             result = run_bench(recipe, strategies, steps=steps, warmup=warmup, overrides=overrides,
-                               resolution=resolution, reference=not no_reference,
-                               progress=lambda i, n: status.update(f"benchmarking: round {i}/{n}"))
+                               resolution=resolution, reference=not no_reference, progress=progress)
     except GankitError as e:
         if debug or os.environ.get("GANKIT_DEBUG"):
             raise

@@ -39,8 +39,8 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise GankitError(f"run.device: {name!r} asked for but CUDA is not available "
-                          f"(use --set run.device=cpu, or \"auto\")")
+        raise GankitError(f"run.device: {name!r} asked for but CUDA is not available on this machine (use the CPU: "
+                          f"--device cpu for gankit eval, --set run.device=cpu for gankit run)")
     return dev
 
 
