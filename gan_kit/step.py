@@ -40,7 +40,7 @@ from torch import nn
 from gan_kit.components import DInputs, GInputs, Loss, WeightedPenalty
 from gan_kit.phase import Phase
 
-__all__ = ["StepContext", "d_objective", "g_objective"]
+__all__ = ["StepContext"]
 
 @attrs.define(eq=False)
 class StepContext:
@@ -313,16 +313,3 @@ def _all_finite(opt: torch.optim.Optimizer) -> bool:
     # One fused reduction and one sync: the norm of a tensor holding NaN/inf is NaN/inf.
     norms = torch._foreach_norm(grads)
     return bool(torch.isfinite(torch.stack(norms)).all())
-
-
-def d_objective(ctx: StepContext, real: torch.Tensor, fake: torch.Tensor, *,
-                fake_logits: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """``ctx.d_objective(real, fake, fake_logits=...)`` as a function."""
-    return ctx.d_objective(real, fake, fake_logits=fake_logits)
-
-
-def g_objective(ctx: StepContext, fake_logits: torch.Tensor, fake: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """``ctx.g_objective(fake_logits, fake)`` as a function."""
-    return ctx.g_objective(fake_logits, fake)
-
