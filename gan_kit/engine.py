@@ -53,10 +53,10 @@ def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None 
     error: BaseException | None = None
     try:
         with _interrupts() as interrupt:
-            first = run.growth.phase_at(run.cur_nimg)
-            run.set_phase(first)  # run_started hooks read run.phase
+            start = run.growth.phase_at(run.cur_nimg)
+            run.set_phase(start)  # run_started hooks read run.phase
             run.hook.run_started(run=run)
-            _enter_phase(run, first, first=True)
+            _enter_phase(run, start, first=True)
             steps = 0
             while run.cur_nimg < run.total_nimg and (max_steps is None or steps < max_steps):
                 phase = run.growth.phase_at(run.cur_nimg)
