@@ -318,8 +318,24 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
     """Exit 0 if the recipe is valid, else print every problem and exit 2."""
     from gan_kit.recipe import load_recipe
 
-    _, plugins = load_recipe(path, list(overrides))
+    r, plugins = load_recipe(path, list(overrides))
     _warn_broken(plugins)
+    if r.metrics:
+        # What the data set's size decides (a metric asking for more images than it holds, or a
+        # data set below a metric's minimum) is known only once the data set is built.
+        from gan_kit.components import BuildContext
+        from gan_kit.evaluate import metric_problem
+
+        ctx = BuildContext(resolution=r.resolution, channels=0, recipe=r)
+        data = plugins.registry.get("dataset", r.data.name).factory(r.data.options, ctx).build(r.resolution)
+        problems = []
+        for spec in r.metrics:
+            metric = plugins.registry.get("metric", spec.name).factory(spec.options, ctx)
+            problem = metric_problem(spec, metric, len(data), r.data.name)
+            if problem:
+                problems.append(f"{path}: {problem}")
+        if problems:
+            raise GankitError("\n".join(problems))
     click.echo(f"{path}: ok")
 
 

@@ -55,8 +55,8 @@ def load_for_run(recipe_path: Path | None, out_dir: Path | None, overrides: tupl
     checkpoint = latest_checkpoint(run_dir)
     if not checkpoint.is_file():
         raise GankitError(no_checkpoint_problem(run_dir))
-    refused_override(overrides, run_dir)
     saved = saved_recipe_text(checkpoint)
+    refused_override(overrides, run_dir, saved)
     if recipe_path is not None:
         recipe, plugins = load_recipe(recipe_path, list(overrides))
     else:

@@ -83,17 +83,37 @@ def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: P
     return changes
 
 
-def refused_override(overrides, run_dir: Path) -> None:
-    """Refuse, in one line, a ``--set`` of a key that cannot change on resume - before the saved
-    recipe is validated with it (``--set architecture.name=dcgan`` would otherwise be reported as
-    the saved recipe's options that dcgan does not take)."""
+def refused_override(overrides, run_dir: Path, saved_text: str = "") -> None:
+    """Refuse, in one line, a ``--set`` that changes a key that cannot change on resume - before
+    the saved recipe is validated with it (``--set architecture.name=dcgan`` would otherwise be
+    reported as the saved recipe's options that dcgan does not take). Re-typing the value the
+    run already has is fine."""
+    from gan_kit.recipe import parse_set
+
+    saved = tomllib.loads(saved_text) if saved_text else {}
     for item in overrides:
-        key = item.partition("=")[0].strip()
-        dotted = re.sub(r"\.(\d+)", r"[\1]", key)
-        if key and not mutable(dotted):
-            raise CheckpointError(
-                f"--resume: --set {key}: {key} cannot change in a resumed run (it may change: the [run] table but "
-                f"run.seed, optim.lr/g_lr/d_lr/betas/eps, [ema], penalty weights, metrics); start a new run with --out")
+        try:
+            keys, value = parse_set(item)
+        except ValueError:
+            continue  # reported by the recipe loader with the other problems
+        key = ".".join(map(str, keys))
+        if mutable(re.sub(r"\.(\d+)", r"[\1]", key)) or _lookup(saved, keys) == value:
+            continue
+        raise CheckpointError(
+            f"--resume: --set {key}: {key} cannot change in a resumed run (it may change: the [run] table but "
+            f"run.seed, optim.lr/g_lr/d_lr/betas/eps, [ema], penalty weights, metrics); start a new run with --out")
+
+
+def _lookup(table: Any, keys: list) -> Any:
+    for k in keys:
+        try:
+            table = table[k]
+        except (KeyError, IndexError, TypeError):
+            return _MISSING
+    return table
+
+
+_MISSING = object()
 
 
 def saved_recipe_text(checkpoint: Path) -> str:

@@ -229,3 +229,11 @@ def test_an_interrupt_loses_no_tick_and_no_step_of_a_ticks_average(tiny_recipe, 
            [(r["Progress/tick"], r["Progress/kimg"]) for r in rows["straight"]]
     for a, b in zip(rows["straight"], rows["split"]):  # the tick spanning the interrupt averages all its steps
         assert a["Loss/D"] == pytest.approx(b["Loss/D"], rel=1e-6) and a["Loss/G"] == pytest.approx(b["Loss/G"], rel=1e-6)
+
+
+def test_retyping_a_fixed_value_on_resume_is_no_change(tiny_recipe, tmp_path):
+    out = tmp_path / "r"
+    train(build(tiny_recipe, out, ["run.total_kimg=0.016"]))
+    _, _, changes = load_for_run(None, None, ("growth.batch_size=8", "loss.name=hinge", "run.total_kimg=0.032"),
+                                 str(out))
+    assert changes == ["run.total_kimg: 0.016 -> 0.032"]

@@ -151,3 +151,17 @@ def test_g_ema_of_a_batchnorm_generator_samples_with_statistics_of_its_own(tmp_p
     # and the statistics survive in the checkpoint that sampling uses
     saved = ckpt.load(tmp_path / "run" / "checkpoints" / "latest.pt")["G_ema"]
     assert all(torch.equal(saved[k], v) for k, v in run.G_ema.state_dict().items())
+
+
+def test_recipe_check_refuses_a_metric_the_data_cannot_feed(tmp_path):
+    from click.testing import CliRunner
+
+    from gan_kit.cli import cli
+    from gan_kit.testing import write_tiny_recipe
+
+    path = write_tiny_recipe(tmp_path, extra='\n[[metric]]\nname = "swd"\nnum_images = 500\n')
+    result = CliRunner().invoke(cli, ["recipe", "check", str(path), "--set", "data.max_images=100"])
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"error: {path}: metric[0]: swd asks for 500 images, the 'digits' data set "
+                                     f"holds 100 (set metric[0].num_images = 100 or less)")
+    assert CliRunner().invoke(cli, ["recipe", "check", str(path)]).exit_code == 0
