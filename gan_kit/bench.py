@@ -205,6 +205,8 @@ def hand_written_step(G, D, opt_G, opt_D, *, latent_dim: int, loss: str, penalti
     or ``drift`` (E[D(x)^2] on the real logits already computed). Same RNG draws, in the same
     order, as the engine's ``d-then-g``: z for the fakes, the GP weights, then z for the G step.
     """
+    # Deliberately one flat function: it is the reference loop as a practitioner writes it, with no
+    # gankit abstraction between the reader and the math it times.
     d_loss_fn, g_loss_fn = _hand_d_loss(loss), _hand_g_loss(loss)
     if d_loss_fn is None:
         raise GankitError(f"bench: no hand-written version of loss {loss!r}")

@@ -192,6 +192,8 @@ def _tname(value: Any) -> str:
 
 def convert(value: Any, tp: Any) -> Any:
     """Convert a TOML value to ``tp``; raise ``ValueError("expected X, got Y")`` if impossible."""
+    # One dispatch over the TOML value types on purpose: each branch is the rule for one declared
+    # type, and the recursion for arrays and tables needs them all in one place.
     origin = typing.get_origin(tp)
     if tp is Any:
         return value

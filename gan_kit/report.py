@@ -303,6 +303,7 @@ def write_report(run_dir: str | Path) -> Path:
 
     Raises GankitError for a folder without metrics.jsonl or when matplotlib is missing.
     """
+    # One function on purpose: it writes the page top to bottom, section by section, as it reads.
     from gan_kit.errors import GankitError
 
     run_dir = Path(run_dir)
