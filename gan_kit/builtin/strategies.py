@@ -3,8 +3,8 @@
 Five strategies: the three update orders PyTorch GAN code uses (D first on detached or no_grad
 fakes, D first sharing one forward with ``retain_graph``, G first), one loss with the
 stop-gradient trick (Su Jianlin 2019, "GANs with a single loss"), and simultaneous gradient
-steps. Every one is correct on current PyTorch (>= 1.5, where optimizer steps bump the version counters of the
-parameters they update) and keeps these invariants (tested for every strategy):
+steps. Every one is correct on current PyTorch (>= 1.5, where optimizer steps bump the version
+counters of the parameters they update) and keeps these invariants (tested for every strategy):
 
 * an ``opt_D.step`` never changes G's parameters and an ``opt_G.step`` never changes D's;
 * the gradients an optimizer steps with come only from its own network's objective: every
