@@ -127,6 +127,10 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu"):
     arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
     G, _ = arch.build(recipe.resolution, channels)
     plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx).apply(G)
+    if recipe.architecture.slot.spectral_norm in ("G", "both"):
+        from gan_kit.networks import apply_spectral_norm
+
+        apply_spectral_norm(G, "G", recipe)
     G.load_state_dict(state["G_ema"])
     G = G.to(device).eval().requires_grad_(False)
     phase = Phase(**state["phase"])

@@ -59,3 +59,14 @@ def test_spectral_norm_with_equalized_lr_is_refused_in_one_line(tmp_path):
         make_run(tmp_path, overrides=["architecture.spectral_norm=D"])
     (line,) = e.value.problems
     assert "architecture.spectral_norm: 'D' with init 'equalized-lr' is meaningless" in line
+
+
+def test_sampling_a_checkpoint_of_a_spectrally_normalised_g(tmp_path):
+    from gan_kit.checkpoint import load_generator
+
+    run = make_run(tmp_path, overrides=[*SN, "run.total_kimg=0.016"])
+    train(run)
+    G, phase, recipe, arch = load_generator(tmp_path / "run" / "checkpoints" / "latest.pt")
+    z = torch.randn(4, arch.latent_dim)
+    with torch.no_grad():
+        torch.testing.assert_close(G(z), run.G_ema.eval()(z))
