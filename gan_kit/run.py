@@ -97,7 +97,8 @@ class Run:
         self.last_checkpoint: Path | None = None
         self.resumed_from: Path | None = None
         if recipe.run.threads is not None:
-            torch.set_num_threads(recipe.run.threads)
+            # More threads than cores only adds contention (and torch's pool is process-wide).
+            torch.set_num_threads(min(recipe.run.threads, os.cpu_count() or 1))
         seed_everything(recipe.run.seed)
         self._build_data()
         self._build_networks()

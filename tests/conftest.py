@@ -45,3 +45,4 @@ torch.set_num_threads(1)
 def _deterministic():
     torch.manual_seed(0)
     yield
+    torch.set_num_threads(1)  # a test whose recipe sets run.threads must not slow the ones after it
