@@ -174,6 +174,12 @@ def test_every_numeric_option_refuses_bad_values_in_one_line_or_runs(folder, tab
             return
         assert not baseline
         result = CliRunner().invoke(cli, ["recipe", "check", str(path), "--set", item])
+        if result.exit_code == 2:
+            # What only the built data set can decide (a metric asking for more images than it
+            # holds) is refused by `recipe check` too - in one line naming the key - not trained.
+            (line,) = result.output.strip().splitlines()
+            assert line.startswith("error: ") and key.split(".")[0] in line, (item, line)
+            return
         assert result.exit_code == 0, (item, result.output)
         if key in _trained or key in NOT_TRAINED:
             return
