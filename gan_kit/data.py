@@ -11,8 +11,12 @@ indexing operation: ``images [N, C, H, W]``, or ``(images, labels [N])`` when la
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
+import multiprocessing
+import multiprocessing.util  # noqa: F401  (its exit handler must be registered before ours)
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -348,9 +352,12 @@ def iter_batches(loader: Iterable) -> Iterator:
 
 
 def _ignore_interrupts(worker_id: int) -> None:
-    """Loader workers ignore SIGINT/SIGTERM: Ctrl-C reaches the whole process group, and the main
-    process finishes its iteration and writes a checkpoint with batches the workers still serve;
-    the main process ends the workers when it exits."""
+    """Loader workers ignore SIGINT/SIGTERM: Ctrl-C (and `timeout`'s SIGTERM) reach the whole
+    process group, and the main process finishes its iteration and writes a checkpoint with batches
+    the workers still serve. Because a worker ignores SIGTERM, the main process must end it itself
+    (``GankitLoader.close``, also at interpreter exit): multiprocessing's own exit handler
+    terminates daemon children with SIGTERM and then joins them, which would wait forever. A worker
+    whose main process died exits on its own (torch's worker watchdog)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -358,14 +365,68 @@ def _ignore_interrupts(worker_id: int) -> None:
 
 
 class GankitLoader(DataLoader):
-    """A DataLoader whose iterator is ``iter_batches``: errors from workers arrive as one line."""
+    """A DataLoader whose iterator is ``iter_batches``: errors from workers arrive as one line;
+    ``close()`` ends its worker processes."""
 
     def __iter__(self):
-        return iter_batches(super().__iter__())
+        _reap_workers()
+        iterator = super().__iter__()
+        for worker in getattr(iterator, "_workers", ()):  # an iterator with worker processes
+            _WORKERS[worker.pid] = weakref.ref(iterator)
+        return iter_batches(iterator)
+
+    def close(self) -> None:
+        """End the worker processes now (idempotent; iterating again starts new ones). The engine
+        calls it when training ends, however it ends."""
+        iterator = getattr(self, "_iterator", None)  # the persistent-workers iterator
+        self._iterator = None
+        if iterator is not None:
+            _end_workers(iterator)
+
+
+def _end_workers(iterator) -> None:
+    """End a multi-process iterator's workers: torch's own shutdown (what its ``__del__`` does:
+    stop message, join, unregister from torch's SIGCHLD check), then a kill for a worker that did
+    not stop within torch's wait (stuck in ``__getitem__``): it ignores SIGTERM."""
+    iterator._shutdown_workers()
+    for worker in getattr(iterator, "_workers", ()):
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
+
+
+# Worker pid -> its iterator. Our workers ignore SIGTERM, so nothing but us ends a worker whose
+# parent lives on: when an iterator is collected as part of a reference cycle (an exception's
+# traceback makes one), its queues may be finalized before its __del__ sends the stop message,
+# and the worker idles forever; at interpreter exit multiprocessing would then join it forever.
+_WORKERS: dict[int, weakref.ref] = {}
+
+
+def _reap_workers(at_exit: bool = False) -> None:
+    """Kill the workers whose iterator is gone (and, ``at_exit``, first end every live
+    iterator's workers the clean way, then kill whatever is left)."""
+    if at_exit:
+        iterators = {id(it): it for it in (ref() for ref in _WORKERS.values()) if it is not None}
+        for iterator in iterators.values():
+            _end_workers(iterator)
+    for process in multiprocessing.active_children():  # also reaps children that ended
+        ref = _WORKERS.get(process.pid)
+        if ref is not None and (at_exit or ref() is None):
+            process.kill()
+            process.join()
+    alive = {process.pid for process in multiprocessing.active_children()}
+    for pid in list(_WORKERS):
+        if pid not in alive:
+            del _WORKERS[pid]
+
+
+# atexit runs handlers last-registered-first: registered after multiprocessing's (imported above),
+# this one ends the workers before multiprocessing's handler joins them.
+atexit.register(_reap_workers, at_exit=True)
 
 
 def make_loader(dataset: Dataset, sampler: PhaseBatchSampler, num_workers: int, pin_memory: bool,
-                with_labels: bool = False) -> DataLoader:
+                with_labels: bool = False) -> GankitLoader:
     """The training loader: batches of ``sampler``'s indices, collated by ``collate_images``
     (images ``[N, C, H, W]``) or, with ``with_labels``, ``collate_images_labels`` (``(images,
     labels)``, labels None for an unlabelled set). With ``num_workers > 0`` a GankitError raised

@@ -23,7 +23,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from gan_kit.components import DInputs, GInputs
-from gan_kit.data import PhaseBatchSampler, make_loader
+from gan_kit.data import GankitLoader, PhaseBatchSampler, make_loader
 from gan_kit.ema import ema_beta, update_ema
 from gan_kit.errors import GankitError, Interrupted, TrainingError
 from gan_kit.phase import Phase, fade_real
@@ -48,7 +48,8 @@ def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None 
     stops the run (no checkpoint is written after the last finite one).
     """
     _open_run_dir(run, resume, overwrite)
-    batches = _real_batches(run)
+    loader = _real_loader(run)
+    batches = iter(loader)  # make_loader's loader raises a worker's GankitError as its one line
     ticks = Ticks(run)
     error: BaseException | None = None
     try:
@@ -86,6 +87,7 @@ def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None 
         error = e
         raise
     finally:
+        loader.close()  # its worker processes, however training ended
         run.hook.run_teardown(run=run, error=error)
 
 
@@ -117,9 +119,9 @@ def _open_run_dir(run: Run, resume: bool | str | Path, overwrite: bool) -> None:
     run.apply_optim_settings()
 
 
-def _real_batches(run: Run) -> Iterator[torch.Tensor]:
-    """Each iteration's real images ``[d_steps * N, C, R, R]`` (final resolution R, this
-    process's share), from the data stream position ``cur_nimg``."""
+def _real_loader(run: Run) -> GankitLoader:
+    """The loader of each iteration's real images ``[d_steps * N, C, R, R]`` (final resolution R,
+    this process's share), from the data stream position ``cur_nimg``."""
     d_steps = run.strategy.d_steps
 
     def batch_for(position: int) -> tuple[int, int]:
@@ -127,8 +129,7 @@ def _real_batches(run: Run) -> Iterator[torch.Tensor]:
 
     sampler = PhaseBatchSampler(len(run.dataset), run.recipe.run.seed, run.cur_nimg, batch_for, run.rank,
                                 run.world_size)
-    loader = make_loader(run.dataset, sampler, run.recipe.run.num_workers, pin_memory=run.device.type == "cuda")
-    return iter(loader)  # make_loader's loader raises a worker's GankitError as its one line
+    return make_loader(run.dataset, sampler, run.recipe.run.num_workers, pin_memory=run.device.type == "cuda")
 
 
 def _enter_phase(run: Run, phase: Phase, *, first: bool) -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -88,3 +92,83 @@ def test_training_with_a_worker_stops_on_a_truncated_file_in_one_line(tmp_path, 
         train(run)
     msg = str(e.value)
     assert "\n" not in msg and "img07.png" in msg and msg.startswith("data.path: cannot read image")
+
+
+def _truncated_folder_recipe(tmp_path, tiny_recipe_text, write_recipe):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(folder / f"img{i:02d}.png")
+    data = (folder / "img07.png").read_bytes()
+    (folder / "img07.png").write_bytes(data[: len(data) // 2])
+    text = tiny_recipe_text.replace(
+        '[data]\nname = "digits"\nresolution = 8',
+        '[data]\nname = "image-folder"\nresolution = 8\npath = "imgs"\ncache = "none"\non_corrupt = "error"')
+    return write_recipe(text, "folder.toml")
+
+
+def test_a_process_whose_run_failed_with_workers_exits(tmp_path, tiny_recipe_text, write_recipe):
+    # Workers ignore SIGTERM (they keep serving while the main process writes its interrupt
+    # checkpoint), so multiprocessing's exit handler, which terminates and then joins them, waited
+    # forever when a traceback still held the loader: the process printed its error and never
+    # ended. The parent here keeps the error (and so the loader) alive until it exits.
+    recipe = _truncated_folder_recipe(tmp_path, tiny_recipe_text, write_recipe)
+    script = (
+        "import sys\n"
+        "from gan_kit.engine import Run, train\n"
+        "from gan_kit.recipe import load_recipe\n"
+        f"recipe, plugins = load_recipe({str(recipe)!r}, ['run.num_workers=2'])\n"
+        "try:\n"
+        "    train(Run(recipe, plugins))\n"
+        "except Exception as e:\n"
+        "    kept = e  # the traceback holds the training loop's frames, and so the loader\n"
+        "    print('failed:', e)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "img07.png" in done.stdout, done.stderr
+
+
+def test_gankit_run_with_workers_ends_on_a_data_error(tmp_path, tiny_recipe_text, write_recipe):
+    recipe = _truncated_folder_recipe(tmp_path, tiny_recipe_text, write_recipe)
+    done = subprocess.run([sys.executable, "-m", "gan_kit", "run", str(recipe), "--set", "run.num_workers=2"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "img07.png" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_close_ends_the_worker_processes():
+    import multiprocessing
+
+    sampler = PhaseBatchSampler(8, seed=0, start=0, batch_for=lambda position: (4, 1))
+    loader = make_loader(FailsAt(bad=-1), sampler, num_workers=2, pin_memory=False)
+    before = set(multiprocessing.active_children())
+    batches = iter(loader)
+    next(batches)
+    workers = set(multiprocessing.active_children()) - before
+    assert len(workers) == 2
+    loader.close()
+    assert not any(p.is_alive() for p in workers)
+    loader.close()  # idempotent
+
+
+def test_a_process_whose_loader_died_in_a_reference_cycle_exits(tmp_path):
+    # Collected in a cycle, an iterator's queues can be finalized before its __del__ sends the
+    # workers their stop message; the worker (which ignores SIGTERM) then idled forever and the
+    # process never ended. A later loader, and the exit, end such orphans.
+    script = tmp_path / "cycle.py"
+    script.write_text(
+        "import gc, multiprocessing, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_data_loader import FailsAt\n"
+        "from gan_kit.data import PhaseBatchSampler, make_loader\n"
+        "for round in range(2):\n"
+        "    sampler = PhaseBatchSampler(8, seed=0, start=0, batch_for=lambda position: (4, 1))\n"
+        "    holder = {'loader': make_loader(FailsAt(bad=-1), sampler, num_workers=1, pin_memory=False)}\n"
+        "    holder['self'] = holder  # a reference cycle\n"
+        "    holder['batches'] = iter(holder['loader'])\n"
+        "    next(holder['batches'])\n"
+        "    del holder\n"
+        "    gc.collect()\n"
+        "print('children', len(multiprocessing.active_children()))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) <= 1  # the orphans of earlier rounds are gone
