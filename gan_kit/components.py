@@ -37,6 +37,8 @@ __all__ = [
     "set_phase",
     "DInputs",
     "GInputs",
+    "LabelBound",
+    "bind_labels",
 ]
 
 
@@ -47,11 +49,13 @@ class BuildContext:
     resolution: final image side in pixels (``data.resolution``).
     channels:   image channels (1 for digits), known once the dataset is built (0 before).
     recipe:     the whole resolved ``Recipe`` (read-only), or None in unit tests.
+    num_classes: classes of a class-conditional run, else 0.
     """
 
     resolution: int = 32
     channels: int = 0
     recipe: Any = None
+    num_classes: int = 0
 
 
 class ComponentBase:
@@ -109,6 +113,9 @@ class DInputs:
                  objective, WITH their graph to D's weights: a penalty on them (a drift term)
                  needs no forward of its own. None in a lazy regularisation step, which runs no
                  D objective.
+    labels:      ``[N]`` int64 classes of ``real`` (and of ``fake``, made for the same classes) in
+                 a class-conditional run, else None. ``D`` already has them bound: ``D(x)`` for
+                 any ``x[N, ...]`` of this step (interpolates too) runs ``D(x, labels)``.
     """
 
     D: nn.Module
@@ -116,6 +123,7 @@ class DInputs:
     fake: torch.Tensor | None
     real_logits: torch.Tensor | None = None
     fake_logits: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
 
 
 @attrs.frozen
@@ -127,12 +135,15 @@ class GInputs:
     fake:        the G step's images ``[N,C,r,r]`` with their graph to G, or None (a lazy
                  regularisation step, or a strategy that did not pass them).
     fake_logits: ``[N]`` float32 logits of D on ``fake``, with their graph, or None.
+    labels:      ``[N]`` classes of ``fake`` in a class-conditional run (bound to ``G``: ``G(z)``
+                 runs ``G(z, labels)``), else None.
     """
 
     G: nn.Module
     batch_size: int
     fake: torch.Tensor | None = None
     fake_logits: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
 
 
 class Penalty(ComponentBase):
@@ -218,8 +229,32 @@ class AugmentedD(nn.Module):
         self.net = net
         self.augment = augment
 
-    def forward(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        return self.net(self.augment(x), **kwargs)
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.net(self.augment(x), *args, **kwargs)
+
+
+class LabelBound:
+    """``net`` with class labels bound: ``bound(x, ...)`` runs ``net(x, labels, ...)``, with
+    ``labels[N]`` repeated when ``x`` is k batches of N concatenated. What a penalty's
+    ``inputs.D`` / ``inputs.G`` is in a class-conditional run, so penalties need not know about
+    labels. Other attributes are ``net``'s."""
+
+    def __init__(self, net: Any, labels: torch.Tensor):
+        self.net = net
+        self.labels = labels
+
+    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        n, k = x.shape[0], self.labels.shape[0]
+        labels = self.labels if n == k else self.labels.repeat(n // k)
+        return self.net(x, labels, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.net, name)
+
+
+def bind_labels(net: Any, labels: torch.Tensor | None) -> Any:
+    """``net`` itself without labels, else ``LabelBound(net, labels)``."""
+    return net if labels is None else LabelBound(net, labels)
 
 
 class UpdateStrategy(ComponentBase):
@@ -298,7 +333,14 @@ class Architecture(ComponentBase):
     G maps ``z[N, latent_dim]`` to images ``[N, channels, r, r]`` in about [-1, 1]; D maps
     images to logits ``[N]``. A growable pair mixes in ``Growable``. ``latent_dim`` is the size of
     z (architectures with a ``latent_dim`` option get it from there).
+
+    Class-conditional (``supports_conditional``, built when ``self.context.num_classes`` > 0):
+    ``G(z, labels)`` and ``D(x, labels)`` with ``labels[N]`` int64 class indices; the engine
+    passes labels only to a conditional pair (``StepContext.generate`` / ``discriminate``).
     """
+
+    #: True when ``build`` makes a class-conditional pair for ``context.num_classes`` > 0.
+    supports_conditional: ClassVar[bool] = False
 
     #: True when G's forward takes ``truncation_psi`` (the truncation trick: StyleGAN, Karras et
     #: al. 2019, sec. 3.2 - W pulled toward its running average); ``gankit sample --truncation``

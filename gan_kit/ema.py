@@ -68,8 +68,9 @@ def refresh_batchnorm(G_ema: nn.Module, latent, autocast, batches: int = 16, bat
     G_ema.train()
     try:
         for _ in range(batches):
+            inputs = latent(batch_size)  # z, or a tuple (z, labels) for a conditional G
             with autocast():
-                G_ema(latent(batch_size))
+                G_ema(*(inputs if isinstance(inputs, tuple) else (inputs,)))
     finally:
         for m, momentum in zip(norms, momenta):
             m.momentum = momentum

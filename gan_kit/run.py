@@ -109,7 +109,16 @@ class Run:
         # Fixed latents for sample grids come from their own generator so that drawing them never
         # moves the training RNG (exact resume).
         gen = torch.Generator().manual_seed(recipe.run.seed + 12345)
-        self.fixed_z = torch.randn(recipe.run.sample_grid, self.latent_dim, generator=gen)
+        self.fixed_labels: torch.Tensor | None = None
+        #: Images per row of the run's sample grids (None: square); a conditional run's grids have
+        #: one row per class.
+        self.grid_nrow: int | None = None
+        n = recipe.run.sample_grid
+        if self.num_classes:
+            self.grid_nrow = max(1, n // self.num_classes)
+            n = self.grid_nrow * self.num_classes
+            self.fixed_labels = torch.arange(self.num_classes).repeat_interleave(self.grid_nrow)
+        self.fixed_z = torch.randn(n, self.latent_dim, generator=gen)
 
     # ------------------------------------------------------------------------------ building --
 
@@ -120,7 +129,7 @@ class Run:
 
     def build_context(self) -> BuildContext:
         return BuildContext(resolution=self.recipe.resolution, channels=getattr(self, "channels", 0),
-                            recipe=self.recipe)
+                            recipe=self.recipe, num_classes=getattr(self, "num_classes", 0))
 
     def _build_data(self) -> None:
         r = self.recipe
@@ -133,6 +142,15 @@ class Run:
         if tuple(first.shape[-2:]) != (r.resolution, r.resolution):
             raise GankitError(f"{r.path}: data: dataset {r.data.name!r} gives {tuple(first.shape)} images, "
                               f"expected [C, {r.resolution}, {r.resolution}]")
+        #: Classes of a class-conditional run (``architecture.conditional``), else 0.
+        self.num_classes = 0
+        if r.architecture.slot.conditional:
+            self.num_classes = int(getattr(self.dataset, "num_classes", 0) or 0)
+            if not self.num_classes:
+                raise GankitError(
+                    f"{r.path}: architecture.conditional = true, but the {r.data.name!r} data set has no labels "
+                    f"(digits, mnist, fashion-mnist and cifar10 have them, image-folder with labels = \"folders\"); "
+                    f"use a labelled set or set conditional = false")
 
     def _build_networks(self) -> None:
         r = self.recipe
@@ -143,6 +161,9 @@ class Run:
         self.growth = self.build(r.growth)
         self.arch = self.build(r.architecture)
         self.latent_dim = int(self.arch.latent_dim)
+        if self.num_classes and not self.arch.supports_conditional:
+            raise GankitError(f"{r.path}: architecture.conditional = true, but architecture {r.architecture.name!r} "
+                              f"has no class-conditional form (use pggan or dcgan, or set conditional = false)")
         G, D = self.arch.build(r.resolution, self.channels)
         self.initializer = self.build(r.init)
         self.initializer.apply(G)
@@ -253,11 +274,15 @@ class Run:
 
     # --------------------------------------------------------------------------- per step --
 
-    def step_context(self, phase: Phase, reals: list[torch.Tensor]) -> StepContext:
+    def step_context(self, phase: Phase, reals: list[torch.Tensor],
+                     labels: list[torch.Tensor | None] | None = None) -> StepContext:
         """The ``StepContext`` of the next iteration: ``reals`` are its ``d_steps`` real batches
-        ``[N,C,r,r]`` (this process's slice, already faded to ``phase``)."""
+        ``[N,C,r,r]`` (this process's slice, already faded to ``phase``); ``labels`` their class
+        labels ``[N]`` in a conditional run (else None each)."""
+        if labels is None:
+            labels = [None] * len(reals)
         return StepContext(G=self.G_train, D=self.D_train, opt_G=self.opt_G, opt_D=self.opt_D, loss=self.loss,
-                           penalties=self.d_penalties, g_penalties=self.g_penalties, reals=reals,
+                           penalties=self.d_penalties, g_penalties=self.g_penalties, reals=reals, labels=labels,
                            latent=self.latent, phase=phase, autocast=self.autocast, scaler=self.scaler,
                            step=self.step, d_step=self.d_step, rank=self.rank, world_size=self.world_size,
                            D_penalty=self.D_penalty, G_penalty=self.G_penalty,
@@ -299,16 +324,22 @@ class Run:
         gen = torch.Generator().manual_seed(self.recipe.run.seed + 54321)
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            refresh_batchnorm(self.G_ema, lambda n: torch.randn(n, self.latent_dim, generator=gen).to(self.device),
-                              self.autocast)
+            refresh_batchnorm(self.G_ema, lambda n: self._refresh_inputs(n, gen), self.autocast)
+
+    def _refresh_inputs(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        z = torch.randn(n, self.latent_dim, generator=gen).to(self.device)
+        if not self.num_classes:
+            return (z,)
+        return z, torch.randint(self.num_classes, (n,), generator=gen).to(self.device)
 
     # ------------------------------------------------------------------------ for plugins --
 
     @torch.no_grad()
     def generate(self, z: torch.Tensor, phase: Phase | None = None, batch: int = 64,
-                 G: nn.Module | None = None) -> torch.Tensor:
+                 G: nn.Module | None = None, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Images ``[N,C,r,r]`` (float32, CPU) from G_ema (or ``G``, e.g. ``run.G`` for raw-G
-        grids, run in eval mode) for latents ``z`` (at ``phase``, default the current one)."""
+        grids, run in eval mode) for latents ``z`` (at ``phase``, default the current one).
+        ``labels[N]``: the classes, in a conditional run (required there)."""
         phase = phase or self.phase
         net = G if G is not None else self.G_ema
         was_training = net.training
@@ -320,8 +351,11 @@ class Run:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             for i in range(0, z.shape[0], batch):
+                args = [z[i:i + batch].to(self.device)]
+                if labels is not None:
+                    args.append(labels[i:i + batch].to(self.device))
                 with self.autocast():
-                    out.append(net(z[i:i + batch].to(self.device)).float().cpu())
+                    out.append(net(*args).float().cpu())
         net.train(was_training)
         if self.phase is not None:
             set_phase(net, self.phase.resolution, self.phase.alpha)

@@ -23,6 +23,8 @@ Verbs, each taking a network as ``"G"`` / ``"D"`` or as ``ctx.G`` / ``ctx.D``:
 ``ctx.input_gradients(D, x)``      ``d sum(D(x)) / dx`` for penalties (float32, double-backward graph)
 ``ctx.d_objective(real, fake)``    the D loss plus the D penalties, and its stats
 ``ctx.g_objective(fake_logits)``   the G loss plus the G penalties, and its stats
+``ctx.generate(z, labels)``        ``G(z)``, or ``G(z, labels)`` in a class-conditional run
+``ctx.discriminate(x, labels)``    ``D(x)``, or ``D(x, labels)`` likewise
 ``ctx.latent(n)``                  latents for this process; ``ctx.batch_rand(n, ...)`` likewise
 ``ctx.autocast()``                 the precision context for forwards
 =================================  ==============================================================
@@ -37,7 +39,7 @@ import attrs
 import torch
 from torch import nn
 
-from gan_kit.components import DInputs, GInputs, Loss, WeightedPenalty
+from gan_kit.components import DInputs, GInputs, Loss, WeightedPenalty, bind_labels
 from gan_kit.phase import Phase
 
 __all__ = ["StepContext"]
@@ -55,6 +57,11 @@ class StepContext:
                 not here: the engine runs them as their own regularisation steps.
     reals:      ``d_steps`` real batches ``[N,C,r,r]`` (this process's share), already at the
                 phase's resolution and fade-in alpha. Use ``reals[j]`` for the j-th D step.
+    labels:     their class labels ``labels[j]`` (``int64 [N]``) in a class-conditional run
+                (``architecture.conditional``), else None each. A conditional strategy makes the
+                fakes of D step j for ``labels[j]`` (``ctx.generate(z, ctx.labels[j])``: the fakes
+                follow the data's class frequencies) and passes them to ``d_objective`` /
+                ``g_objective``; an unconditional one may ignore them.
     phase:      the growth ``Phase``; ``step`` iterations done before this one; ``d_step`` D steps
                 done before this iteration's first.
     rank, world_size: this process and the number of processes (1 without torchrun).
@@ -82,6 +89,7 @@ class StepContext:
     G_penalty: nn.Module | None = None
     all_reduce_grads: bool = False
     g_penalties: list[WeightedPenalty] = attrs.field(factory=list)
+    labels: list = attrs.field(factory=list)
     augment: Any = None
     joint_d_forward: bool = False
     check_nonfinite: bool = True
@@ -113,7 +121,20 @@ class StepContext:
     def _params(self, name: str) -> list[torch.nn.Parameter]:
         return [p for group in self._opt(name).param_groups for p in group["params"] if p.requires_grad]
 
+    def __attrs_post_init__(self) -> None:
+        if not self.labels:
+            self.labels = [None] * len(self.reals)
+
     # --------------------------------------------------------------------------------- verbs --
+
+    def generate(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """``G(z)`` for ``z[N, latent_dim]``, or ``G(z, labels)`` with ``labels[N]`` (int64) in a
+        class-conditional run; run it under ``ctx.autocast()``."""
+        return self.G(z) if labels is None else self.G(z, labels)
+
+    def discriminate(self, x: torch.Tensor, labels: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        """``D(x)`` -> logits ``[N]``, or ``D(x, labels)`` in a class-conditional run."""
+        return self.D(x, **kwargs) if labels is None else self.D(x, labels, **kwargs)
 
     def zero_grad(self, net: Any) -> None:
         """Clear ``net``'s weight gradients (set to None, so a missing backward cannot reuse old ones)."""
@@ -231,13 +252,14 @@ class StepContext:
     # ----------------------------------------------------------------------------- objectives --
 
     def d_objective(self, real: torch.Tensor, fake: torch.Tensor, *, fake_logits: torch.Tensor | None = None,
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                    labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The D objective ``d_loss(D(real), D(fake)) + sum(weight * penalty)`` and its stats.
 
         ``real``, ``fake``: ``[N,C,r,r]``. ``fake`` should carry no graph to G (made under
         ``no_grad`` or detached) unless the caller wants G gradients. ``fake_logits``: D's
         logits ``[N]`` for ``fake`` when the caller already has them (one D forward shared
-        between the D and G objectives); D is then not run on ``fake``. Penalties receive the
+        between the D and G objectives); D is then not run on ``fake``. ``labels[N]``: the
+        classes of ``real`` and ``fake`` (class-conditional runs). Penalties receive the
         logits computed here (a drift term needs no forward of its own). Stats: ``Loss/D`` (the
         loss without penalties), ``Loss/D/<penalty>`` (unweighted), ``Logits/real``,
         ``Logits/fake`` - detached tensors.
@@ -245,11 +267,13 @@ class StepContext:
         with self.autocast():
             if fake_logits is None and self.joint_d_forward and real.shape == fake.shape:
                 # One D forward on both batches: the same numbers as two (Architecture.joint_d_forward).
-                real_logits, fake_logits = self.D(torch.cat([real, fake.to(real.dtype)]), splits=2).chunk(2)
+                both = None if labels is None else torch.cat([labels, labels])
+                real_logits, fake_logits = self.discriminate(torch.cat([real, fake.to(real.dtype)]), both,
+                                                             splits=2).chunk(2)
             else:
-                real_logits = self.D(real)
+                real_logits = self.discriminate(real, labels)
                 if fake_logits is None:
-                    fake_logits = self.D(fake)
+                    fake_logits = self.discriminate(fake, labels)
         real_logits, fake_logits = real_logits.float(), fake_logits.float()
         if self.augment is not None:
             self.augment.feedback(real_logits.detach())  # ADA's overfitting heuristic
@@ -263,32 +287,35 @@ class StepContext:
         if self.penalties:
             # Penalties take input gradients with create_graph; they run on the eager D when D is
             # compiled (torch.compile's AOTAutograd has no double backward).
-            inputs = DInputs(D=self.D_penalty if self.D_penalty is not None else self.D, real=real.detach(),
-                             fake=fake.detach(), real_logits=real_logits, fake_logits=fake_logits)
+            D = self.D_penalty if self.D_penalty is not None else self.D
+            inputs = DInputs(D=bind_labels(D, labels), real=real.detach(), fake=fake.detach(),
+                             real_logits=real_logits, fake_logits=fake_logits, labels=labels)
             for wp in self.penalties:
                 value = _scalar(wp.penalty(inputs, self), "penalty", wp.name)
                 total = total + wp.weight * value
                 stats[f"Loss/D/{wp.name}"] = value.detach()
         return total, stats
 
-    def g_objective(self, fake_logits: torch.Tensor, fake: torch.Tensor | None = None,
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def g_objective(self, fake_logits: torch.Tensor, fake: torch.Tensor | None = None, *,
+                    labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """G's objective ``g_loss(fake_logits[N], real_logits) + sum(weight * G penalty)`` and
         its stats (``Loss/G``, ``Loss/G/<penalty>``).
 
         ``real_logits`` is D's output on ``reals[-1]`` (without gradient) when the loss sets
         ``needs_real_logits`` (relativistic losses), else None. ``fake``: the images behind
-        ``fake_logits``, handed to G penalties.
+        ``fake_logits``, handed to G penalties; ``labels``: their classes (conditional runs).
         """
         real_logits = None
         if self.loss.needs_real_logits:
             with torch.no_grad(), self.autocast():
-                real_logits = self.D(self.reals[-1]).float()
+                real_logits = self.discriminate(self.reals[-1], self.labels[-1]).float()
         loss = self.loss.g_loss(fake_logits.float(), real_logits)
         stats: dict[str, torch.Tensor] = {"Loss/G": loss.detach()}
         total = loss
         if self.g_penalties:
-            inputs = GInputs(G=self.G_penalty if self.G_penalty is not None else self.G, batch_size=int(fake_logits.shape[0]), fake=fake, fake_logits=fake_logits)
+            G = self.G_penalty if self.G_penalty is not None else self.G
+            inputs = GInputs(G=bind_labels(G, labels), batch_size=int(fake_logits.shape[0]), fake=fake,
+                             fake_logits=fake_logits, labels=labels)
             for wp in self.g_penalties:
                 value = _scalar(wp.penalty(inputs, self), "penalty", wp.name)
                 total = total + wp.weight * value

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gan_kit import Architecture, Growable, hookimpl, option, set_init_gain
+from gan_kit.builtin.conditioning import ClassEmbedding, check_labels, projection, projection_embedding
 
 
 class PixelNorm(nn.Module):
@@ -116,16 +117,22 @@ class _Progressive(Growable, nn.Module):
 
 
 class Generator(_Progressive):
-    """G: ``z[N, latent_dim] -> images[N, channels, r, r]`` at the current phase's resolution r."""
+    """G: ``z[N, latent_dim] -> images[N, channels, r, r]`` at the current phase's resolution r.
 
-    def __init__(self, resolution: int, channels: int, latent_dim: int, nf, use_pixelnorm: bool = True):
+    ``num_classes`` > 0: ``G(z, labels[N])``; a learned class vector (``latent_dim`` wide) is
+    concatenated to z before the first pixel norm (the class-conditional PGGAN's label input)."""
+
+    def __init__(self, resolution: int, channels: int, latent_dim: int, nf, use_pixelnorm: bool = True,
+                 num_classes: int = 0):
         super().__init__()
         self.latent_dim = latent_dim
+        self.num_classes = num_classes
+        self.embed = ClassEmbedding(num_classes, latent_dim) if num_classes else None
         self.max_resolution = resolution
         self.resolutions = [4 * 2**i for i in range(int(math.log2(resolution)) - 1)]
         self.norm = PixelNorm() if use_pixelnorm else nn.Identity()
         c4 = nf(4)
-        self.dense = nn.Linear(latent_dim, c4 * 16)
+        self.dense = nn.Linear(latent_dim * (2 if num_classes else 1), c4 * 16)
         set_init_gain(self.dense, math.sqrt(2) / 4)  # official code: gain sqrt(2)/4 for the 4x4 dense
         self.conv4 = _conv(c4, c4, 3)
         self.blocks = nn.ModuleDict()
@@ -140,8 +147,10 @@ class Generator(_Progressive):
         # True only after set_phase with alpha >= 1: the fade blend is then skipped (see forward).
         self.stable = False
 
-    def forward(self, z):
-        x = self.norm(z)
+    def forward(self, z, labels=None):
+        check_labels(self, self.num_classes, labels, z.shape[0])
+        x = z if self.embed is None else torch.cat([z, self.embed(labels).to(z.dtype)], dim=1)
+        x = self.norm(x)
         x = self.norm(_lrelu_(self.dense(x)).reshape(z.shape[0], -1, 4, 4))
         x = self.norm(_lrelu_(self.conv4(x)))
         prev = x
@@ -162,10 +171,14 @@ class Generator(_Progressive):
 
 
 class Discriminator(_Progressive):
-    """D: ``images[N, channels, r, r] -> logits[N]`` at the current phase's resolution r."""
+    """D: ``images[N, channels, r, r] -> logits[N]`` at the current phase's resolution r.
 
-    def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4):
+    ``num_classes`` > 0: ``D(images, labels[N])``, a projection discriminator (Miyato & Koyama
+    2018): the logit plus ``embed(labels) . phi`` with phi D's last hidden features."""
+
+    def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4, num_classes: int = 0):
         super().__init__()
+        self.num_classes = num_classes
         self.resolutions = [4 * 2**i for i in range(int(math.log2(resolution)) - 1)]
         self.from_rgb = nn.ModuleDict({str(r): _conv(channels, nf(r), 1) for r in self.resolutions})
         self.blocks = nn.ModuleDict()
@@ -177,15 +190,17 @@ class Discriminator(_Progressive):
         self.dense = nn.Linear(c4 * 16, c4)
         self.out = nn.Linear(c4, 1)
         set_init_gain(self.out, 1.0)
+        self.embed = projection_embedding(num_classes, c4) if num_classes else None
         self.resolution = resolution
         self.register_buffer("alpha", torch.ones(()))
         self.stable = False  # as in Generator: True after set_phase with alpha >= 1
 
-    def forward(self, img, splits: int = 1):
+    def forward(self, img, labels=None, splits: int = 1):
         """``img[N, C, r, r] -> logits[N]``. ``splits``: ``img`` is that many equal batches
         concatenated (e.g. ``torch.cat([real, fake])``), whose minibatch-stddev groups stay within
         each one, so the logits equal those of separate forwards (one D call instead of two: the
-        caller's choice, see docs/performance.md)."""
+        caller's choice, see docs/performance.md). ``labels[N]``: for a conditional D."""
+        check_labels(self, self.num_classes, labels, img.shape[0])
         res = self.resolution
         x = _lrelu_(self.from_rgb[str(res)](img))
         for r in [r for r in reversed(self.resolutions[1:]) if r <= res]:
@@ -200,7 +215,10 @@ class Discriminator(_Progressive):
             x = self.mbstd(x, splits)
         x = _lrelu_(self.conv4(x))
         x = _lrelu_(self.dense(x.flatten(1)))
-        return self.out(x).squeeze(1)
+        logits = self.out(x).squeeze(1)
+        if self.embed is not None:
+            logits = logits + projection(self.embed, labels, x)
+        return logits
 
 
 class PGGAN(Architecture):
@@ -235,6 +253,7 @@ class PGGAN(Architecture):
         return mbstd_batch_problem(self.options.mbstd_group_size, batch, world_size)
 
     joint_d_forward = True
+    supports_conditional = True
 
     @property
     def latent_dim(self) -> int:
@@ -246,8 +265,9 @@ class PGGAN(Architecture):
 
     def build(self, resolution, channels):
         o = self.options
-        G = Generator(resolution, channels, o.latent_dim, self.nf, o.pixelnorm)
-        D = Discriminator(resolution, channels, self.nf, o.mbstd_group_size)
+        k = self.context.num_classes
+        G = Generator(resolution, channels, o.latent_dim, self.nf, o.pixelnorm, num_classes=k)
+        D = Discriminator(resolution, channels, self.nf, o.mbstd_group_size, num_classes=k)
         return G, D
 
 

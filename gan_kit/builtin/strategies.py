@@ -17,6 +17,9 @@ Every strategy acts through the verbs of ``gan_kit.StepContext`` (``zero_grad``,
 ``opt_step``, ``frozen``, ``d_objective``, ``g_objective``); the verbs own the precision, the
 gradient sync across processes and the non-finite policy.
 
+Class-conditional runs: D step j's fakes are made for ``ctx.labels[j]``, the classes of its
+real batch (``ctx.generate`` / ``ctx.discriminate`` pass them; None in unconditional runs).
+
 ``d_steps`` (critic steps per G step) applies to all: each D step takes the next real batch
 ``ctx.reals[j]`` and zeroed gradients. Strategies that pair the G step with one D step
 (``shared-fake``, ``single-loss``, ``simultaneous``) pair it with the *last* one and run the
@@ -75,17 +78,19 @@ class _Strategy(UpdateStrategy):
         return self.options.d_steps
 
 
-def critic_step(ctx, real: torch.Tensor, n: int, fake: torch.Tensor | None = None) -> dict:
+def critic_step(ctx, real: torch.Tensor, n: int, fake: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict:
     """One plain D step: fakes ``[n,C,r,r]`` made under no_grad (or ``fake``, detached), D's
     gradients cleared, the D objective on ``real``, backward into D, D's optimizer step.
+    ``labels``: the classes of ``real`` (and so of the fakes) in a class-conditional run.
 
     no_grad rather than detach: G builds no graph at all for the D step.
     """
     if fake is None:
         with torch.no_grad(), ctx.autocast():
-            fake = ctx.G(ctx.latent(n))
+            fake = ctx.generate(ctx.latent(n), labels)
     ctx.zero_grad("D")
-    total, stats = ctx.d_objective(real, fake.detach())
+    total, stats = ctx.d_objective(real, fake.detach(), labels=labels)
     ctx.backward(total, "D")
     ctx.opt_step("D")
     return stats
@@ -95,8 +100,8 @@ def leading_critic_steps(ctx) -> int:
     """For strategies that pair the G step with one D step: run the first ``d_steps - 1`` plain
     critic steps (fresh fakes, ``ctx.reals[:-1]``) and return the per-process batch size."""
     n = ctx.reals[0].shape[0]
-    for real in ctx.reals[:-1]:
-        critic_step(ctx, real, n)
+    for real, labels in zip(ctx.reals[:-1], ctx.labels[:-1]):
+        critic_step(ctx, real, n, labels=labels)
     return n
 
 
@@ -108,40 +113,42 @@ def paired_step(ctx, *, share_fake_logits: bool) -> dict:
     (``shared-fake``; the graph is retained for the second backward) instead of a fresh D
     forward on ``sg(fake)`` (``simultaneous``)."""
     n = leading_critic_steps(ctx)
+    labels = ctx.labels[-1]
     ctx.zero_grad("G")
     ctx.zero_grad("D")
     with ctx.autocast():
-        fake = ctx.G(ctx.latent(n))
-        fake_logits = ctx.D(fake)
-    g_loss, g_stats = ctx.g_objective(fake_logits, fake)
+        fake = ctx.generate(ctx.latent(n), labels)
+        fake_logits = ctx.discriminate(fake, labels)
+    g_loss, g_stats = ctx.g_objective(fake_logits, fake, labels=labels)
     # G first, while D's weights are those the graph saved.
     ctx.backward(g_loss, "G", retain_graph=share_fake_logits)
     if share_fake_logits:
-        total, stats = ctx.d_objective(ctx.reals[-1], fake, fake_logits=fake_logits)
+        total, stats = ctx.d_objective(ctx.reals[-1], fake, fake_logits=fake_logits, labels=labels)
     else:
-        total, stats = ctx.d_objective(ctx.reals[-1], fake.detach())
+        total, stats = ctx.d_objective(ctx.reals[-1], fake.detach(), labels=labels)
     ctx.backward(total, "D")
     ctx.opt_step("D")
     ctx.opt_step("G")
     return {**stats, **g_stats}
 
 
-def _g_step(ctx, n: int) -> tuple[dict, torch.Tensor]:
+def _g_step(ctx, n: int, labels: torch.Tensor | None) -> tuple[dict, torch.Tensor]:
     ctx.zero_grad("G")
     with ctx.frozen("D"):
         with ctx.autocast():
-            fake = ctx.G(ctx.latent(n))
-            fake_logits = ctx.D(fake)
-        loss, stats = ctx.g_objective(fake_logits, fake)
+            fake = ctx.generate(ctx.latent(n), labels)
+            fake_logits = ctx.discriminate(fake, labels)
+        loss, stats = ctx.g_objective(fake_logits, fake, labels=labels)
         ctx.backward(loss, "G")
     ctx.opt_step("G")
     return stats, fake
 
 
-def g_step(ctx, n: int) -> dict:
+def g_step(ctx, n: int, labels: torch.Tensor | None = None) -> dict:
     """A G step with its own G and D forward; D is frozen, so the backward computes D's input
-    gradients only and leaves no gradient on D's weights (no extra zero_grad of D needed)."""
-    return _g_step(ctx, n)[0]
+    gradients only and leaves no gradient on D's weights (no extra zero_grad of D needed).
+    ``labels[n]``: the classes of the fakes in a class-conditional run."""
+    return _g_step(ctx, n, labels)[0]
 
 
 class DThenG(_Strategy):
@@ -156,9 +163,9 @@ class DThenG(_Strategy):
     def step(self, ctx):
         n = ctx.reals[0].shape[0]
         stats: dict = {}
-        for real in ctx.reals:
-            stats = critic_step(ctx, real, n)
-        stats.update(g_step(ctx, n))
+        for real, labels in zip(ctx.reals, ctx.labels):
+            stats = critic_step(ctx, real, n, labels=labels)
+        stats.update(g_step(ctx, n, ctx.labels[-1]))
         return stats
 
 
@@ -197,31 +204,32 @@ class GThenD(_Strategy):
 
     def step(self, ctx):
         n = ctx.reals[0].shape[0]
-        g_stats, fake = _g_step(ctx, n)
+        g_stats, fake = _g_step(ctx, n, ctx.labels[0])  # its fakes serve the first D step: reals[0]'s classes
         stats: dict = {}
-        for j, real in enumerate(ctx.reals):
-            stats = critic_step(ctx, real, n, fake=fake if j == 0 else None)
+        for j, (real, labels) in enumerate(zip(ctx.reals, ctx.labels)):
+            stats = critic_step(ctx, real, n, fake=fake if j == 0 else None, labels=labels)
         stats.update(g_stats)
         return stats
 
 
 def single_loss_objective(ctx, real: torch.Tensor, fake: torch.Tensor, *, lam: float = 1.0,
-                          ) -> tuple[torch.Tensor, torch.Tensor, dict]:
+                          labels: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Seed 003's single objective for ``real[N,C,r,r]`` and ``fake = G(z)`` (with G's graph).
 
     ``total = d_objective(D(real), D(sg(fake))) + lam * (g_loss(D(fake)) - g_loss(D(sg(fake))))``
     where ``sg`` is ``detach``. The bracket is identically 0 in value; its gradient is 0 for D
     (the two D paths carry equal and opposite gradients, up to rounding) and
     ``lam * grad_G g_loss(D(G(z)))`` for G; ``sg`` keeps the D objective out of G. Returns
-    ``(total, g_term, stats)``; ``stats["Loss/G"]`` is ``g_loss(D(fake))``.
+    ``(total, g_term, stats)``; ``stats["Loss/G"]`` is ``g_loss(D(fake))``. ``labels``: the
+    classes of ``real`` and ``fake`` in a class-conditional run.
     """
     fake_sg = fake.detach()
     with ctx.autocast():
-        logits_sg = ctx.D(fake_sg)
-        logits = ctx.D(fake)
-    d_total, stats = ctx.d_objective(real, fake_sg, fake_logits=logits_sg)
-    g_sg, _ = ctx.g_objective(logits_sg)
-    g_full, g_stats = ctx.g_objective(logits, fake)
+        logits_sg = ctx.discriminate(fake_sg, labels)
+        logits = ctx.discriminate(fake, labels)
+    d_total, stats = ctx.d_objective(real, fake_sg, fake_logits=logits_sg, labels=labels)
+    g_sg, _ = ctx.g_objective(logits_sg, labels=labels)
+    g_full, g_stats = ctx.g_objective(logits, fake, labels=labels)
     g_term = g_full - g_sg
     stats.update(g_stats)
     return d_total + lam * g_term, g_term, stats
@@ -255,8 +263,9 @@ class SingleLoss(_Strategy):
         ctx.zero_grad("G")
         ctx.zero_grad("D")
         with ctx.autocast():
-            fake = ctx.G(ctx.latent(n))
-        total, _, stats = single_loss_objective(ctx, ctx.reals[-1], fake, lam=self.options.lam)
+            fake = ctx.generate(ctx.latent(n), ctx.labels[-1])
+        total, _, stats = single_loss_objective(ctx, ctx.reals[-1], fake, lam=self.options.lam,
+                                                labels=ctx.labels[-1])
         # One backward fills both networks: the objective's terms were built for exactly that.
         ctx.backward(total, "G", "D")
         ctx.opt_step("D")

@@ -135,6 +135,10 @@ class ArchitectureSlot:
         "none", help="Spectral normalisation (Miyato et al. 2018) of every conv / linear weight of D, G or both: "
                      "W / sigma(W), sigma estimated by one power iteration per training forward "
                      "(torch.nn.utils.parametrizations.spectral_norm).")
+    conditional: bool = option(
+        False, help="Class-conditional G and D on the data set's labels: G takes a learned class embedding with z, "
+                    "D is a projection discriminator (Miyato & Koyama 2018). Needs a data set with labels and an "
+                    "architecture that supports it (pggan, dcgan).")
 
 
 @attrs.frozen

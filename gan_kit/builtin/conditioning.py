@@ -1,0 +1,51 @@
+"""Class conditioning layers shared by the built-in architectures (``architecture.conditional``).
+
+G side: ``ClassEmbedding`` - a learned vector per class joined to z (the class-conditional PGGAN
+concatenates a one-hot label to the latent, Karras et al. 2018, sec. 6.1 / the official code's
+``labels_in``; a learned embedding of a one-hot vector is the same map with its weights trained).
+D side: ``projection`` - the projection discriminator of Miyato & Koyama 2018 ("cGANs with
+Projection Discriminator", eq. 3): ``f(x, y) = psi(phi(x)) + embed(y) . phi(x)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = ["ClassEmbedding", "check_labels", "projection", "projection_embedding"]
+
+
+class ClassEmbedding(nn.Embedding):
+    """``labels[N] (int64) -> [N, dim]``: one learned vector per class, initialised N(0, std^2)."""
+
+    def __init__(self, num_classes: int, dim: int, std: float = 1.0):
+        super().__init__(num_classes, dim)
+        nn.init.normal_(self.weight, std=std)
+
+
+def projection_embedding(num_classes: int, features: int) -> ClassEmbedding:
+    """D's class vectors for ``projection``, initialised with std 1/sqrt(features) so the
+    projection term starts at the scale of a unit-gain linear output (not sqrt(features) times it)."""
+    return ClassEmbedding(num_classes, features, std=1.0 / math.sqrt(features))
+
+
+def projection(embed: ClassEmbedding, labels: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+    """``sum_k embed(labels)[n, k] * phi[n, k]`` -> ``[N]``: the class term of a projection D
+    (``phi[N, K]``: D's last features; Miyato & Koyama 2018, eq. 3)."""
+    return (embed(labels).to(phi.dtype) * phi).sum(dim=1)
+
+
+def check_labels(net: nn.Module, num_classes: int, labels: torch.Tensor | None, batch: int) -> None:
+    """A conditional network needs ``labels[batch]``; an unconditional one takes none. Raises
+    ``ValueError`` naming the fix (a strategy that calls ``ctx.G(z)`` instead of
+    ``ctx.generate(z, labels)`` in a conditional run lands here)."""
+    what = type(net).__name__
+    if num_classes and labels is None:
+        raise ValueError(f"{what} is class-conditional (architecture.conditional = true) and needs labels[N]: "
+                         f"call ctx.generate(z, labels) / ctx.discriminate(x, labels) in strategies and penalties")
+    if not num_classes and labels is not None:
+        raise ValueError(f"{what} is not class-conditional; it takes no labels (set architecture.conditional = true)")
+    if labels is not None and tuple(labels.shape) != (batch,):
+        raise ValueError(f"{what}: labels have shape {tuple(labels.shape)}, expected ({batch},)")
