@@ -114,7 +114,8 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu"):
     """G_ema of a checkpoint, rebuilt from the recipe saved in it and set to the saved phase.
 
     Returns ``(G_ema, phase, recipe, architecture)`` (the built ``Architecture`` component:
-    ``latent_dim``, ``supports_truncation``). Raises ``CheckpointError`` / ``RecipeError``.
+    ``latent_dim``, ``supports_truncation``; ``architecture.context.num_classes`` > 0 for a
+    class-conditional G, which takes ``G(z, labels)``). Raises ``CheckpointError`` / ``RecipeError``.
     """
     from gan_kit.components import BuildContext, set_phase
     from gan_kit.phase import Phase
@@ -123,7 +124,8 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu"):
     state = load(path, map_location=device)
     recipe, plugins = load_recipe(Path(f"{path}[recipe]"), text=state["recipe"])
     channels = int(state["channels"])
-    ctx = BuildContext(resolution=recipe.resolution, channels=channels, recipe=recipe)
+    ctx = BuildContext(resolution=recipe.resolution, channels=channels, recipe=recipe,
+                       num_classes=int(state.get("num_classes", 0)))
     arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
     G, _ = arch.build(recipe.resolution, channels)
     plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx).apply(G)

@@ -355,10 +355,14 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
 @click.option("--interpolate", "steps", type=click.IntRange(2), default=None,
               help="Latent interpolation: each row walks from one z to another in STEPS images (spherical, "
                    "as for Gaussian latents; White 2016).")
+@click.option("--class", "class_", type=int, default=None, metavar="K",
+              help="Class-conditional runs: every image of class K (default: one row per class).")
 @user_errors
-def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: int | None) -> None:
+def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: int | None,
+           class_: int | None) -> None:
     """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at
-    least 32 px, like the run's own grids), or a latent interpolation strip or GIF."""
+    least 32 px, like the run's own grids), or a latent interpolation strip or GIF. A
+    class-conditional G draws class K with --class K, else one row per class."""
     import torch
 
     from gan_kit.checkpoint import load_generator
@@ -374,19 +378,42 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
     if psi != 1.0 and not arch.supports_truncation:
         raise GankitError(f"--truncation: architecture {recipe.architecture.name!r} has no mapping network to "
                           f"truncate (use stylegan2, or leave --truncation at 1)")
+    classes = arch.context.num_classes
+    if class_ is not None and not classes:
+        raise GankitError(f"--class: {checkpoint} is not class-conditional (its recipe has no "
+                          f"architecture.conditional = true); leave --class out")
+    if class_ is not None and not 0 <= class_ < classes:
+        raise GankitError(f"--class: {class_} is not a class of {checkpoint} (0 to {classes - 1})")
     gen = torch.Generator().manual_seed(seed)
+    nrow = steps
+    if classes and class_ is None and steps is None:
+        per_row = max(1, num // classes)  # one row per class, like the run's own grids
+        num, nrow = per_row * classes, per_row
+        labels = torch.arange(classes).repeat_interleave(per_row)
+    elif classes:
+        labels = torch.full((num,), class_ if class_ is not None else 0, dtype=torch.int64)
+        if class_ is None:  # an interpolation row per class, cycling
+            labels = torch.arange(num) % classes
     if steps is None:
         z = torch.randn(num, arch.latent_dim, generator=gen)
     else:
         z = interpolate_latents(torch.randn(num, 2, arch.latent_dim, generator=gen), steps).flatten(0, 1)
+        if classes:
+            labels = labels.repeat_interleave(steps)
     kwargs = {"truncation_psi": psi, "noise_mode": "const"} if arch.supports_truncation else {}
     with torch.no_grad():
-        images = torch.cat([G_ema(z[i:i + 64], **kwargs).float() for i in range(0, len(z), 64)])
+        chunks = []
+        for i in range(0, len(z), 64):
+            args = (z[i:i + 64],) if not classes else (z[i:i + 64], labels[i:i + 64])
+            chunks.append(G_ema(*args, **kwargs).float())
+        images = torch.cat(chunks)
     if suffix == ".gif":
         save_gif(images.reshape(num, steps, *images.shape[1:]), out)
     else:
-        save_grid(images, out, nrow=steps)
+        save_grid(images, out, nrow=nrow)
     what = f"{num} interpolations of {steps} images" if steps else f"{num} images"
+    if classes:
+        what += f" of class {class_}" if class_ is not None else f", {classes} classes"
     click.echo(f"wrote {what} at {phase.resolution}px (alpha {phase.alpha:.2f}) to {out}")
 
 

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from gan_kit.components import DInputs, GInputs
+from gan_kit.components import DInputs, GInputs, bind_labels
 from gan_kit.data import GankitLoader, PhaseBatchSampler, make_loader
 from gan_kit.ema import ema_beta, update_ema
 from gan_kit.errors import GankitError, Interrupted, TrainingError
@@ -129,7 +129,8 @@ def _real_loader(run: Run) -> GankitLoader:
 
     sampler = PhaseBatchSampler(len(run.dataset), run.recipe.run.seed, run.cur_nimg, batch_for, run.rank,
                                 run.world_size)
-    return make_loader(run.dataset, sampler, run.recipe.run.num_workers, pin_memory=run.device.type == "cuda")
+    return make_loader(run.dataset, sampler, run.recipe.run.num_workers, pin_memory=run.device.type == "cuda",
+                       with_labels=run.num_classes > 0)  # a conditional run's batches are (images, labels)
 
 
 def _enter_phase(run: Run, phase: Phase, *, first: bool) -> None:
@@ -162,6 +163,16 @@ def split_reals(run: Run, phase: Phase, batch: torch.Tensor) -> list[torch.Tenso
     return [fade_real(batch[j * per:(j + 1) * per], phase.resolution, phase.alpha) for j in range(d_steps)]
 
 
+def split_labels(run: Run, labels: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """The class labels ``[N]`` of each of ``split_reals``' batches (None each without labels)."""
+    d_steps = run.strategy.d_steps
+    if labels is None:
+        return [None] * d_steps
+    labels = labels.to(run.device, non_blocking=True)
+    per = labels.shape[0] // d_steps
+    return [labels[j * per:(j + 1) * per] for j in range(d_steps)]
+
+
 def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
     """The lazy penalties due at this iteration, each as a step of its own (StyleGAN2 sec. 3.1;
     stylegan2-ada-pytorch's ``Dreg`` / ``Greg`` phases): the network's gradients cleared,
@@ -173,10 +184,12 @@ def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
             continue
         n = ctx.reals[-1].shape[0]
         ctx.zero_grad(net)
+        labels = ctx.labels[-1]  # a conditional run's G penalty generates for the real batch's classes
         if net == "D":
-            inputs: Any = DInputs(D=ctx.D_penalty or ctx.D, real=ctx.reals[-1], fake=None)
+            inputs: Any = DInputs(D=bind_labels(ctx.D_penalty or ctx.D, labels), real=ctx.reals[-1], fake=None,
+                                  labels=labels)
         else:
-            inputs = GInputs(G=ctx.G_penalty or ctx.G, batch_size=n)
+            inputs = GInputs(G=bind_labels(ctx.G_penalty or ctx.G, labels), batch_size=n, labels=labels)
         value = wp.penalty(inputs, ctx)
         ctx.backward(value * (wp.weight * k), net)
         ctx.opt_step(net)
@@ -184,8 +197,9 @@ def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
     return stats
 
 
-def train_step(run: Run, phase: Phase, batch: torch.Tensor, *, interrupted: Any = None) -> dict[str, float]:
-    """One training iteration on ``batch`` (this process's real images for it): the strategy's
+def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupted: Any = None) -> dict[str, float]:
+    """One training iteration on ``batch`` (this process's real images for it, or ``(images,
+    labels)`` in a class-conditional run): the strategy's
     D and G steps, the lazy regularisation steps due, the GradScaler update, G_ema, and the
     progress counters. Returns the iteration's stats as floats (averaged over processes), with
     ``Interrupt/requested`` > 0 when ``interrupted()`` was true on some process.
@@ -194,7 +208,8 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor, *, interrupted: Any 
     ``TrainingError`` (``run.on_nonfinite = "stop"``) or skips the rest of the iteration and its
     G_ema update (``"skip"``).
     """
-    ctx = run.step_context(phase, split_reals(run, phase, batch))
+    images, labels = batch if isinstance(batch, (tuple, list)) else (batch, None)
+    ctx = run.step_context(phase, split_reals(run, phase, images), split_labels(run, labels))
     scale = run.scaler.get_scale() if run.scaler is not None else None
     raw = _strategy_stats(run, ctx)
     raw.update(lazy_regularization(run, ctx))

@@ -47,9 +47,17 @@ def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
     reals = run.real_images(min(n, len(run.dataset)), seed=metric.seed)
     reals = fade_real(reals, run.phase.resolution, run.phase.alpha)
     g = torch.Generator().manual_seed(metric.seed + 1)
+    # A conditional G draws its classes with the data's frequencies (the labels of the data set,
+    # drawn with replacement): the generated set then matches the real set class for class.
+    labels = getattr(run.dataset, "labels", None) if run.num_classes else None
 
     def generate(k: int) -> torch.Tensor:
-        return run.generate(torch.randn(k, run.latent_dim, generator=g))
+        z = torch.randn(k, run.latent_dim, generator=g)
+        if not run.num_classes:
+            return run.generate(z)
+        if labels is None:  # a labelled set that does not expose its labels: uniform classes
+            return run.generate(z, labels=torch.randint(run.num_classes, (k,), generator=g))
+        return run.generate(z, labels=labels[torch.randint(len(labels), (k,), generator=g)])
 
     return metric.compute(generate, reals, run.device)
 

@@ -386,6 +386,7 @@ class Run:
         return {
             "gankit_version": __version__,
             "channels": self.channels,
+            "num_classes": self.num_classes,
             "recipe": recipe_to_toml(self.recipe),
             "G": self.G.state_dict(),
             "D": self.D.state_dict(),

@@ -212,7 +212,7 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
     """Under two processes every built-in strategy (separate DDP wrappers for G and D; compiled
     through DDP for one), the flattened all-reduce, and a third-party strategy that assigns .grad
     under "all-reduce" all end where one process with the same global batch ends (1e-5), after a
-    growth with a gradient penalty. The same third-party strategy under DDP - whose weight
+    growth with a gradient penalty, and so does every strategy of a class-conditional run (labels sharded with their images). The same third-party strategy under DDP - whose weight
     gradients DDP never averages - is stopped with a one-line message, not left to train on, and a
     NaN loss on one process stops both processes on the same step."""
     from gan_kit.engine import Run, train
@@ -235,6 +235,10 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
                               "run.grad_sync='all-reduce'"],
         "assign-ddp": [f"plugins=['{plugin.as_posix()}']", "update.name='assign-grads'"],
         "nan-on-rank-1": [f"plugins=['{nan_plugin.as_posix()}']", "loss.name='nan-on-rank-1'"],
+        # class-conditional: every strategy with labels (d_steps 2: each D step's own labels)
+        **{f"conditional-{u}": ["architecture.conditional=true", f"update.name='{u}'", "update.d_steps=2",
+                                "growth.batch_size=4", "architecture.mbstd_group_size=2"]
+           for u in ("d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous")},
     }
     worker = Path(__file__).with_name("ddp_worker.py")
     two = subprocess.run(

@@ -120,11 +120,13 @@ def tick_finished(run, stats):
 
 def save_grid(run, path, phase=None, G=None) -> None:
     """A grid of G_ema's (or ``G``'s) images on the run's fixed latents (at ``phase``, default the
-    current one), upscaled to the final resolution and to at least 32 pixels a side."""
+    current one), upscaled to the final resolution and to at least 32 pixels a side; in a
+    class-conditional run one row per class (class 0 on top)."""
     from gan_kit.grids import MIN_CELL
     from gan_kit.grids import save_grid as write
 
-    write(run.generate(run.fixed_z, phase=phase, G=G), path, size=max(run.recipe.resolution, MIN_CELL))
+    images = run.generate(run.fixed_z, phase=phase, G=G, labels=run.fixed_labels)
+    write(images, path, size=max(run.recipe.resolution, MIN_CELL), nrow=run.grid_nrow)
 
 
 @hookimpl

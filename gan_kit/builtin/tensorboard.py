@@ -46,8 +46,9 @@ def tick_finished(run, stats):
     if run.options.sample_ticks and stats["Progress/tick"] % run.options.sample_ticks == 0:
         import torchvision.utils as vutils
 
-        images = run.generate(run.fixed_z).clamp(-1, 1)
-        grid = vutils.make_grid(images, nrow=max(1, int(len(images) ** 0.5)), normalize=True, value_range=(-1, 1))
+        images = run.generate(run.fixed_z, labels=run.fixed_labels).clamp(-1, 1)
+        nrow = run.grid_nrow or max(1, int(len(images) ** 0.5))  # a conditional run: a row per class
+        grid = vutils.make_grid(images, nrow=nrow, normalize=True, value_range=(-1, 1))
         writer.add_image("Samples/G_ema", grid, global_step=run.cur_nimg)
     writer.flush()
 
