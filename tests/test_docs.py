@@ -200,9 +200,11 @@ EXAMPLES = DOCS / "examples"
 #: Each example file and the ``--set`` overrides of the tiny recipe that choose its components.
 EXAMPLE_OVERRIDES: dict[str, list[str]] = {
     "loss_plugin.py": ["loss.name=ragan"],
+    # class-conditional: the penalties (written without labels) get inputs.D / inputs.G with the
+    # step's labels bound, and the strategy passes ctx.labels
     "penalty_plugin.py": ['penalty=[{name="r2", weight=1.0}, {name="zero-gp", weight=1.0}, '
-                          '{name="mode-seeking", weight=0.1, interval=2}]'],
-    "strategy_plugin.py": ["update.name=g-then-critics", "update.d_steps=2"],
+                          '{name="mode-seeking", weight=0.1, interval=2}]', "architecture.conditional=true"],
+    "strategy_plugin.py": ["update.name=g-then-critics", "update.d_steps=2", "architecture.conditional=true"],
     "initializer_plugin.py": ["init.name=lecun-normal"],
     "growth_plugin.py": ['growth={name="two-stage", low_kimg=0.008, fade_kimg=0.016, batch_size=8}'],
     "architecture_plugin.py": ['architecture={name="mlp", latent_dim=8, hidden=16}',

@@ -49,22 +49,25 @@ class GThenCritics(UpdateStrategy):
 
         # G step. D is frozen: the backward through it computes input gradients only, so
         # nothing lands in D's weight gradients (and a multi-process D skips its sync).
+        # ctx.labels[j]: the classes of ctx.reals[j] in a class-conditional run (else None, and
+        # ctx.generate / ctx.discriminate are plain G(z) / D(x)).
         ctx.zero_grad("G")
+        labels = ctx.labels[0]
         with ctx.frozen("D"):
             with ctx.autocast():
-                fake = ctx.G(ctx.latent(n))
-                fake_logits = ctx.D(fake)
-            g_loss, g_stats = ctx.g_objective(fake_logits, fake)
+                fake = ctx.generate(ctx.latent(n), labels)
+                fake_logits = ctx.discriminate(fake, labels)
+            g_loss, g_stats = ctx.g_objective(fake_logits, fake, labels=labels)
             ctx.backward(g_loss, "G")
         ctx.opt_step("G")
 
         # Critic steps: fakes under no_grad (G builds no graph), gradients cleared every time.
         d_stats: dict[str, Any] = {}
-        for real in ctx.reals:
+        for real, labels in zip(ctx.reals, ctx.labels):
             with torch.no_grad(), ctx.autocast():
-                fake = ctx.G(ctx.latent(n))
+                fake = ctx.generate(ctx.latent(n), labels)
             ctx.zero_grad("D")
-            d_total, d_stats = ctx.d_objective(real, fake)  # the loss plus the D penalties
+            d_total, d_stats = ctx.d_objective(real, fake, labels=labels)  # the loss plus the D penalties
             ctx.backward(d_total, "D")
             ctx.opt_step("D")
         return {**d_stats, **g_stats}
