@@ -18,6 +18,10 @@ What one timed iteration is (d_steps = 1), for every system:
   and ``.detach()``-ed (WGAN loss + gradient penalty on real/fake interpolates + drift on the
   real logits already computed), the G step, then G_ema by ``lerp_``. ``hand-freeze`` also sets
   ``D.requires_grad_(False)`` around the G step, so its backward computes no D weight gradients.
+  With ``--set run.precision=bf16`` the hand loops run their forwards under CPU bf16 autocast
+  as well (a practitioner's ``torch.autocast("cpu", dtype=torch.bfloat16)``; losses and the
+  gradient-penalty norm in float32), so gankit's bf16 is timed against bf16 hand loops; the
+  peers have no mixed-precision mode on the CPU and stay fp32.
 * ``--peers DIR``: also ``pro_gan`` and ``gan_zoo``, the worker scripts of a prepared copy of the
   shared peer harness (``DIR/progan_worker.py``, ``DIR/ganzoo_worker.py``; the peers' code never
   enters this repository). Their configuration is fixed by that harness (batch 32, latent 128,
@@ -91,6 +95,7 @@ def config_from_recipe(recipe_path: Path, sets: list[str]) -> dict:
     need(loss in ("wgan", "wgan-gp"), "loss.name", loss, 'use "wgan" with gradient-penalty and drift penalties')
     need(recipe.update.options.d_steps == 1, "update.d_steps", recipe.update.options.d_steps, "use 1")
     need(recipe.ema.decay is not None, "ema.decay", recipe.ema.decay, "set a fixed decay, e.g. 0.999")
+    need(recipe.run.precision in ("fp32", "bf16", "auto"), "run.precision", recipe.run.precision, 'use "fp32" or "bf16"')
     gp, drift = 0.0, 0.0
     gp_target = 1.0
     specs = [(s.name, s.slot.weight, s.options) for s in recipe.penalties]
@@ -126,6 +131,9 @@ def config_from_recipe(recipe_path: Path, sets: list[str]) -> dict:
         "drift": drift,
         "ema_decay": recipe.ema.decay,
         "seed": recipe.run.seed,
+        # bf16: the hand loops run their forwards under CPU bf16 autocast too, as a practitioner
+        # would; "auto" is fp32 on the CPU
+        "bf16": recipe.run.precision == "bf16",
     }
 
 
@@ -292,17 +300,21 @@ class HandLoop:
         cfg = self.cfg
         n = cfg["batch"][str(res)]
         real = self.reals(res, alpha, n)
+        amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.get("bf16", False))
         # D step
-        fake = self.G(torch.randn(n, cfg["latent_dim"]), res, alpha).detach()
+        with amp:
+            fake = self.G(torch.randn(n, cfg["latent_dim"]), res, alpha).detach().float()
+            real_logits = self.D(real, res, alpha).float()
+            fake_logits = self.D(fake, res, alpha).float()
         self.opt_D.zero_grad()
-        real_logits = self.D(real, res, alpha)
-        fake_logits = self.D(fake, res, alpha)
         d_loss = fake_logits.mean() - real_logits.mean()
         if cfg["gp"]:
             eps = torch.rand(n, 1, 1, 1)
             x_hat = torch.lerp(fake, real, eps).requires_grad_(True)
-            (grad,) = torch.autograd.grad(self.D(x_hat, res, alpha).sum(), x_hat, create_graph=True)
-            norm = (grad.flatten(1).square().sum(1) + 1e-12).sqrt()
+            with amp:
+                out = self.D(x_hat, res, alpha).float().sum()
+            (grad,) = torch.autograd.grad(out, x_hat, create_graph=True)
+            norm = (grad.float().flatten(1).square().sum(1) + 1e-12).sqrt()
             d_loss = d_loss + cfg["gp"] * (norm - cfg["gp_target"]).square().mean()
         if cfg["drift"]:
             d_loss = d_loss + cfg["drift"] * real_logits.square().mean()
@@ -312,7 +324,8 @@ class HandLoop:
         self.opt_G.zero_grad()
         if self.freeze:
             self.D.requires_grad_(False)
-        g_loss = -self.D(self.G(torch.randn(n, cfg["latent_dim"]), res, alpha), res, alpha).mean()
+        with amp:
+            g_loss = -self.D(self.G(torch.randn(n, cfg["latent_dim"]), res, alpha), res, alpha).float().mean()
         g_loss.backward()
         if self.freeze:
             self.D.requires_grad_(True)

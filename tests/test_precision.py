@@ -78,3 +78,22 @@ def test_fp16_with_two_critic_steps_updates_the_scaler_between_d_steps(tiny_reci
     assert all(torch.isfinite(p).all() for p in after)
     assert steps.count("D") == 6 and steps.count("G") == 3  # (a step with inf gradients is skipped inside)
     assert any(not torch.equal(b, a) for b, a in zip(before, after))
+
+
+def test_bf16_on_the_cpu_changes_the_numbers_but_stays_close_to_fp32(tmp_path):
+    # bf16 autocast is a speed option that alters the math (docs/performance.md): the weights
+    # after a few steps differ from fp32's, by about bf16's precision, and the losses agree.
+    from gan_kit.testing import make_run, train_steps
+
+    out = {}
+    for precision in ("fp32", "bf16"):
+        run = make_run(tmp_path / precision, overrides=[f"run.precision={precision}", "run.total_kimg=0.032"])
+        stats = train_steps(run, 4)
+        out[precision] = ({k: v.detach().clone() for k, v in run.G.state_dict().items()}, stats)
+    (a, sa), (b, sb) = out["fp32"], out["bf16"]
+    weights = [k for k in a if k.endswith("weight.original")]
+    diffs = [float((a[k] - b[k]).abs().max()) for k in weights]
+    assert max(diffs) > 1e-4  # not the fp32 numbers
+    assert max(diffs) < 2e-2  # 4 Adam steps of lr 1e-3: each weight moved by < 4e-3 either way
+    for key in ("Loss/D", "Loss/G"):
+        assert abs(sa[key] - sb[key]) < 0.05, key
