@@ -320,15 +320,17 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
 
     r, plugins = load_recipe(path, list(overrides))
     _warn_broken(plugins)
-    if r.metrics:
-        # What the data set's size decides (a metric asking for more images than it holds, or a
-        # data set below a metric's minimum) is known only once the data set is built.
+    if r.metrics or r.architecture.slot.conditional:
+        # What the data set decides (a metric asking for more images than it holds, a data set
+        # below a metric's minimum, labels for a conditional run) is known only once it is built.
         from gan_kit.components import BuildContext
         from gan_kit.evaluate import metric_problem
 
         ctx = BuildContext(resolution=r.resolution, channels=0, recipe=r)
         data = plugins.registry.get("dataset", r.data.name).factory(r.data.options, ctx).build(r.resolution)
-        problems = []
+        from gan_kit.run import labels_problem
+
+        problems = [f"{path}: {p}" for p in [labels_problem(r, data)] if p]
         for spec in r.metrics:
             metric = plugins.registry.get("metric", spec.name).factory(spec.options, ctx)
             problem = metric_problem(spec, metric, len(data), r.data.name)

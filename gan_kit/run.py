@@ -56,6 +56,15 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
+def labels_problem(recipe: Recipe, dataset: Any) -> str | None:
+    """Why a class-conditional recipe cannot train on ``dataset`` (it has no labels), or None."""
+    if recipe.architecture.slot.conditional and not int(getattr(dataset, "num_classes", 0) or 0):
+        return (f"architecture.conditional = true, but the {recipe.data.name!r} data set has no labels (digits, mnist, "
+                f"fashion-mnist and cifar10 have them, image-folder with labels = \"folders\"); use a labelled set "
+                f"or set conditional = false")
+    return None
+
+
 class Run:
     """One training run.
 
@@ -143,14 +152,10 @@ class Run:
             raise GankitError(f"{r.path}: data: dataset {r.data.name!r} gives {tuple(first.shape)} images, "
                               f"expected [C, {r.resolution}, {r.resolution}]")
         #: Classes of a class-conditional run (``architecture.conditional``), else 0.
-        self.num_classes = 0
-        if r.architecture.slot.conditional:
-            self.num_classes = int(getattr(self.dataset, "num_classes", 0) or 0)
-            if not self.num_classes:
-                raise GankitError(
-                    f"{r.path}: architecture.conditional = true, but the {r.data.name!r} data set has no labels "
-                    f"(digits, mnist, fashion-mnist and cifar10 have them, image-folder with labels = \"folders\"); "
-                    f"use a labelled set or set conditional = false")
+        problem = labels_problem(r, self.dataset)
+        if problem:
+            raise GankitError(f"{r.path}: {problem}")
+        self.num_classes = int(getattr(self.dataset, "num_classes", 0) or 0) if r.architecture.slot.conditional else 0
 
     def _build_networks(self) -> None:
         r = self.recipe

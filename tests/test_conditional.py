@@ -222,3 +222,25 @@ def test_metric_generates_with_the_data_class_frequencies(tmp_path, monkeypatch)
     assert evaluate(run, Count()) == {"n": 300.0}
     labels = torch.cat(seen)
     assert labels.shape == (300,) and set(labels.tolist()) == set(range(10))
+
+
+def test_recipe_check_refuses_what_a_conditional_run_would_refuse(tmp_path):
+    # `gankit recipe check` says "ok" only for what `gankit run` accepts.
+    from click.testing import CliRunner
+
+    from gan_kit.cli import cli
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(8):
+        Image.new("L", (8, 8), color=i * 30).save(folder / f"{i}.png")
+    runner = CliRunner()
+    sg2 = runner.invoke(cli, ["recipe", "check", str(ROOT / "recipes" / "stylegan2.toml"),
+                              "--set", "architecture.conditional=true"])
+    assert sg2.exit_code == 2 and "architecture.conditional: true, but architecture 'stylegan2'" in sg2.output
+    folder_run = runner.invoke(cli, ["recipe", "check", str(ROOT / "recipes" / "pggan-conditional.toml"), "--set",
+                                     "data.name='image-folder'", "--set", f"data.path='{folder.as_posix()}'",
+                                     "--set", "metric=[]"])
+    assert folder_run.exit_code == 2 and "has no labels" in folder_run.output
+    ok = runner.invoke(cli, ["recipe", "check", str(ROOT / "recipes" / "pggan-conditional.toml")])
+    assert ok.exit_code == 0 and ok.output.strip().endswith(": ok")

@@ -229,6 +229,11 @@ def _core_checks(recipe: Recipe, problems: Problems) -> None:
 
 def _cross_checks(recipe: Recipe, registry: Registry, problems: Problems) -> None:
     """Cross-option checks owned by each component (e.g. growth vs data.resolution)."""
+    arch = registry.get("architecture", recipe.architecture.name).factory
+    if recipe.architecture.slot.conditional and not getattr(arch, "supports_conditional", False):
+        problems.add("architecture.conditional",
+                     f"true, but architecture {recipe.architecture.name!r} has no class-conditional form "
+                     f"(use pggan or dcgan, or set conditional = false)")
     for spec in (recipe.data, recipe.architecture, recipe.init, recipe.loss, *recipe.penalties,
                  recipe.update, recipe.growth, *recipe.metrics, recipe.augment):
         comp = registry.get(spec.kind, spec.name)
