@@ -76,17 +76,8 @@ def test_iter_batches_passes_plain_batches_through():
 
 
 def test_training_with_a_worker_stops_on_a_truncated_file_in_one_line(tmp_path, tiny_recipe_text, write_recipe):
-    folder = tmp_path / "imgs"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for i in range(12):
-        Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(folder / f"img{i:02d}.png")
-    data = (folder / "img07.png").read_bytes()
-    (folder / "img07.png").write_bytes(data[: len(data) // 2])  # the header survives, the pixels do not
-    text = tiny_recipe_text.replace(
-        '[data]\nname = "digits"\nresolution = 8',
-        '[data]\nname = "image-folder"\nresolution = 8\npath = "imgs"\ncache = "none"\non_corrupt = "error"')
-    recipe, plugins = load_recipe(write_recipe(text, "folder.toml"), overrides=["run.num_workers=1"])
+    recipe, plugins = load_recipe(_truncated_folder_recipe(tmp_path, tiny_recipe_text, write_recipe),
+                                  overrides=["run.num_workers=1"])
     run = Run(recipe, plugins)
     with pytest.raises(GankitError) as e:
         train(run)
@@ -101,7 +92,7 @@ def _truncated_folder_recipe(tmp_path, tiny_recipe_text, write_recipe):
     for i in range(12):
         Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(folder / f"img{i:02d}.png")
     data = (folder / "img07.png").read_bytes()
-    (folder / "img07.png").write_bytes(data[: len(data) // 2])
+    (folder / "img07.png").write_bytes(data[: len(data) // 2])  # the header survives, the pixels do not
     text = tiny_recipe_text.replace(
         '[data]\nname = "digits"\nresolution = 8',
         '[data]\nname = "image-folder"\nresolution = 8\npath = "imgs"\ncache = "none"\non_corrupt = "error"')
