@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     overall = sum(a for _, a in rows) / len(rows)
     print(f"checkpoint {args.checkpoint}: kimg {state['cur_nimg'] / 1000:.1f}, {phase.resolution}px, "
           f"{classes} classes, {args.per_class} images per class")
-    print(f"classifier held-out accuracy on real digits: {held_out:.3f}")
+    print(f"classifier held-out accuracy on the data set's real images ({recipe.data.name}): {held_out:.3f}")
     print("| class | " + " | ".join(str(k) for k, _ in rows) + " | all |")
     print("|---|" + "---|" * (len(rows) + 1))
     print("| agreement | " + " | ".join(f"{a:.2f}" for _, a in rows) + f" | {overall:.3f} |")

@@ -146,8 +146,15 @@ def _engine_row(recipe, plugins, name: str, phase, d_steps: int) -> BenchRow:
     run.set_phase(phase)
     run.apply_optim_settings()
 
+    # A class-conditional run trains on (images, labels): the bench gives its real batches
+    # labels drawn uniformly from a fixed generator (the speed does not depend on which).
+    labels = torch.Generator().manual_seed(0)
+
     def step(reals):
-        return train_step(run, phase, torch.cat(reals))
+        images = torch.cat(reals)
+        if not run.num_classes:
+            return train_step(run, phase, images)
+        return train_step(run, phase, (images, torch.randint(run.num_classes, (images.shape[0],), generator=labels)))
 
     return BenchRow(name, step, (run.G, run.D))
 
@@ -270,6 +277,8 @@ def hand_written_step(G, D, opt_G, opt_D, *, latent_dim: int, loss: str, penalti
 
 
 def _hand_row(run, phase) -> tuple[BenchRow | None, str]:
+    if run.num_classes:
+        return None, "no hand-written version of a class-conditional run"
     loss = run.recipe.loss.name
     if _hand_d_loss(loss) is None:
         return None, f"no hand-written version of loss {loss!r}"

@@ -245,6 +245,10 @@ class LabelBound:
 
     def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         n, k = x.shape[0], self.labels.shape[0]
+        if n % k:
+            raise ValueError(f"{type(self.net).__name__} has this step's {k} labels bound, so it takes k x {k} "
+                             f"images (k = 1, 2, ...), got {n}; for a sub-batch call the network with its labels: "
+                             f"inputs.D.net(x, inputs.labels[:{n}])")
         labels = self.labels if n == k else self.labels.repeat(n // k)
         return self.net(x, labels, *args, **kwargs)
 

@@ -119,7 +119,19 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
             results[name]["num_images"] = n
             results[name]["real"] = metric.compute(lambda k, a=a: a[:k], b, run.device)
             results[name]["untrained"] = evaluate(run, metric, n)
-    run.G_ema.load_state_dict(state["G_ema"])
+    from gan_kit.errors import GankitError
+    from gan_kit.resume import classes_problem
+
+    problem = classes_problem(state, run)
+    if problem:
+        raise GankitError(f"{path}: {problem}")
+    try:
+        run.G_ema.load_state_dict(state["G_ema"])
+    except RuntimeError as e:  # e.g. --set changed an architecture option
+        first = str(e).strip().splitlines()
+        detail = next((line.strip() for line in first if "size mismatch" in line or "Missing" in line), first[0])
+        raise GankitError(f"{path}: its G_ema does not fit the recipe's networks ({detail[:200]}); "
+                          f"--set may change the data and metrics, not the architecture") from None
     run.set_phase(phase)
     for name, metric in built.items():
         results[name]["trained"] = evaluate(run, metric, results[name].get("num_images"))

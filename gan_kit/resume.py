@@ -135,6 +135,9 @@ def resume_run(run: Any, path: str | Path | None = None) -> list[str]:
         raise GankitError(no_checkpoint_problem(run.out_dir))
     state = ckpt.load(path, map_location=run.device)
     changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir, run.plugins)
+    problem = classes_problem(state, run)
+    if problem:
+        raise GankitError(f"--resume: {path}: {problem}")
     try:
         run.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError) as e:
@@ -142,3 +145,19 @@ def resume_run(run: Any, path: str | Path | None = None) -> list[str]:
         raise CheckpointError(f"--resume: {path} does not fit this recipe's networks ({first[:160]})") from None
     run.last_checkpoint = run.resumed_from = path
     return changes
+
+
+def classes_problem(state: dict, run: Any) -> str | None:
+    """Why a class-conditional checkpoint cannot continue on this run's data set: another number
+    of classes, or the same number under other names (a renamed class folder would silently
+    swap what each label means)."""
+    saved, now = int(state.get("num_classes", 0)), run.num_classes
+    if saved != now:
+        return (f"the checkpoint was trained on {saved} classes, the data set now has {now}; "
+                f"resume with the data it was trained on, or start a new run")
+    old_names, new_names = list(state.get("class_names") or []), list(run.class_names)
+    if old_names and new_names and old_names != new_names:
+        diff = next(f"label {i}: {a!r} then, {b!r} now" for i, (a, b) in enumerate(zip(old_names, new_names)) if a != b)
+        return (f"the data set's classes changed ({diff}), so each label would mean another class; "
+                f"restore the class folders or start a new run")
+    return None

@@ -58,10 +58,17 @@ def _distributed() -> tuple[int, int]:
 
 def labels_problem(recipe: Recipe, dataset: Any) -> str | None:
     """Why a class-conditional recipe cannot train on ``dataset`` (it has no labels), or None."""
-    if recipe.architecture.slot.conditional and not int(getattr(dataset, "num_classes", 0) or 0):
+    if not recipe.architecture.slot.conditional:
+        return None
+    classes = int(getattr(dataset, "num_classes", 0) or 0)
+    if not classes:
         return (f"architecture.conditional = true, but the {recipe.data.name!r} data set has no labels (digits, mnist, "
-                f"fashion-mnist and cifar10 have them, image-folder with labels = \"folders\"); use a labelled set "
-                f"or set conditional = false")
+                f"fashion-mnist and cifar10 have them, image-folder with labels = \"folders\"; a plugin data set "
+                f"declares num_classes and labels); use a labelled set or set conditional = false")
+    labels = getattr(dataset, "labels", None)
+    if isinstance(labels, torch.Tensor) and labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= classes):
+        return (f"data: the {recipe.data.name!r} data set's labels lie in [{int(labels.min())}, {int(labels.max())}], "
+                f"outside [0, num_classes = {classes}); class labels must be 0 .. num_classes - 1")
     return None
 
 
@@ -156,6 +163,8 @@ class Run:
         if problem:
             raise GankitError(f"{r.path}: {problem}")
         self.num_classes = int(getattr(self.dataset, "num_classes", 0) or 0) if r.architecture.slot.conditional else 0
+        #: Class names in label order where the data set has them (image-folder's sub-folders).
+        self.class_names = [str(c) for c in getattr(self.dataset, "classes", None) or []] if self.num_classes else []
 
     def _build_networks(self) -> None:
         r = self.recipe
@@ -392,6 +401,7 @@ class Run:
             "gankit_version": __version__,
             "channels": self.channels,
             "num_classes": self.num_classes,
+            "class_names": self.class_names,
             "recipe": recipe_to_toml(self.recipe),
             "G": self.G.state_dict(),
             "D": self.D.state_dict(),

@@ -244,3 +244,67 @@ def test_recipe_check_refuses_what_a_conditional_run_would_refuse(tmp_path):
     assert folder_run.exit_code == 2 and "has no labels" in folder_run.output
     ok = runner.invoke(cli, ["recipe", "check", str(ROOT / "recipes" / "pggan-conditional.toml")])
     assert ok.exit_code == 0 and ok.output.strip().endswith(": ok")
+
+
+def _class_folders(root, names, per=8):
+    for c, name in enumerate(names):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per):
+            Image.new("L", (8, 8), color=20 * c + i).save(root / name / f"{i}.png")
+
+
+def test_resume_and_eval_refuse_a_changed_set_of_classes_in_one_line(tmp_path):
+    from gan_kit.evaluate import evaluate_checkpoint
+    from gan_kit.resume import resume_run
+
+    data = tmp_path / "imgs"
+    _class_folders(data, ["cats", "dogs"])
+    folder = ["architecture.conditional=true", "data.name='image-folder'", f"data.path='{data.as_posix()}'",
+              "data.labels='folders'", "metric=[]", "run.total_kimg=0.016"]
+    train(make_run(tmp_path, overrides=folder))
+    latest = tmp_path / "run" / "checkpoints" / "latest.pt"
+    assert ckpt.load(latest)["class_names"] == ["cats", "dogs"]
+    (data / "dogs").rename(data / "ants")  # now label 0 would be ants: the meaning of every label moves
+    with pytest.raises(GankitError, match=r"classes changed \(label 0: 'cats' then, 'ants' now\)"):
+        resume_run(make_run(tmp_path, overrides=folder))
+    with pytest.raises(GankitError, match=r"classes changed"):
+        evaluate_checkpoint(latest)
+    _class_folders(data, ["zebras"])
+    with pytest.raises(GankitError, match=r"trained on 2 classes, the data set now has 3"):
+        resume_run(make_run(tmp_path, overrides=folder))
+
+
+def test_gankit_bench_times_a_conditional_recipe(tmp_path):
+    from gan_kit.bench import run_bench
+    from gan_kit.testing import write_tiny_recipe
+
+    recipe = write_tiny_recipe(tmp_path)
+    result = run_bench(recipe, "d-then-g,shared-fake", steps=2, warmup=1, overrides=("architecture.conditional=true",))
+    assert all(row.times and all(t > 0 for t in row.times) for row in result.rows)
+    assert "class-conditional" in result.reference_note
+
+
+def test_label_bound_names_a_sub_batch():
+    bound = LabelBound(lambda x, labels: x, torch.arange(8))
+    with pytest.raises(ValueError, match=r"takes k x 8 images .* got 4; .* inputs.D.net\(x, inputs.labels\[:4\]\)"):
+        bound(torch.zeros(4, 3))
+
+
+def test_labels_outside_num_classes_are_refused_in_one_line(tmp_path):
+    import gan_kit
+    from gan_kit.data import TensorImages
+
+    class BadLabels(gan_kit.DatasetFactory):
+        def build(self, resolution):
+            ds = TensorImages(torch.zeros(8, 1, resolution, resolution), torch.arange(8) % 2, num_classes=2)
+            ds.labels = torch.arange(8) % 3  # a plugin that got its labels wrong
+            return ds
+
+    class Plugin:
+        @gan_kit.hookimpl
+        def register_datasets(self, register):
+            register("bad-labels", BadLabels)
+
+    with pytest.raises(GankitError, match=r"labels lie in \[0, 2\], outside \[0, num_classes = 2\)"):
+        make_run(tmp_path, plugins=[Plugin()], overrides=["architecture.conditional=true", "data.name='bad-labels'",
+                                                          "metric=[]"])

@@ -44,7 +44,9 @@ def check_labels(net: nn.Module, num_classes: int, labels: torch.Tensor | None, 
     what = type(net).__name__
     if num_classes and labels is None:
         raise ValueError(f"{what} is class-conditional (architecture.conditional = true) and needs labels[N]: "
-                         f"call ctx.generate(z, labels) / ctx.discriminate(x, labels) in strategies and penalties")
+                         f"a strategy calls ctx.generate(z, labels) / ctx.discriminate(x, labels) and passes labels= "
+                         f"to ctx.d_objective / ctx.g_objective (labels = ctx.labels[j]); a penalty runs inputs.D / "
+                         f"inputs.G, which have the labels bound")
     if not num_classes and labels is not None:
         raise ValueError(f"{what} is not class-conditional; it takes no labels (set architecture.conditional = true)")
     if labels is not None and tuple(labels.shape) != (batch,):
