@@ -17,6 +17,8 @@ def print_error(e: BaseException) -> None:
     from gan_kit.errors import Interrupted
 
     prefix = "stopped" if isinstance(e, Interrupted) else "error"  # an interrupt is no failure of the run
+    if isinstance(e, Interrupted) and os.environ.get("RANK", "0") != "0":
+        return  # every process stops on the same iteration with the same line: the first one says it
     for line in str(e).splitlines() or [type(e).__name__]:
         click.echo(f"{prefix}: {line}", err=True)
 

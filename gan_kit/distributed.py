@@ -84,12 +84,14 @@ def broadcast_object(obj):
 def launch(nproc: int, argv: list[str]) -> int:
     """Re-run this ``gankit`` command (``argv`` without the program name) under torchrun with
     ``nproc`` processes on this machine; returns the exit code of the first process that failed
-    (a user error is 2, as with one process), else 0.
+    (a user error is 2, as with one process), 128 + the signal number when SIGTERM / SIGINT
+    stopped the launcher, else 0.
 
     torchrun runs in this process (``torch.distributed.run``), so its report of a failed child -
     a traceback of the launcher itself - is replaced by the child's exit code: the child already
     printed its own one-line error.
     """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
@@ -109,6 +111,11 @@ def launch(nproc: int, argv: list[str]) -> int:
     except ChildFailedError as e:
         codes = [f.exitcode for _, f in sorted(e.failures.items())]
         return next((c for c in codes if c > 0), 1)
+    except SignalException as e:
+        # SIGTERM / SIGINT reached the launcher (``timeout``, a scheduler, Ctrl-C): torchrun has
+        # passed it to the processes, which finished their iteration, wrote the checkpoint and
+        # said so; exit with the shell's code for the signal, as one process does (143 / 130).
+        return 128 + int(e.sigval)
     return 0
 
 

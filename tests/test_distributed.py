@@ -300,3 +300,22 @@ def test_nproc_reports_problems_once_with_exit_code_2(tiny_recipe, tmp_path):
     assert r.returncode == 2, r.stderr[-3000:]
     assert "error: step 3 (kimg 0.024, 4px): Loss/D is nan; stopped" in r.stderr
     assert "Traceback" not in r.stderr and "ChildFailedError" not in r.stderr, r.stderr[-3000:]
+
+
+def test_sigterm_to_a_two_process_run_writes_the_checkpoint_and_exits_143(tiny_recipe, tmp_path):
+    # What `timeout` or a scheduler does to `gankit run --nproc 2`: SIGTERM reaches the launcher
+    # (torchrun in the gankit process), which passes it on; the processes finish their iteration
+    # and write the checkpoint, and the command exits 143 (it said "error: SignalException", 1).
+    plugin = tmp_path / "term_launcher.py"
+    plugin.write_text("import os, signal\nfrom gan_kit import hookimpl\n"
+                      "@hookimpl\ndef step_finished(run, stats):\n"
+                      "    if run.step == 3 and run.rank == 0:\n        os.kill(os.getppid(), signal.SIGTERM)\n")
+    out = tmp_path / "two"
+    done = subprocess.run([sys.executable, "-m", "gan_kit", "run", str(tiny_recipe), "--nproc", "2", "--out", str(out),
+                           "--set", f"plugins=['{plugin.as_posix()}']", "--set", "run.total_kimg=5"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert "SignalException" not in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.count("stopped: interrupted by SIGTERM") == 1  # said once, not once per process
+    state = ckpt.load(out / "checkpoints" / "latest.pt")
+    assert 0 < state["cur_nimg"] < 5000
