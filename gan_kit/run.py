@@ -443,11 +443,14 @@ class Run:
             self.tick_sums[k], self.tick_counts[k] = float(v), int(n)
         ckpt.set_rng_state(state["rng"])
 
-    def save_checkpoint(self, name: str = "latest") -> Path | None:
+    def save_checkpoint(self, name: str = "latest", phase: Phase | None = None) -> Path | None:
         """Write ``checkpoints/<name>.pt`` atomically (rank 0 only) and fire ``checkpoint_saved``.
 
-        Refuses (``TrainingError``) to write weights that hold NaN/inf: a checkpoint is always
-        one a run can continue from.
+        ``phase``: the phase the weights are to be shown at (``gankit sample`` / ``eval``), when
+        not the current one: a phase's own checkpoint, written as the next phase starts, records
+        the finished phase (resuming goes by ``cur_nimg``, not by this). Refuses
+        (``TrainingError``) to write weights that hold NaN/inf: a checkpoint is always one a run
+        can continue from.
         """
         if not self.is_main:
             return None
@@ -457,7 +460,10 @@ class Run:
             where = f" (last good checkpoint: {self.last_checkpoint})" if self.last_checkpoint else ""
             raise TrainingError(f"step {self.step}: non-finite weights in {' and '.join(bad)}; not writing "
                                 f"checkpoints/{name}.pt{where}")
-        path = ckpt.save_atomic(self.state_dict(), self.out_dir / "checkpoints" / f"{name}.pt")
+        state = self.state_dict()
+        if phase is not None:
+            state["phase"] = _phase_dict(phase)
+        path = ckpt.save_atomic(state, self.out_dir / "checkpoints" / f"{name}.pt")
         self.last_checkpoint = path
         self.hook.checkpoint_saved(run=self, path=path)
         return path

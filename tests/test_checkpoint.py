@@ -165,3 +165,25 @@ def test_run_directory_safety_and_resume_checks(tiny_recipe, tmp_path, capsys):
     train(fresh, overwrite=True)
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1 and ckpt.load(
         out / "checkpoints" / "latest.pt")["cur_nimg"] == 16
+
+
+def test_a_phase_checkpoint_is_shown_at_the_phase_it_finished(tiny_recipe, tmp_path):
+    # phase-0-4px.pt is written as the 8px fade starts; it recorded that new phase, so `gankit
+    # sample` / `eval` drew the 4px weights at 8px with an untrained block faded in. It records the
+    # finished phase now, and a resume from it still continues from its cur_nimg.
+    from gan_kit.checkpoint import load_generator
+    from gan_kit.resume import resume_run
+
+    run_for(tiny_recipe, tmp_path / "r", 0.2)
+    path = tmp_path / "r" / "checkpoints" / "phase-0-4px.pt"
+    G, phase, _, _ = load_generator(path)
+    assert (phase.index, phase.resolution, phase.alpha) == (0, 4, 1.0)
+    state = ckpt.load(path)
+    assert state["cur_nimg"] == 40  # the 4px phase's 40 images: the next phase starts here
+    from gan_kit.engine import Run
+    from gan_kit.recipe import load_recipe
+
+    recipe, plugins = load_recipe(tiny_recipe)
+    again = Run(recipe, plugins, out_dir=tmp_path / "r")
+    resume_run(again, path)
+    assert again.cur_nimg == 40 and again.growth.phase_at(again.cur_nimg).resolution == 8

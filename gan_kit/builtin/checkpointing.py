@@ -52,7 +52,7 @@ def tick_finished(run, stats):
 def phase_started(run, phase):
     prev = run.previous_phase
     if prev is not None:
-        run.save_checkpoint(f"phase-{prev.index}-{prev.resolution}px")
+        run.save_checkpoint(f"phase-{prev.index}-{prev.resolution}px", phase=prev)  # shown at the finished phase
         run.save_checkpoint("latest")
 
 
