@@ -59,7 +59,38 @@ def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
             return run.generate(z, labels=torch.randint(run.num_classes, (k,), generator=g))
         return run.generate(z, labels=labels[torch.randint(len(labels), (k,), generator=g)])
 
-    return metric.compute(generate, reals, run.device)
+    out = metric.compute(generate, reals, run.device)
+    if run.num_classes and getattr(getattr(metric, "options", None), "per_class", False):
+        out.update(_per_class(run, metric, reals, run.real_labels(reals.shape[0], seed=metric.seed), g))
+    return out
+
+
+def _per_class(run, metric, reals, real_labels, g) -> dict[str, float]:
+    """The metric's main value for each class of a conditional run - the class's real images
+    against G_ema's images of that class - as ``<key>/class-<c>``, and their mean as
+    ``<key>/class-mean``. Classes with fewer real images than the metric's ``min_images`` are
+    left out."""
+    import torch
+
+    if real_labels is None:
+        return {}
+    values: dict[str, float] = {}
+    key = None
+    for c in range(run.num_classes):
+        mine = reals[real_labels == c]
+        if mine.shape[0] < max(2, metric.min_images):
+            continue
+
+        def generate(k: int, c: int = c) -> torch.Tensor:
+            z = torch.randn(k, run.latent_dim, generator=g)
+            return run.generate(z, labels=torch.full((k,), c, dtype=torch.int64))
+
+        result = metric.compute(generate, mine, run.device)
+        key = key or min(result, key=len)  # the main value (Metrics/swd, not its per-scale parts)
+        values[f"{key}/class-{c}"] = result[key]
+    if values:
+        values[f"{key}/class-mean"] = sum(values.values()) / len(values)
+    return values
 
 
 def _metric(run, name: str, num: int | None):

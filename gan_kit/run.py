@@ -375,6 +375,15 @@ class Run:
             set_phase(net, self.phase.resolution, self.phase.alpha)
         return torch.cat(out)
 
+    def real_labels(self, n: int, seed: int = 0) -> torch.Tensor | None:
+        """The class labels ``[n]`` of ``real_images(n, seed)`` (same draw), or None when the
+        data set has no labels."""
+        labels = getattr(self.dataset, "labels", None)
+        if labels is None:
+            return None
+        g = torch.Generator().manual_seed(seed)
+        return labels[torch.randperm(len(self.dataset), generator=g)[:n]]
+
     def real_images(self, n: int, seed: int = 0) -> torch.Tensor:
         """``n`` real images at the final resolution, drawn without replacement with ``seed``."""
         g = torch.Generator().manual_seed(seed)

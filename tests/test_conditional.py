@@ -308,3 +308,33 @@ def test_labels_outside_num_classes_are_refused_in_one_line(tmp_path):
     with pytest.raises(GankitError, match=r"labels lie in \[0, 2\], outside \[0, num_classes = 2\)"):
         make_run(tmp_path, plugins=[Plugin()], overrides=["architecture.conditional=true", "data.name='bad-labels'",
                                                           "metric=[]"])
+
+
+def test_per_class_swd_compares_each_class_with_its_own_fakes(tmp_path, monkeypatch):
+    from gan_kit.evaluate import evaluate
+
+    run = make_run(tmp_path, overrides=["architecture.conditional=true", "run.total_kimg=0.016",
+                                        "metric=[{name='swd', num_images=300, per_class=true, patches_per_image=8, "
+                                        "directions=8, repeats=1}]"])
+    train(run)
+    asked = []
+    generate = run.generate
+
+    def spy(z, labels=None, **kw):
+        asked.append(labels)
+        return generate(z, labels=labels, **kw)
+
+    monkeypatch.setattr(run, "generate", spy)
+    _, metric = run.metrics[0]
+    out = evaluate(run, metric)
+    per = {k: v for k, v in out.items() if "/class-" in k and not k.endswith("mean")}
+    assert sorted(per) == sorted(f"Metrics/swd/class-{c}" for c in range(10))
+    assert out["Metrics/swd/class-mean"] == pytest.approx(sum(per.values()) / 10)
+    # after the overall set (the data's class frequencies), one call per class, all of that class
+    assert [set(y.tolist()) for y in asked[-10:]] == [{c} for c in range(10)]
+    assert len(set(asked[0].tolist())) > 1
+    # unconditional runs and per_class = false add nothing
+    plain = make_run(tmp_path / "plain", overrides=["run.total_kimg=0.016", "metric=[{name='swd', num_images=300, "
+                                                   "per_class=true, patches_per_image=8, directions=8, repeats=1}]"])
+    plain.set_phase(plain.growth.phase_at(0))
+    assert not any("/class-" in k for k in evaluate(plain, plain.metrics[0][1]))

@@ -169,6 +169,9 @@ class SWD(_FromOptions):
         directions: int = option(128, help="Random projections per repeat (4 x 128 = the paper's 512).",
                                  min=1, max=2**16)
         repeats: int = option(4, help="Independent sets of projections averaged.", min=1, max=1024)
+        per_class: bool = option(False, help="Class-conditional runs: also the SWD of every class (its real images "
+                                             "against G_ema's images of that class) as Metrics/swd/class-<c>, and "
+                                             "their mean as Metrics/swd/class-mean.")
 
     def compute(self, generate, reals, device):
         o = self.options
