@@ -357,8 +357,9 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
 @click.option("--interpolate", "steps", type=click.IntRange(2), default=None,
               help="Latent interpolation: each row walks from one z to another in STEPS images (spherical, "
                    "as for Gaussian latents; White 2016).")
-@click.option("--class", "class_", type=int, default=None, metavar="K",
-              help="Class-conditional runs: every image of class K (default: one row per class).")
+@click.option("--class", "class_", default=None, metavar="K",
+              help="Class-conditional runs: every image of class K, an index or a class name (image-folder's "
+                   "sub-folder); default: one row per class.")
 @user_errors
 def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: int | None,
            class_: int | None) -> None:
@@ -384,8 +385,7 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
     if class_ is not None and not classes:
         raise GankitError(f"--class: {checkpoint} is not class-conditional (its recipe has no "
                           f"architecture.conditional = true); leave --class out")
-    if class_ is not None and not 0 <= class_ < classes:
-        raise GankitError(f"--class: {class_} is not a class of {checkpoint} (0 to {classes - 1})")
+    class_ = _class_index(class_, checkpoint, classes) if class_ is not None else None
     gen = torch.Generator().manual_seed(seed)
     nrow = steps
     if classes and class_ is None and steps is None:
@@ -417,6 +417,24 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
     if classes:
         what += f" of class {class_}" if class_ is not None else f", {classes} classes"
     click.echo(f"wrote {what} at {phase.resolution}px (alpha {phase.alpha:.2f}) to {out}")
+
+
+def _class_index(value: str, checkpoint: Path, classes: int) -> int:
+    """``--class`` as a label: an index in ``[0, classes)`` or one of the checkpoint's class
+    names (image-folder's sub-folders, in label order)."""
+    from gan_kit import checkpoint as ckpt
+
+    names = [str(n) for n in ckpt.load(checkpoint).get("class_names") or []]
+    if value in names:
+        return names.index(value)
+    try:
+        index = int(value)
+    except ValueError:
+        known = f"its classes: {', '.join(names)}" if names else "its classes are numbered, it has no names"
+        raise GankitError(f"--class: {value!r} is not a class of {checkpoint} ({known})") from None
+    if not 0 <= index < classes:
+        raise GankitError(f"--class: {index} is not a class of {checkpoint} (0 to {classes - 1})")
+    return index
 
 
 from gan_kit.evaluate import eval_command  # noqa: E402

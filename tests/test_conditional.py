@@ -264,6 +264,13 @@ def test_resume_and_eval_refuse_a_changed_set_of_classes_in_one_line(tmp_path):
     train(make_run(tmp_path, overrides=folder))
     latest = tmp_path / "run" / "checkpoints" / "latest.pt"
     assert ckpt.load(latest)["class_names"] == ["cats", "dogs"]
+    for asked, said in (("dogs", "of class 1"), ("1", "of class 1")):
+        r = subprocess.run([sys.executable, "-m", "gan_kit", "sample", str(latest), "--class", asked, "-n", "2",
+                            "--out", str(tmp_path / "s.png")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and said in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-m", "gan_kit", "sample", str(latest), "--class", "ants"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "'ants' is not a class" in r.stderr and "cats, dogs" in r.stderr
     (data / "dogs").rename(data / "ants")  # now label 0 would be ants: the meaning of every label moves
     with pytest.raises(GankitError, match=r"classes changed \(label 0: 'cats' then, 'ants' now\)"):
         resume_run(make_run(tmp_path, overrides=folder))
