@@ -148,13 +148,14 @@ def _engine_row(recipe, plugins, name: str, phase, d_steps: int) -> BenchRow:
 
     # A class-conditional run trains on (images, labels): the bench gives its real batches
     # labels drawn uniformly from a fixed generator (the speed does not depend on which).
-    labels = torch.Generator().manual_seed(0)
+    label_gen = torch.Generator().manual_seed(0)
 
     def step(reals):
         images = torch.cat(reals)
         if not run.num_classes:
             return train_step(run, phase, images)
-        return train_step(run, phase, (images, torch.randint(run.num_classes, (images.shape[0],), generator=labels)))
+        labels = torch.randint(run.num_classes, (images.shape[0],), generator=label_gen)
+        return train_step(run, phase, (images, labels))
 
     return BenchRow(name, step, (run.G, run.D))
 

@@ -110,18 +110,21 @@ def set_rng_state(state: dict) -> None:
             torch.cuda.set_rng_state_all(cuda)
 
 
-def load_generator(path: str | Path, device: str | torch.device = "cpu"):
+def load_generator(path: str | Path, device: str | torch.device = "cpu", state: dict | None = None):
     """G_ema of a checkpoint, rebuilt from the recipe saved in it and set to the saved phase.
 
     Returns ``(G_ema, phase, recipe, architecture)`` (the built ``Architecture`` component:
     ``latent_dim``, ``supports_truncation``; ``architecture.context.num_classes`` > 0 for a
-    class-conditional G, which takes ``G(z, labels)``). Raises ``CheckpointError`` / ``RecipeError``.
+    class-conditional G, which takes ``G(z, labels)``). ``state``: the checkpoint already loaded
+    from ``path`` (read once by a caller that needs more of it). Raises ``CheckpointError`` /
+    ``RecipeError``.
     """
     from gan_kit.components import BuildContext, set_phase
     from gan_kit.phase import Phase
     from gan_kit.recipe import load_recipe
 
-    state = load(path, map_location=device)
+    if state is None:
+        state = load(path, map_location=device)
     recipe, plugins = load_recipe(Path(f"{path}[recipe]"), text=state["recipe"])
     channels = int(state["channels"])
     ctx = BuildContext(resolution=recipe.resolution, channels=channels, recipe=recipe,

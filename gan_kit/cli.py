@@ -362,7 +362,7 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
                    "sub-folder); default: one row per class.")
 @user_errors
 def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: int | None,
-           class_: int | None) -> None:
+           class_: str | None) -> None:
     """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at
     least 32 px, like the run's own grids), or a latent interpolation strip or GIF. A
     class-conditional G draws class K with --class K, else one row per class."""
@@ -377,7 +377,10 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
         raise GankitError(f"--out: {str(out)!r} has no image extension (use .png or .jpg, or .gif with --interpolate)")
     if suffix == ".gif" and steps is None:
         raise GankitError("--out: a .gif needs --interpolate STEPS (a grid is written as .png or .jpg)")
-    G_ema, phase, recipe, arch = load_generator(checkpoint)
+    from gan_kit import checkpoint as ckpt
+
+    state = ckpt.load(checkpoint)  # once: the generator and the class names come from it
+    G_ema, phase, recipe, arch = load_generator(checkpoint, state=state)
     if psi != 1.0 and not arch.supports_truncation:
         raise GankitError(f"--truncation: architecture {recipe.architecture.name!r} has no mapping network to "
                           f"truncate (use stylegan2, or leave --truncation at 1)")
@@ -385,17 +388,16 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
     if class_ is not None and not classes:
         raise GankitError(f"--class: {checkpoint} is not class-conditional (its recipe has no "
                           f"architecture.conditional = true); leave --class out")
-    class_ = _class_index(class_, checkpoint, classes) if class_ is not None else None
+    names = [str(n) for n in state.get("class_names") or []]
+    label = _class_index(class_, checkpoint, classes, names) if class_ is not None else None
     gen = torch.Generator().manual_seed(seed)
     nrow = steps
-    if classes and class_ is None and steps is None:
+    if classes and label is None and steps is None:
         per_row = max(1, num // classes)  # one row per class, like the run's own grids
         num, nrow = per_row * classes, per_row
         labels = torch.arange(classes).repeat_interleave(per_row)
-    elif classes:
-        labels = torch.full((num,), class_ if class_ is not None else 0, dtype=torch.int64)
-        if class_ is None:  # an interpolation row per class, cycling
-            labels = torch.arange(num) % classes
+    elif classes:  # class K everywhere, or an interpolation row per class, cycling
+        labels = torch.full((num,), label, dtype=torch.int64) if label is not None else torch.arange(num) % classes
     if steps is None:
         z = torch.randn(num, arch.latent_dim, generator=gen)
     else:
@@ -415,16 +417,13 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
         save_grid(images, out, nrow=nrow)
     what = f"{num} interpolations of {steps} images" if steps else f"{num} images"
     if classes:
-        what += f" of class {class_}" if class_ is not None else f", {classes} classes"
+        what += f" of class {label}" if label is not None else f", {classes} classes"
     click.echo(f"wrote {what} at {phase.resolution}px (alpha {phase.alpha:.2f}) to {out}")
 
 
-def _class_index(value: str, checkpoint: Path, classes: int) -> int:
+def _class_index(value: str, checkpoint: Path, classes: int, names: list[str]) -> int:
     """``--class`` as a label: an index in ``[0, classes)`` or one of the checkpoint's class
-    names (image-folder's sub-folders, in label order)."""
-    from gan_kit import checkpoint as ckpt
-
-    names = [str(n) for n in ckpt.load(checkpoint).get("class_names") or []]
+    ``names`` (image-folder's sub-folders, in label order)."""
     if value in names:
         return names.index(value)
     try:

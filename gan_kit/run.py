@@ -175,9 +175,6 @@ class Run:
         self.growth = self.build(r.growth)
         self.arch = self.build(r.architecture)
         self.latent_dim = int(self.arch.latent_dim)
-        if self.num_classes and not self.arch.supports_conditional:
-            raise GankitError(f"{r.path}: architecture.conditional = true, but architecture {r.architecture.name!r} "
-                              f"has no class-conditional form (use pggan or dcgan, or set conditional = false)")
         G, D = self.arch.build(r.resolution, self.channels)
         self.initializer = self.build(r.init)
         self.initializer.apply(G)

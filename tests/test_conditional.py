@@ -199,11 +199,8 @@ def test_conditional_needs_labels_and_a_conditional_architecture(tmp_path):
         make_run(tmp_path, overrides=["architecture.conditional=true"], recipe=ROOT / "recipes" / "stylegan2.toml")
 
 
-def test_metric_generates_with_the_data_class_frequencies(tmp_path, monkeypatch):
-    from gan_kit.evaluate import evaluate
-
-    run = make_run(tmp_path, overrides=["architecture.conditional=true"])
-    run.set_phase(run.growth.phase_at(0))
+def _record_generate_labels(run, monkeypatch) -> list:
+    """The labels of every ``run.generate`` call from now on (the calls still generate)."""
     seen = []
     generate = run.generate
 
@@ -212,6 +209,15 @@ def test_metric_generates_with_the_data_class_frequencies(tmp_path, monkeypatch)
         return generate(z, labels=labels, **kw)
 
     monkeypatch.setattr(run, "generate", spy)
+    return seen
+
+
+def test_metric_generates_with_the_data_class_frequencies(tmp_path, monkeypatch):
+    from gan_kit.evaluate import evaluate
+
+    run = make_run(tmp_path, overrides=["architecture.conditional=true"])
+    run.set_phase(run.growth.phase_at(0))
+    seen = _record_generate_labels(run, monkeypatch)
 
     class Count:
         num_images, seed = 300, 0
@@ -324,14 +330,7 @@ def test_per_class_swd_compares_each_class_with_its_own_fakes(tmp_path, monkeypa
                                         "metric=[{name='swd', num_images=300, per_class=true, patches_per_image=8, "
                                         "directions=8, repeats=1}]"])
     train(run)
-    asked = []
-    generate = run.generate
-
-    def spy(z, labels=None, **kw):
-        asked.append(labels)
-        return generate(z, labels=labels, **kw)
-
-    monkeypatch.setattr(run, "generate", spy)
+    asked = _record_generate_labels(run, monkeypatch)
     _, metric = run.metrics[0]
     out = evaluate(run, metric)
     per = {k: v for k, v in out.items() if "/class-" in k and not k.endswith("mean")}

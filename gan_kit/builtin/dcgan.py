@@ -62,10 +62,7 @@ class DCGANDiscriminator(nn.Module):
         if self.embed is None:
             return self.net(x).flatten()
         h = self.net[:-1](x)
-        logits = self.net[-1](h).flatten()
-        if self.embed is not None:
-            logits = logits + projection(self.embed, labels, h.sum(dim=(2, 3)))
-        return logits
+        return self.net[-1](h).flatten() + projection(self.embed, labels, h.sum(dim=(2, 3)))
 
 
 class DCGAN(Architecture):
