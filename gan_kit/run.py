@@ -19,6 +19,7 @@ from torch import nn
 
 from gan_kit import __version__
 from gan_kit import checkpoint as ckpt
+from gan_kit.allocator import retain_freed_memory
 from gan_kit.components import BuildContext, WeightedPenalty, set_phase
 from gan_kit.ema import make_ema, refresh_batchnorm
 from gan_kit.evaluate import metric_problem
@@ -172,6 +173,8 @@ class Run:
             torch.backends.cuda.matmul.allow_tf32 = r.run.tf32
             torch.backends.cudnn.allow_tf32 = r.run.tf32
             torch.backends.cudnn.benchmark = r.run.cudnn_benchmark
+        elif self.device.type == "cpu" and r.run.retain_cpu_memory:
+            retain_freed_memory()  # process-wide; see gan_kit/allocator.py
         self.growth = self.build(r.growth)
         self.arch = self.build(r.architecture)
         self.latent_dim = int(self.arch.latent_dim)

@@ -80,6 +80,10 @@ class RunOptions:
     compile_backend: str = option("inductor", help='torch.compile backend ("inductor"; "aot_eager" traces '
                                                    "without generating code, for checks).")
     channels_last: bool = option(False, help="Use the channels_last memory format for images and weights.")
+    retain_cpu_memory: bool = option(
+        True, help="CPU runs on Linux (glibc): keep freed tensor memory in the process instead of unmapping it "
+                   "and page-faulting it back every iteration (mallopt; same numbers, ~6% faster at 32x32; RSS "
+                   "stays near its peak).")
     grad_sync: Literal["ddp", "all-reduce"] = option(
         "ddp", help='Several processes: "ddp" = separate DistributedDataParallel wrappers for G and D '
                     '(bucketed all-reduce overlapping the backward); "all-reduce" = one flattened '
