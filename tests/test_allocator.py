@@ -14,6 +14,7 @@ from gan_kit.testing import make_run
 
 PROGRAM = """
 import resource, torch
+from gan_kit.allocator import retain_freed_memory
 
 def faults():
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
