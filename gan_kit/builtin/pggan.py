@@ -120,10 +120,12 @@ def upsample_conv(conv: nn.Conv2d, x):
     if conv.kernel_size != (3, 3) or conv.padding != (1, 1) or conv.stride != (1, 1) or conv.groups != 1 \
             or conv.dilation != (1, 1) or conv.padding_mode != "zeros":
         return conv(F.interpolate(x, scale_factor=2, mode="nearest"))
-    w = F.pad(conv.weight, (1, 1, 1, 1))  # [out, in, 5, 5]
-    w = w[:, :, 1:, 1:] + w[:, :, :-1, 1:] + w[:, :, 1:, :-1] + w[:, :, :-1, :-1]  # [out, in, 4, 4]
-    # a transposed convolution correlates with the flipped kernel and takes it as [in, out, kh, kw]
-    return F.conv_transpose2d(x, w.flip(2, 3).transpose(0, 1), conv.bias, stride=2, padding=1)
+    # A transposed convolution correlates with the flipped kernel, so flip first (the 2x2 box sum
+    # below is symmetric); then sum neighbouring rows and columns of the zero-padded kernel.
+    w = F.pad(conv.weight.flip(2, 3), (1, 1, 1, 1))  # [out, in, 5, 5]
+    w = w[:, :, 1:] + w[:, :, :-1]
+    w = w[:, :, :, 1:] + w[:, :, :, :-1]  # [out, in, 4, 4]
+    return F.conv_transpose2d(x, w.transpose(0, 1), conv.bias, stride=2, padding=1)  # weight as [in, out, kh, kw]
 
 
 class _Progressive(Growable, nn.Module):
