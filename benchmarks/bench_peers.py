@@ -392,7 +392,7 @@ class GankitSystem:
         self.tmp = tempfile.TemporaryDirectory(prefix="gankit-bench-")
         # no tick inside the timed steps; no device choice left to "auto" on a CUDA machine
         sets = list(sets) + ["run.tick_kimg=1000000", "run.total_kimg=1000000", "run.progress=false",
-                             "run.snapshot_ticks=0", "metric=[]"]
+                             "run.snapshot_ticks=0", "metric=[]", "run.device=cpu"]
         recipe, plugins = load_recipe(recipe_path, sets, extra_plugins=[Timer()])
         self.run = Run(recipe, plugins, out_dir=Path(self.tmp.name) / "run")
 

@@ -15,6 +15,7 @@ falling between iterations. See docs/performance.md.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import platform
 import sys
@@ -22,17 +23,56 @@ import sys
 M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
 M_MMAP_THRESHOLD = -3
 RETAIN_BYTES = 1 << 30
+FALLBACK_MMAP_BYTES = 32 << 20
+DEFAULT_BYTES = 128 << 10  # glibc's initial mmap and trim thresholds
+
+
+_retaining = False  # whether retain_freed_memory() took effect in this process
+
+
+def _mallopt():
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(None)  # the C library this process already runs on
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return None
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return libc
 
 
 def retain_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds to ``RETAIN_BYTES`` (1 GiB) for this process (and
     the processes it forks later). Returns True when applied; False, changing nothing, where the C
     library is not glibc (macOS, Windows, musl)."""
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+    global _retaining
+    libc = _mallopt()
+    if libc is None:
         return False
+    # glibc before 2.26 or so refuses an mmap threshold above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit
+    # systems): fall back to that, which still keeps every activation below 32 MiB in the heap.
+    mmap_set = libc.mallopt(M_MMAP_THRESHOLD, RETAIN_BYTES) or libc.mallopt(M_MMAP_THRESHOLD, FALLBACK_MMAP_BYTES)
+    trim_set = libc.mallopt(M_TRIM_THRESHOLD, RETAIN_BYTES)
+    _retaining = bool(mmap_set) and bool(trim_set)
+    return _retaining
+
+
+@contextlib.contextmanager
+def ordinary_allocation():
+    """Inside the block, glibc's default-size thresholds (128 KiB) again, after handing the free
+    pages training kept back to the kernel (``malloc_trim``); ``retain_freed_memory``'s thresholds
+    return at the end. For a pass whose tensors have other shapes than training's (a metric over
+    many images): kept blocks could not serve them, and the heap would grow by that pass's peak.
+    Does nothing unless ``retain_freed_memory`` took effect."""
+    libc = _mallopt() if _retaining else None
+    if libc is None:
+        yield
+        return
+    libc.mallopt(M_MMAP_THRESHOLD, DEFAULT_BYTES)
+    libc.mallopt(M_TRIM_THRESHOLD, DEFAULT_BYTES)
+    libc.malloc_trim(0)
     try:
-        mallopt = ctypes.CDLL(None).mallopt  # the C library this process already runs on
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, RETAIN_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, RETAIN_BYTES))
+        yield
+    finally:
+        retain_freed_memory()

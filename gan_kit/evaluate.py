@@ -39,6 +39,15 @@ def metric_problem(spec: Any, metric: Any, data_size: int, data_name: str) -> st
 def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
     """Run ``metric`` on ``run``'s G_ema at the current phase against real images drawn with the
     metric's seed and faded exactly as during training (the same figure as metrics.jsonl)."""
+    from gan_kit.allocator import ordinary_allocation
+
+    # Training's kept blocks (run.retain_cpu_memory) go back to the kernel, and this pass's
+    # tensors, of other shapes, are not kept after it.
+    with ordinary_allocation():
+        return _evaluate(run, metric, num_images)
+
+
+def _evaluate(run, metric, num_images: int | None) -> dict[str, float]:
     import torch
 
     from gan_kit.phase import fade_real

@@ -347,3 +347,31 @@ def test_upsample_conv_is_nearest_upsampling_then_the_convolution():
         (h_fused,) = torch.autograd.grad(g_fused[0].square().sum(), params[0])
         (h_plain,) = torch.autograd.grad(g_plain[0].square().sum(), params[0])
         assert torch.allclose(h_fused, h_plain, rtol=1e-10, atol=1e-10)
+
+
+def test_upsample_conv_keeps_the_plain_path_for_hooks_and_custom_forwards():
+    """A forward hook (feature extraction), the hook-based spectral norm and a Conv2d subclass
+    with its own forward see ``upsample_conv`` exactly as ``conv(upsampled x)``."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 4)
+
+    conv = torch.nn.Conv2d(3, 5, 3, padding=1)
+    seen = []
+    handle = conv.register_forward_hook(lambda m, args, out: seen.append(args[0].shape))
+    pggan.upsample_conv(conv, x)
+    assert seen == [(2, 3, 8, 8)]  # the hook ran, on the upsampled input
+    handle.remove()
+    pggan.upsample_conv(conv, x)
+    assert len(seen) == 1  # no hook left: the fused path
+
+    old_sn = torch.nn.utils.spectral_norm(torch.nn.Conv2d(3, 5, 3, padding=1))
+    out = pggan.upsample_conv(old_sn, x)
+    out.square().sum().backward()
+    assert old_sn.weight_orig.grad is not None  # the pre-hook recomputed the weight from weight_orig
+
+    class Doubled(torch.nn.Conv2d):
+        def forward(self, inp):
+            return 2 * super().forward(inp)
+
+    conv2 = Doubled(3, 5, 3, padding=1)
+    _same(pggan.upsample_conv(conv2, x), conv2(F.interpolate(x, scale_factor=2, mode="nearest")), "subclass")

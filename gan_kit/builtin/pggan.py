@@ -114,11 +114,13 @@ def upsample_conv(conv: nn.Conv2d, x):
     kernel's rows and columns (the official PGGAN code's ``upscale2d_conv2d`` with ``fused_scale``,
     Karras et al. 2018; the same function, so the same math up to float rounding - tested in
     tests/test_speed_equivalence.py). 16 instead of 36 multiply-adds per output pixel and channel
-    pair, and no upsampled tensor. ``conv.weight`` is read through its parametrizations (equalized
-    learning rate, spectral norm). Any other convolution takes the plain path.
+    pair per 2x2 block of output pixels (4 instead of 9 per output pixel), and no upsampled tensor.
+    ``conv.weight`` is read through its parametrizations (equalized learning rate, spectral norm).
+    Any other convolution, a subclass with its own ``forward``, and a conv with forward hooks
+    (feature extraction, the hook-based ``torch.nn.utils.spectral_norm``) take the plain path, so
+    the hooks run as they would in ``conv(x)``.
     """
-    if conv.kernel_size != (3, 3) or conv.padding != (1, 1) or conv.stride != (1, 1) or conv.groups != 1 \
-            or conv.dilation != (1, 1) or conv.padding_mode != "zeros":
+    if not _fusable(conv):
         return conv(F.interpolate(x, scale_factor=2, mode="nearest"))
     # A transposed convolution correlates with the flipped kernel, so flip first (the 2x2 box sum
     # below is symmetric); then sum neighbouring rows and columns of the zero-padded kernel.
@@ -126,6 +128,19 @@ def upsample_conv(conv: nn.Conv2d, x):
     w = w[:, :, 1:] + w[:, :, :-1]
     w = w[:, :, :, 1:] + w[:, :, :, :-1]  # [out, in, 4, 4]
     return F.conv_transpose2d(x, w.transpose(0, 1), conv.bias, stride=2, padding=1)  # weight as [in, out, kh, kw]
+
+
+def _fusable(conv: nn.Conv2d) -> bool:
+    """Whether ``upsample_conv`` may bypass ``conv.forward``: a plain 3x3 / padding 1 convolution
+    whose forward is ``nn.Conv2d``'s (parametrized layers qualify: torch subclasses them without a
+    forward of their own) and that no forward hook, its own or global, would miss."""
+    from torch.nn.modules import module as torch_module
+
+    return (isinstance(conv, nn.Conv2d) and type(conv).forward is nn.Conv2d.forward
+            and conv.kernel_size == (3, 3) and conv.padding == (1, 1) and conv.stride == (1, 1)
+            and conv.dilation == (1, 1) and conv.groups == 1 and conv.padding_mode == "zeros"
+            and not (conv._forward_hooks or conv._forward_pre_hooks
+                     or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks))
 
 
 class _Progressive(Growable, nn.Module):
