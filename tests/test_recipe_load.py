@@ -122,3 +122,18 @@ def test_wgan_gp_clash_gives_the_set_fix(write_recipe, tiny_recipe_text, plugins
     assert "--set 'penalty=[]'" in line and "loss.gp_weight" in line
     r, _ = load_recipe(path, ["loss.name=wgan-gp", "penalty=[]"], plugins=plugins)  # the fix it gives works
     assert r.penalties == ()
+
+
+def test_unknown_compile_backend_is_one_recipe_line(tmp_path, tiny_recipe_text, plugins):
+    """A misspelt torch.compile backend is a recipe error at load (`recipe check` too), not a
+    dynamo exception once training starts; known backends, debugging ones included, load."""
+    path = tmp_path / "r.toml"
+    path.write_text(tiny_recipe_text)
+    for sets in (["run.compile=true", "run.compile_backend=nosuch"], ["run.compile_backend=nosuch"]):
+        with pytest.raises(RecipeError) as e:
+            load_recipe(path, sets, plugins=plugins)
+        (line,) = e.value.problems
+        assert "run.compile_backend" in line and "'nosuch'" in line and "'inductor'" in line, line
+    for backend in ("aot_eager", "eager", "inductor"):
+        recipe, _ = load_recipe(path, ["run.compile=true", f"run.compile_backend={backend}"], plugins=plugins)
+        assert recipe.run.compile_backend == backend

@@ -219,6 +219,14 @@ def _parse_components(raw: dict, registry: Registry, problems: Problems, broken:
 
 def _core_checks(recipe: Recipe, problems: Problems) -> None:
     """Checks across core slots and components."""
+    backend = recipe.run.compile_backend
+    if recipe.run.compile or backend != "inductor":
+        from torch._dynamo import list_backends  # only here: importing dynamo takes a moment
+
+        if backend not in list_backends(exclude_tags=()):  # debugging backends are accepted, not offered
+            problems.add("run.compile_backend",
+                         f"{backend!r} is not a torch.compile backend (use one of "
+                         f"{', '.join(map(repr, list_backends()))})")
     sn = recipe.architecture.slot.spectral_norm
     if sn != "none" and recipe.init.name == "equalized-lr":
         problems.add("architecture.spectral_norm",
