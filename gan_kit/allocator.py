@@ -60,11 +60,12 @@ def retain_freed_memory() -> bool:
 
 @contextlib.contextmanager
 def ordinary_allocation():
-    """Inside the block, glibc's default-size thresholds (128 KiB) again, after handing the free
-    pages training kept back to the kernel (``malloc_trim``); ``retain_freed_memory``'s thresholds
-    return at the end. For a pass whose tensors have other shapes than training's (a metric over
-    many images): kept blocks could not serve them, and the heap would grow by that pass's peak.
-    Does nothing unless ``retain_freed_memory`` took effect."""
+    """Hand the free pages training kept back to the kernel (``malloc_trim``) and use glibc's
+    default thresholds (128 KiB) inside the block; ``retain_freed_memory``'s thresholds return at
+    the end. For a pass whose tensors have other shapes than training's (a metric over many
+    images), which the kept blocks serve badly: with the retaining thresholds the heap grew by
+    about that pass's peak (main job, 2 kimg: peak RSS 1.57 GB, 1.27 GB with this block, 1.29 GB
+    without retaining at all). Does nothing unless ``retain_freed_memory`` took effect."""
     libc = _mallopt() if _retaining else None
     if libc is None:
         yield
