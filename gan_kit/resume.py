@@ -17,6 +17,7 @@ from typing import Any
 
 from gan_kit import checkpoint as ckpt
 from gan_kit.errors import CheckpointError, GankitError
+from gan_kit.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
 
 __all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text"]
@@ -73,13 +74,14 @@ def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: P
     for key in sorted(set(old) | set(new)):
         if key == "run.out_dir" or old.get(key) == new.get(key):
             continue
-        before, after = old.get(key, "(unset)"), new.get(key, "(unset)")
+        # as the recipe spells them (`true`, `"bf16"`), not as Python does (`True`, `'bf16'`)
+        before, after = (toml_value(t[key]) if key in t else "(unset)" for t in (old, new))
         if not mutable(key):
             raise CheckpointError(
-                f"--resume: {checkpoint} was trained with {key} = {before!r}, the recipe now says {after!r}; this "
+                f"--resume: {checkpoint} was trained with {key} = {before}, the recipe now says {after}; this "
                 f"cannot change in a resumed run: resume with the run's own recipe (`gankit run --resume {run_dir}`) "
                 f"or start a new run with --out")
-        changes.append(f"{key}: {before!r} -> {after!r}")
+        changes.append(f"{key}: {before} -> {after}")
     return changes
 
 

@@ -154,12 +154,15 @@ def test_run_directory_safety_and_resume_checks(tiny_recipe, tmp_path, capsys):
         run_for(tiny_recipe, out, 0.016, resume=True)
     with pytest.raises(CheckpointError, match=r"was trained with architecture.latent_dim = 8, the recipe now says 16"):
         run_for(tiny_recipe, out, 0.032, resume=True, overrides=["architecture.latent_dim=16"])
-    with pytest.raises(CheckpointError, match=r"was trained with loss.name = 'hinge', the recipe now says 'bce'; "
+    with pytest.raises(CheckpointError, match=r'was trained with loss.name = "hinge", the recipe now says "bce"; '
                                               r"this cannot change in a resumed run"):
         run_for(tiny_recipe, out, 0.032, resume=True, overrides=["loss.name=bce"])
     run = run_for(tiny_recipe, out, 0.032, resume=True, overrides=["optim.lr=0.0005"])
     assert run.cur_nimg == 32
     assert "note: resuming with a changed recipe: optim.lr: 0.001 -> 0.0005" in capsys.readouterr().err
+    run_for(tiny_recipe, out, 0.048, resume=True, overrides=["run.sample_G=true", "run.on_nonfinite=skip"])
+    err = capsys.readouterr().err  # TOML spelling, not Python's (False -> True, 'stop' -> 'skip')
+    assert "run.sample_G: false -> true" in err and 'run.on_nonfinite: "stop" -> "skip"' in err, err
     recipe, plugins = load_recipe(tiny_recipe, [f"run.out_dir='{out}'", "run.total_kimg=0.016"])
     fresh = Run(recipe, plugins)
     train(fresh, overwrite=True)
