@@ -330,7 +330,8 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
         data = plugins.registry.get("dataset", r.data.name).factory(r.data.options, ctx).build(r.resolution)
         from gan_kit.run import labels_problem
 
-        problems = [f"{path}: {p}" for p in [labels_problem(r, data)] if p]
+        problem = labels_problem(r, data)
+        problems = [f"{path}: {problem}"] if problem else []
         for spec in r.metrics:
             metric = plugins.registry.get("metric", spec.name).factory(spec.options, ctx)
             problem = metric_problem(spec, metric, len(data), r.data.name)

@@ -14,6 +14,7 @@ import attrs
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as torch_module  # the global forward hooks
 
 from gan_kit import Architecture, Growable, hookimpl, option, set_init_gain
 from gan_kit.builtin.conditioning import ClassEmbedding, check_labels, projection, projection_embedding
@@ -134,8 +135,6 @@ def _fusable(conv: nn.Conv2d) -> bool:
     """Whether ``upsample_conv`` may bypass ``conv.forward``: a plain 3x3 / padding 1 convolution
     whose forward is ``nn.Conv2d``'s (parametrized layers qualify: torch subclasses them without a
     forward of their own) and that no forward hook, its own or global, would miss."""
-    from torch.nn.modules import module as torch_module
-
     return (isinstance(conv, nn.Conv2d) and type(conv).forward is nn.Conv2d.forward
             and conv.kernel_size == (3, 3) and conv.padding == (1, 1) and conv.stride == (1, 1)
             and conv.dilation == (1, 1) and conv.groups == 1 and conv.padding_mode == "zeros"
