@@ -39,6 +39,7 @@ from gan_kit.hookspecs import Register  # noqa: E402
 from gan_kit.layers import fan_in, init_gain, set_init_gain, weight_layers  # noqa: E402
 from gan_kit.options import option  # noqa: E402
 from gan_kit.phase import Phase  # noqa: E402
+from gan_kit.randomness import batch_rand, batch_randint, batch_randn  # noqa: E402
 from gan_kit.stash import Stash, StashKey  # noqa: E402
 from gan_kit.step import StepContext  # noqa: E402
 
@@ -88,6 +89,10 @@ __all__ = [
     "fan_in",
     "init_gain",
     "set_init_gain",
+    # per-sample random draws that match across process counts
+    "batch_rand",
+    "batch_randn",
+    "batch_randint",
     # errors
     "GankitError",
     "PluginError",

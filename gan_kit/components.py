@@ -196,9 +196,13 @@ class Augment(ComponentBase):
     gradient penalty) are taken through it, with respect to the un-augmented images.
 
     ``augment(images[N,C,H,W]) -> images`` (same shape and dtype; a fresh random draw per call and
-    per sample, from the global torch RNG so checkpoints make resume exact);
+    per sample, from the global torch RNG so checkpoints make resume exact; per-sample draws
+    through ``gan_kit.batch_rand`` / ``batch_randn`` / ``batch_randint``, so that N processes
+    draw for the global batch and each keeps its slice, as one process would);
     ``feedback(real_logits[N])`` after every D objective (detached logits on the augmented reals);
-    ``end_step(step, batch_size) -> dict`` after every iteration (stats such as ``Augment/p``);
+    ``end_step(step, nimg) -> dict`` after every iteration: ``step`` iterations done, ``nimg`` the
+    real images that iteration showed D (all processes, every critic step counted: the phase's
+    global batch x ``update.d_steps``); returns stats such as ``Augment/p``;
     ``state_dict()`` / ``load_state_dict(state)`` for what must survive a resume.
     """
 
@@ -208,7 +212,7 @@ class Augment(ComponentBase):
     def feedback(self, real_logits: torch.Tensor) -> None:
         return None
 
-    def end_step(self, step: int, batch_size: int) -> dict[str, Any]:
+    def end_step(self, step: int, nimg: int) -> dict[str, Any]:
         return {}
 
     def state_dict(self) -> dict:

@@ -27,6 +27,7 @@ from gan_kit.data import GankitLoader, PhaseBatchSampler, make_loader
 from gan_kit.ema import ema_beta, update_ema
 from gan_kit.errors import GankitError, Interrupted, TrainingError
 from gan_kit.phase import Phase, fade_real
+from gan_kit.randomness import sharded
 from gan_kit.resume import resume_run
 from gan_kit.run import Run, resolve_device
 from gan_kit.rundir import clear_run_dir, preflight, run_dir_problem, write_recipe
@@ -211,9 +212,12 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
     images, labels = batch if isinstance(batch, (tuple, list)) else (batch, None)
     ctx = run.step_context(phase, split_reals(run, phase, images), split_labels(run, labels))
     scale = run.scaler.get_scale() if run.scaler is not None else None
-    raw = _strategy_stats(run, ctx)
-    raw.update(lazy_regularization(run, ctx))
-    raw.update(run.augment.end_step(run.step + 1, phase.batch_size))
+    # Every per-sample draw inside (augmentation, noise maps, mixing latents) is for the global
+    # batch, sliced to this process (gan_kit.randomness).
+    with sharded(run.rank, run.world_size):
+        raw = _strategy_stats(run, ctx)
+        raw.update(lazy_regularization(run, ctx))
+    raw.update(run.augment.end_step(run.step + 1, phase.batch_size * run.strategy.d_steps))
     scaler_skipped = _update_scaler(run, scale)
     if run.world_size > 1:
         from gan_kit.distributed import broadcast_buffers
@@ -227,6 +231,7 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
         from gan_kit.distributed import average_stats
 
         stats = average_stats(stats, run.device)  # a NaN or an interrupt on one process reaches all
+    nimg_before = run.cur_nimg
     run.cur_nimg += phase.batch_size * run.strategy.d_steps
     run.step += 1
     run.d_step += run.strategy.d_steps
@@ -234,8 +239,10 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
     if bad is not None:
         _on_nonfinite(run, phase, bad, stats)
     elif not scaler_skipped:
+        # The ramp-up reads the images shown *before* this iteration (StyleGAN2-ADA's
+        # training_loop: beta = 0 at the first step, so G_ema starts as a copy of G).
         e = run.recipe.ema
-        update_ema(run.G_ema, run.G, ema_beta(e.decay, e.half_life_kimg, e.rampup, phase.batch_size, run.cur_nimg))
+        update_ema(run.G_ema, run.G, ema_beta(e.decay, e.half_life_kimg, e.rampup, phase.batch_size, nimg_before))
     run.hook.step_finished(run=run, stats=stats)
     return stats
 

@@ -140,7 +140,8 @@ def register_augmentations(register: Register) -> None:
 
     An ``gan_kit.Augment`` is called as ``augment(images[N,C,H,W]) -> images`` on every image D
     sees (reals and fakes, every strategy and penalty), gets ``feedback(real_logits)`` after every
-    D objective and ``end_step(step, batch_size) -> stats`` after every iteration.
+    D objective and ``end_step(step, nimg) -> stats`` after every iteration (``nimg``: real images
+    shown that iteration, all processes, every critic step counted).
     Example: ``register("diffaugment", DiffAugment)``.
     """
 

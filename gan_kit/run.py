@@ -27,6 +27,7 @@ from gan_kit.networks import apply_spectral_norm, training_views
 from gan_kit.errors import GankitError, TrainingError
 from gan_kit.phase import Phase
 from gan_kit.plugins import Plugins
+from gan_kit.randomness import batch_randn
 from gan_kit.recipe import ComponentSpec, Recipe, recipe_to_toml
 from gan_kit.stash import Stash
 from gan_kit.step import StepContext
@@ -306,8 +307,7 @@ class Run:
     def latent(self, n: int) -> torch.Tensor:
         """Latents ``z[n, latent_dim]`` for this process: drawn for all processes together and
         sliced ``[rank::world_size]`` (see gan_kit.distributed)."""
-        z = torch.randn(n * self.world_size, self.latent_dim, device=self.device)
-        return z[self.rank::self.world_size] if self.world_size > 1 else z
+        return batch_randn(n, self.latent_dim, device=self.device, rank=self.rank, world_size=self.world_size)
 
     def set_phase(self, phase: Phase) -> None:
         self.phase = phase

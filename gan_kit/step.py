@@ -41,6 +41,7 @@ from torch import nn
 
 from gan_kit.components import DInputs, GInputs, Loss, WeightedPenalty, bind_labels
 from gan_kit.phase import Phase
+from gan_kit.randomness import batch_rand
 
 __all__ = ["StepContext"]
 
@@ -246,8 +247,7 @@ class StepContext:
     def batch_rand(self, n: int, *shape: int, device: torch.device | None = None) -> torch.Tensor:
         """``torch.rand(n, *shape)`` for this process's ``n`` samples: drawn at the global batch
         size and sliced ``[rank::world_size]``, so a run matches across process counts."""
-        x = torch.rand(n * self.world_size, *shape, device=device)
-        return x[self.rank::self.world_size] if self.world_size > 1 else x
+        return batch_rand(n, *shape, device=device, rank=self.rank, world_size=self.world_size)
 
     # ----------------------------------------------------------------------------- objectives --
 

@@ -75,3 +75,48 @@ def test_p_and_the_augmentation_draws_survive_an_exact_resume(tmp_path, augment)
         assert [k for k in a if not torch.equal(a[k], b[k])] == [], name
     sa, sb = straight.augment.state_dict(), resumed.augment.state_dict()
     assert sa.keys() == sb.keys() and all(torch.equal(torch.as_tensor(sa[k]), torch.as_tensor(sb[k])) for k in sa)
+
+
+class CountingAugment(Augment):
+    """Identity; records what the engine tells ``end_step``."""
+
+    calls: list = []
+
+    def __call__(self, images):
+        return images
+
+    def end_step(self, step, nimg):
+        CountingAugment.calls.append((step, nimg))
+        return {}
+
+
+class CountingPlugin:
+    @hookimpl
+    def register_augmentations(self, register):
+        register("counting", CountingAugment)
+
+
+@pytest.mark.parametrize("d_steps", [1, 2])
+def test_end_step_is_told_the_real_images_each_iteration_showed(tmp_path, d_steps):
+    """The engine hands ``end_step`` the real images an iteration shows D, every critic step
+    counted (batch x d_steps), so ADA's p moves per real image as docs/augmentation.md says."""
+    CountingAugment.calls = []
+    run = make_run(tmp_path, plugins=[CountingPlugin()], overrides=[
+        "augment.name=counting", f"update.d_steps={d_steps}", "growth.batch_size=16", "run.total_kimg=0.128"])
+    train(run)
+    assert CountingAugment.calls == [(t, 16 * d_steps) for t in range(1, 8 // d_steps + 1)]
+
+
+@pytest.mark.parametrize("d_steps", [1, 2])
+def test_ada_p_moves_per_real_image_shown_whatever_the_critic_steps(d_steps):
+    """p can go 0 -> 1 in `kimg` thousand real images shown: with r_t above the target on every
+    adjustment, 512 images at kimg = 1 give p = 0.512 with one and with two critic steps per
+    iteration (the ada_speed_d_steps case: 0.256 with two before)."""
+    from gan_kit.builtin.augment import AdaptiveAugment
+
+    ada = AdaptiveAugment(AdaptiveAugment.Options(target=0.0, kimg=1.0, interval=4))
+    for step in range(1, 32 // d_steps + 1):
+        for _ in range(d_steps):
+            ada.feedback(torch.ones(16))  # D calls every real real: r_t = 1 > target
+        ada.end_step(step, 16 * d_steps)
+    assert float(ada.p) == pytest.approx(0.512, abs=1e-6)

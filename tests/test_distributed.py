@@ -235,6 +235,9 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
                               "run.grad_sync='all-reduce'"],
         "assign-ddp": [f"plugins=['{plugin.as_posix()}']", "update.name='assign-grads'"],
         "nan-on-rank-1": [f"plugins=['{nan_plugin.as_posix()}']", "loss.name='nan-on-rank-1'"],
+        # augmentation: every per-sample draw made for the global batch and sliced (gan_kit.randomness)
+        "diffaugment": ["augment={name='diffaugment'}"],
+        "ada": ["augment={name='ada', p_init=0.5, interval=1, kimg=0.5}", "update.d_steps=2"],
         # class-conditional: every strategy with labels (d_steps 2: each D step's own labels)
         **{f"conditional-{u}": ["architecture.conditional=true", f"update.name='{u}'", "update.d_steps=2",
                                 "growth.batch_size=4", "architecture.mbstd_group_size=2"]

@@ -214,3 +214,26 @@ def test_penalties_never_touch_the_fade_state(tiny_recipe):
     for net in (run.G, run.D, run.G_ema):
         assert net.resolution == 8 and net.alpha.item() == pytest.approx(0.37)
         assert net.alpha.grad is None and not net.alpha.requires_grad
+
+
+def test_ema_rampup_reads_the_image_count_before_the_iteration(tmp_path, monkeypatch):
+    """StyleGAN2-ADA's training_loop computes the ramped-up half-life from cur_nimg before the
+    iteration: beta = 0 at the first step (G_ema becomes G exactly), and at iteration t + 1
+    (batch B) beta = 0.5 ** (B / (t * B * rampup))."""
+    import gan_kit.engine as engine_module
+    from gan_kit.testing import make_run, train_steps
+
+    run = make_run(tmp_path, overrides=["ema={half_life_kimg=10, rampup=0.05}", "growth.batch_size=8"])
+    betas, equal_after_first = [], []
+    real_update = engine_module.update_ema
+
+    def recording(G_ema, G, beta):
+        betas.append(beta)
+        real_update(G_ema, G, beta)
+        if len(betas) == 1:
+            equal_after_first.append(all(torch.equal(a, b) for a, b in zip(G.parameters(), G_ema.parameters())))
+
+    monkeypatch.setattr(engine_module, "update_ema", recording)
+    train_steps(run, 3)
+    assert equal_after_first == [True]
+    assert betas == [0.0, pytest.approx(0.5 ** (8 / (8 * 0.05))), pytest.approx(0.5 ** (8 / (16 * 0.05)))]

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import torch
 
-from gan_kit import Augment, hookimpl, option
+from gan_kit import Augment, batch_rand, hookimpl, option
 
 
 class XFlip(Augment):
@@ -33,11 +33,12 @@ class XFlip(Augment):
                           validator=lambda v: None if 0 <= v < 1 else f"must be in [0, 1), got {v} (p = 1 leaks)")
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        # A fresh draw per call and per sample, from the global torch RNG, so resume is exact.
-        flip = torch.rand(images.shape[0], 1, 1, 1, device=images.device) < self.options.p
+        # A fresh draw per call and per sample, from the global torch RNG, so resume is exact;
+        # batch_rand draws for the global batch and slices, so N processes match one.
+        flip = batch_rand(images.shape[0], 1, 1, 1, device=images.device) < self.options.p
         return torch.where(flip, images.flip(-1), images)
 
-    def end_step(self, step: int, batch_size: int) -> dict[str, Any]:
+    def end_step(self, step: int, nimg: int) -> dict[str, Any]:
         # Stats joined to the iteration's stats (ADA reports its adapted p this way).
         return {"Augment/p": self.options.p}
 

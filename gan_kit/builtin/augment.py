@@ -5,7 +5,9 @@ through ``augment(images)``, calls ``augment.feedback(real_logits)`` after every
 ``augment.end_step(step, batch_size)`` after every iteration, and keeps ``state_dict()`` in
 checkpoints. Both methods here are differentiable w.r.t. the images (gradients reach G through
 them) and make a fresh random draw per call and per sample, from the global torch RNG of the
-images' device, so a checkpoint's RNG state makes a resume exact.
+images' device, so a checkpoint's RNG state makes a resume exact. Per-sample draws go through
+``gan_kit.batch_rand`` / ``batch_randn`` / ``batch_randint``: under N processes they are drawn for
+the global batch and sliced, so every sample gets the draw it gets in one process.
 
 Every transform is linear (or affine) in the pixel values for a fixed random draw: gathers,
 masks, ``torch.where`` selections and ``F.grid_sample`` with a fixed grid. None works in place on
@@ -26,7 +28,7 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from gan_kit import Augment, GankitError, hookimpl, option
+from gan_kit import Augment, GankitError, batch_rand, batch_randint, batch_randn, hookimpl, option
 
 __all__ = ["DiffAugment", "AdaptiveAugment", "register_augmentations", "parse_names",
            "DIFFAUGMENT_POLICIES", "ADA_TRANSFORMS"]
@@ -149,19 +151,19 @@ class DiffAugment(Augment):
     def color(images: torch.Tensor) -> torch.Tensor:
         """Brightness, then saturation, then contrast (the authors' order)."""
         n, dev = images.shape[0], images.device
-        images = images + _per_sample(torch.rand(n, device=dev) - 0.5, images)
+        images = images + _per_sample(batch_rand(n, device=dev) - 0.5, images)
         mean_c = images.mean(dim=1, keepdim=True)
-        images = mean_c + (images - mean_c) * _per_sample(torch.rand(n, device=dev) * 2.0, images)
+        images = mean_c + (images - mean_c) * _per_sample(batch_rand(n, device=dev) * 2.0, images)
         mean = images.mean(dim=(1, 2, 3), keepdim=True)
-        return mean + (images - mean) * _per_sample(torch.rand(n, device=dev) + 0.5, images)
+        return mean + (images - mean) * _per_sample(batch_rand(n, device=dev) + 0.5, images)
 
     def translation(self, images: torch.Tensor) -> torch.Tensor:
         """Integer shift by up to ``translation_ratio`` of the side, zero padded."""
         n, _, h, w = images.shape
         my, mx = int(h * self.options.translation_ratio + 0.5), int(w * self.options.translation_ratio + 0.5)
         dev = images.device
-        ty = torch.randint(-my, my + 1, (n, 1), device=dev)
-        tx = torch.randint(-mx, mx + 1, (n, 1), device=dev)
+        ty = batch_randint(-my, my + 1, n, 1, device=dev)
+        tx = batch_randint(-mx, mx + 1, n, 1, device=dev)
         if my == 0 and mx == 0:
             return images
         # Pad with zeros by the largest shift, then read each output pixel from (i - t) in the
@@ -178,8 +180,8 @@ class DiffAugment(Augment):
         dev = images.device
         # Top-left corner in [-floor(s/2), side - ceil(s/2)]: the square's centre pixel is uniform
         # over the image, and a square at the border is clipped.
-        y0 = torch.randint(0, h + 1 - sh % 2, (n, 1, 1), device=dev) - sh // 2
-        x0 = torch.randint(0, w + 1 - sw % 2, (n, 1, 1), device=dev) - sw // 2
+        y0 = batch_randint(0, h + 1 - sh % 2, n, 1, 1, device=dev) - sh // 2
+        x0 = batch_randint(0, w + 1 - sw % 2, n, 1, 1, device=dev) - sw // 2
         ys = torch.arange(h, device=dev).view(1, -1, 1)
         xs = torch.arange(w, device=dev).view(1, 1, -1)
         inside = (ys >= y0) & (ys < y0 + sh) & (xs >= x0) & (xs < x0 + sw)
@@ -188,7 +190,7 @@ class DiffAugment(Augment):
     def feedback(self, real_logits: torch.Tensor) -> None:
         """DiffAugment does not adapt: nothing to accumulate."""
 
-    def end_step(self, step: int, batch_size: int) -> dict[str, float | torch.Tensor]:
+    def end_step(self, step: int, nimg: int) -> dict[str, float | torch.Tensor]:
         return {}
 
     def state_dict(self) -> dict:
@@ -245,8 +247,10 @@ class AdaptiveAugment(Augment):
     p is adjusted from the overfitting heuristic ``r_t = E[sign(D(real))]`` (sec. 3): the engine
     hands D's logits on the augmented reals of every D objective to ``feedback``; every
     ``interval`` iterations ``end_step`` sets
-    ``p <- clamp(p + sign(r_t - target) * batch_size * interval / (kimg * 1000), 0, p_max)`` and
-    resets the accumulators (sec. 3). Under several processes the accumulators are summed over
+    ``p <- clamp(p + sign(r_t - target) * nimg * interval / (kimg * 1000), 0, p_max)``, ``nimg``
+    the real images one iteration shows (global batch x ``update.d_steps``), and resets the
+    accumulators (sec. 3): p moves at most 1 per ``kimg`` thousand real images shown, whatever the
+    number of critic steps per iteration. Under several processes the accumulators are summed over
     all of them first (one all-reduce every ``interval`` iterations), so every process keeps the
     same p. No step of this syncs the host with the device.
 
@@ -308,7 +312,7 @@ class AdaptiveAugment(Augment):
 
     def _applied(self, n: int, device: torch.device) -> torch.Tensor:
         """``[N]`` bool: which samples this transform is applied to (probability p each)."""
-        return torch.rand(n, device=device) < self.p
+        return batch_rand(n, device=device) < self.p
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         n, c, h, w = images.shape
@@ -322,13 +326,13 @@ class AdaptiveAugment(Augment):
         # An enabled transform draws its parameters whether or not it is applied, so the
         # sequence of draws (and a resume's RNG state) does not depend on p.
         if "xflip" in on:
-            flip = self._applied(n, dev) & (torch.rand(n, device=dev) < 0.5)
+            flip = self._applied(n, dev) & (batch_rand(n, device=dev) < 0.5)
             images = torch.where(flip.view(-1, 1, 1, 1), images.flip(3), images)
         if "rotate90" in on:
             if h != w:
                 raise GankitError(f"augment.transforms: 'rotate90' needs square images, got {h}x{w} "
                                   f"(remove rotate90 from augment.transforms)")
-            k = torch.floor(torch.rand(n, device=dev) * 4).long()
+            k = torch.floor(batch_rand(n, device=dev) * 4).long()
             k = torch.where(self._applied(n, dev), k, torch.zeros_like(k))
             turns = torch.stack([torch.rot90(images, i, dims=(2, 3)) for i in range(4)], dim=1)
             images = turns[torch.arange(n, device=dev), k]
@@ -337,15 +341,15 @@ class AdaptiveAugment(Augment):
         if "scale" in on:
             images = self._scale(images)
         if "brightness" in on:
-            b = torch.randn(n, device=dev) * o.brightness_std
+            b = batch_randn(n, device=dev) * o.brightness_std
             b = torch.where(self._applied(n, dev), b, torch.zeros_like(b))
             images = images + _per_sample(b, images)
         if "contrast" in on:
-            cf = torch.exp2(torch.randn(n, device=dev) * o.contrast_std)
+            cf = torch.exp2(batch_randn(n, device=dev) * o.contrast_std)
             cf = torch.where(self._applied(n, dev), cf, torch.ones_like(cf))
             images = images * _per_sample(cf, images)
         if "saturation" in on:
-            s = torch.exp2(torch.randn(n, device=dev) * o.saturation_std)
+            s = torch.exp2(batch_randn(n, device=dev) * o.saturation_std)
             applied = self._applied(n, dev)
             if c > 1:  # one channel has no chroma: mean_c == x, nothing to scale
                 mean_c = images.mean(dim=1, keepdim=True)
@@ -359,7 +363,7 @@ class AdaptiveAugment(Augment):
         n, _, h, w = images.shape
         dev = images.device
         r = self.options.translate_ratio
-        t = (torch.rand(n, 2, device=dev) * 2 - 1) * r
+        t = (batch_rand(n, 2, device=dev) * 2 - 1) * r
         applied = self._applied(n, dev)
         ty = torch.where(applied, torch.round(t[:, 0] * h), torch.zeros(n, device=dev)).long().view(n, 1)
         tx = torch.where(applied, torch.round(t[:, 1] * w), torch.zeros(n, device=dev)).long().view(n, 1)
@@ -374,7 +378,7 @@ class AdaptiveAugment(Augment):
     def _scale(self, images: torch.Tensor) -> torch.Tensor:
         n = images.shape[0]
         dev = images.device
-        s = torch.exp2(torch.randn(n, device=dev) * self.options.scale_std)
+        s = torch.exp2(batch_randn(n, device=dev) * self.options.scale_std)
         applied = self._applied(n, dev)
         s = torch.where(applied, s, torch.ones_like(s))
         # Output pixel at normalised position u shows the input at u / s (content grows by s).
@@ -402,8 +406,9 @@ class AdaptiveAugment(Augment):
         self.sign_sum = self.sign_sum + signs.sum()
         self.sign_count = self.sign_count + signs.numel()
 
-    def end_step(self, step: int, batch_size: int) -> dict[str, float | torch.Tensor]:
-        """After iteration ``step`` (iterations done) of ``batch_size`` global images: every
+    def end_step(self, step: int, nimg: int) -> dict[str, float | torch.Tensor]:
+        """After iteration ``step`` (iterations done), which showed D ``nimg`` real images (all
+        processes, every critic step counted: global batch x ``d_steps``): every
         ``interval`` iterations adjust p (sec. 3) and return ``{"Augment/p", "Augment/rt"}``;
         otherwise ``{"Augment/p"}``. An interval without feedback leaves p unchanged."""
         o = self.options
@@ -414,7 +419,7 @@ class AdaptiveAugment(Augment):
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(totals)
         r_t = totals[0] / totals[1].clamp(min=1.0)
-        step_size = batch_size * o.interval / (o.kimg * 1000.0)
+        step_size = nimg * o.interval / (o.kimg * 1000.0)
         adjust = torch.sign(r_t - o.target) * step_size * (totals[1] > 0).float()
         self.p = (self.p.to(dev) + adjust).clamp(0.0, o.p_max)
         self.sign_sum = torch.zeros((), device=dev)
