@@ -37,6 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 import torch
+from PIL import UnidentifiedImageError
 
 from gan_kit.data import FileImages
 from gan_kit.errors import GankitError
@@ -177,8 +178,11 @@ class ZipImages(FileImages):
 
     def _load(self, j: int) -> torch.Tensor:
         name = self.files[j]
-        return load_image(io.BytesIO(read_member(self.handle(), name)), self.resolution, self.channels,
-                          name=PurePosixPath(name).name)
+        try:
+            return load_image(io.BytesIO(read_member(self.handle(), name)), self.resolution, self.channels,
+                              name=PurePosixPath(name).name)
+        except UnidentifiedImageError:  # Pillow's message would name the in-memory stream object
+            raise OSError("cannot identify image file") from None
 
     def _describe(self, j: int) -> str:
         return f"{self.files[j]} in archive {self.archive}"
@@ -188,6 +192,8 @@ class ZipImages(FileImages):
         try:
             with self.handle().open(self.files[j]) as f, open_image(f, PurePosixPath(self.files[j]).name):
                 pass
+        except UnidentifiedImageError:  # Pillow's message would name the member's stream object
+            raise OSError("cannot identify image file") from None
         except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError) as e:  # Pillow's own errors pass as they are
             raise OSError(reason(e)) from None
 
