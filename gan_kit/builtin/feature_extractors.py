@@ -209,10 +209,12 @@ def get_extractor(name: str, weights: str | None, device: torch.device | str, me
 def to_uint8(images: torch.Tensor) -> torch.Tensor:
     """``[N,C,H,W]`` in [-1, 1] (C = 1 or 3) -> ``uint8 [N,3,H,W]``, quantised as a saved PNG
     would be (``round((x + 1) * 127.5)``); grey images are repeated to RGB."""
-    x = images.detach().float().cpu()
-    if x.shape[1] == 1:
-        x = x.expand(-1, 3, -1, -1)
-    return ((x.clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8).contiguous()
+    n, _, h, w = images.shape
+    out = torch.empty(n, 3, h, w, dtype=torch.uint8)
+    for i in range(0, n, 1024):  # in chunks: a float copy of 10k large images would double the memory
+        x = images[i:i + 1024].detach().float().cpu()
+        out[i:i + 1024] = ((x.clamp(-1, 1) + 1.0) * 127.5).round_().to(torch.uint8).expand(-1, 3, -1, -1)
+    return out
 
 
 def digest(images: torch.Tensor) -> str:

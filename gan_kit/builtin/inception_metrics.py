@@ -186,6 +186,9 @@ class InceptionScore(FeatureMetric):
 
     @attrs.frozen
     class Options(FeatureMetric.Options):
+        feature_extractor: Literal["inception-v3-compat", "stub"] = option(
+            "inception-v3-compat", help="torch-fidelity's InceptionV3; the score reads its 1008 logits "
+                                        "(the unbiased ones, as torch-fidelity)." + _STUB)
         splits: int = option(10, help="The generated images are split into this many parts; the score is their "
                                       "mean (Metrics/is) and standard deviation (Metrics/is/std), as the paper's 10.",
                              min=1, max=2**10)
