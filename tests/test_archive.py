@@ -253,3 +253,16 @@ def test_a_zip_given_to_the_cli_and_other_archives_get_one_line(tmp_path, tiny_r
     assert e.value.problems == [f"{path}: data.path: 'data.tar.gz' (resolved to {tmp_path / 'data.tar.gz'}) is a "
                                 f".tar.gz archive, which image-folder does not read; unpack it to a folder, or pack the "
                                 f"images as a .zip (stylegan2-ada-pytorch's dataset_tool.py --dest=out.zip)"]
+
+
+def test_a_dataset_tool_zip_given_to_a_torchvision_set_points_to_image_folder(tmp_path, tiny_recipe_text, write_recipe):
+    write_set(tmp_path / "cifar10.zip", [0, 1])  # dataset_tool.py --source=cifar-10-python.tar.gz writes such a zip
+    text = tiny_recipe_text.replace('[data]\nname = "digits"\nresolution = 8',
+                                    '[data]\nname = "cifar10"\nresolution = 8\nroot = "cifar10.zip"')
+    path = write_recipe(text, "c.toml")
+    recipe, plugins = load_recipe(path)
+    with pytest.raises(GankitError) as e:
+        Run(recipe, plugins)
+    assert str(e.value) == (f"{path}: data.root: {tmp_path / 'cifar10.zip'} is a zip archive, not a folder; a zip of "
+                            f"images (stylegan2-ada-pytorch's dataset_tool.py layout) is read by name = "
+                            f"\"image-folder\" with path = \"cifar10.zip\"")

@@ -124,7 +124,8 @@ def test_values_equal_torch_fidelity_on_the_same_image_files(tmp_path):
 _WEIGHTS = fx.weights_path("inception-v3-compat")
 
 
-@pytest.mark.skipif(not _WEIGHTS.is_file(), reason=f"the real InceptionV3 weights are not at {_WEIGHTS} (never downloaded)")
+@pytest.mark.skipif(not _WEIGHTS.is_file(),
+                    reason=f"the real InceptionV3 weights are not at {_WEIGHTS} (gankit never downloads them)")
 def test_the_real_inception_gives_what_the_fidelity_command_gives(tmp_path):
     fake, real = image_sets(n=32)
     out = subprocess.run([str(Path(sys.executable).parent / "fidelity"), "--cpu", "--fid", "--kid", "--isc", "--json",

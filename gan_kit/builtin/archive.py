@@ -258,12 +258,14 @@ def parse_labels(raw: bytes, where: str, names: Sequence[str], num_classes: int 
     present = set(names)
     missing = [n for n in table if n not in present]
     if missing:
-        raise GankitError(f"{where} names {missing[0]}, which is not an image of the set ({_plural(len(missing), 'entry', 'entries')}"
-                          f"); add the file or remove its entry")
+        count = _plural(len(missing), "entry", "entries")
+        raise GankitError(f"{where} names {missing[0]}, which is not an image of the set ({count}); add the file or "
+                          f"remove its entry")
     unlabelled = [n for n in names if n not in table]
     if unlabelled:
-        raise GankitError(f"image {unlabelled[0]} has no label in {where} ({_plural(len(unlabelled), 'image', 'images')}); "
-                          f'add ["{unlabelled[0]}", class] entries, or set data.labels = "none" to train without labels')
+        count = _plural(len(unlabelled), "image", "images")
+        raise GankitError(f'image {unlabelled[0]} has no label in {where} ({count}); add ["{unlabelled[0]}", class] '
+                          f'entries, or set data.labels = "none" to train without labels')
     labels = torch.tensor([table[n][0] for n in names], dtype=torch.int64)
     if num_classes is None:
         num_classes = int(labels.max()) + 1 if len(labels) else 0
@@ -280,7 +282,8 @@ def zip_labels(zf: zipfile.ZipFile, archive: Path, names: Sequence[str], require
     except KeyError:
         if required:
             raise GankitError(f'labels = "dataset.json", but {archive} has no {LABELS_FILE} at its top; add one '
-                              f'({{"labels": [["00000/img00000000.png", 6], ...]}}) or set data.labels = "none"') from None
+                              f'({{"labels": [["00000/img00000000.png", 6], ...]}}) or set data.labels = "none"'
+                              ) from None
         return None, 0
     try:
         raw = zf.read(LABELS_FILE)

@@ -317,7 +317,8 @@ class ImageFolder(DatasetFactory):
             raise GankitError(f"{prefix}data.labels: {e}") from None
         lazy = None
         if zf is not None:
-            lazy = archive.ZipImages(path, files, resolution, o.channels, o.on_corrupt, "data.path", labels, num_classes)
+            lazy = archive.ZipImages(path, files, resolution, o.channels, o.on_corrupt, "data.path", labels,
+                                     num_classes)
             lazy._zip, lazy._pid = zf, os.getpid()  # the handle the listing opened serves this process
         ds = _file_set(files, labels, num_classes, resolution, o.channels, o.on_corrupt, o.cache, None,
                        "data.path", path, prefix, lazy=lazy)

@@ -53,7 +53,8 @@ class FeatureMetric(_FromOptions):
         seed: int = option(0, help="Seed of the latents and the real-image choice.",
                            min=0, max=2**32 - 1, max_exclusive=True)
         feature_extractor: Literal["inception-v3-compat", "stub"] = option(
-            "inception-v3-compat", help="torch-fidelity's InceptionV3 (the TF FID network, 2048-d pool3 features)." + _STUB)
+            "inception-v3-compat",
+            help="torch-fidelity's InceptionV3 (the TF FID network, 2048-d pool3 features)." + _STUB)
         weights: str | None = option(None, help=_WEIGHTS_HELP)
         batch_size: int = option(64, help="Images per feature extractor pass.", min=1, max=2**16)
         cache: bool = option(True, help=_CACHE_HELP)
