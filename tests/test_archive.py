@@ -196,6 +196,10 @@ BAD = {
     "zip-bomb": (lambda p: write_set(p, [0], labels="absent", compression=zipfile.ZIP_DEFLATED,
                                      extra={"00000/img00000001.png": bytes(4 * 1024**2)}), "",
                  ["data.path:", f"member {_name(1)} of ", "would expand", "times", "zip bomb"]),
+    # Each member below the 1 MiB floor of the per-member check; together they expand 1000-fold.
+    "zip-bomb-of-small-members": (lambda p: write_set(p, [], labels="absent", compression=zipfile.ZIP_DEFLATED,
+                                                      extra={_name(i): bytes(900_000) for i in range(3)}), "",
+                                  ["data.path:", "the 3 images of ", "would expand", "zip bomb"]),
 }
 
 
