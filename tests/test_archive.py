@@ -270,3 +270,12 @@ def test_a_dataset_tool_zip_given_to_a_torchvision_set_points_to_image_folder(tm
     assert str(e.value) == (f"{path}: data.root: {tmp_path / 'cifar10.zip'} is a zip archive, not a folder; a zip of "
                             f"images (stylegan2-ada-pytorch's dataset_tool.py layout) is read by name = "
                             f"\"image-folder\" with path = \"cifar10.zip\"")
+
+
+def test_a_folder_in_the_layout_names_its_dataset_json_problems_too(tmp_path, tiny_recipe_text, write_recipe):
+    write_set(tmp_path / "data", [0, 1], labels=[[_name(0), 0], [_name(1), 1], [_name(7), 1]])
+    path = write_recipe(zip_recipe(tiny_recipe_text, path="data"), "folder.toml")
+    with pytest.raises(RecipeError) as e:
+        load_recipe(path)
+    assert e.value.problems == [f"{path}: data.labels: {tmp_path / 'data' / 'dataset.json'} names {_name(7)}, which "
+                                f"is not an image of the set (1 such entry); add the file or remove its entry"]

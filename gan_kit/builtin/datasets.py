@@ -111,7 +111,8 @@ def _file_set(files: Sequence[Path], labels: torch.Tensor | None, num_classes: i
     sets of many known files, such as CelebA's 200k, where opening each at start takes minutes).
     ``lazy``: the per-access dataset of all ``files`` when they are not files on disk (a zip
     archive's ``ZipImages``, whose ``files`` are member names)."""
-    lazy = lazy or FileImages(files, resolution, channels, on_corrupt, box_fn, key, labels, num_classes)
+    if lazy is None:
+        lazy = FileImages(files, resolution, channels, on_corrupt, box_fn, key, labels, num_classes)
     per_image = channels * resolution * resolution
     if cache == "auto":
         cache = "memory" if len(files) * per_image <= AUTO_CACHE_BYTES else "none"
@@ -273,14 +274,19 @@ class ImageFolder(DatasetFactory):
         msg = _folder_problem(options.path, path, options.recursive)
         if msg:
             return [("path", msg)]
+        if path.is_dir() and (options.labels == "none" or (options.labels == "auto" and
+                                                           not (path / archive.LABELS_FILE).is_file())):
+            return []  # nothing to check without listing a folder that may hold a million files
         try:
-            cls._list(options, path, check_labels=True)
+            zf = cls._list(options, path)[-1]
         except GankitError as e:
             return [("labels", str(e))]
+        if zf is not None:
+            zf.close()
         return []
 
     @staticmethod
-    def _list(o, path: Path, check_labels: bool = False):
+    def _list(o, path: Path):
         """``(files or member names, labels, num_classes, class names, open archive or None)``.
         Raises GankitError (without the key) for a labels problem."""
         zf = archive.open_zip(path) if path.is_file() else None
@@ -300,9 +306,10 @@ class ImageFolder(DatasetFactory):
             else:
                 labels, k = archive.folder_labels(path, files, required, o.num_classes)
             return files, labels, k, [], zf
-        finally:
-            if check_labels and zf is not None:
+        except GankitError:
+            if zf is not None:
                 zf.close()
+            raise
 
     def build(self, resolution: int):
         o, recipe = self.options, self.context.recipe
@@ -322,7 +329,7 @@ class ImageFolder(DatasetFactory):
             lazy._zip, lazy._pid = zf, os.getpid()  # the handle the listing opened serves this process
         ds = _file_set(files, labels, num_classes, resolution, o.channels, o.on_corrupt, o.cache, None,
                        "data.path", path, prefix, lazy=lazy)
-        if lazy is not None and ds is not lazy and not isinstance(ds, archive.ZipImages):
+        if lazy is not None and not isinstance(ds, archive.ZipImages):
             lazy.close()  # decoded into memory: the archive is not read again
         ds.classes = classes  # class names in label order ([] when unlabelled or numbered by dataset.json)
         return mirrored(ds, o.xflip)
