@@ -24,8 +24,9 @@ statistics the same way):
   fed to it. So they are computed once per data set, resolution (and fade-in alpha), image count
   and seed, and never served stale for a data set that changed on disk (stylegan2-ada-pytorch
   keys them by the data set's options instead);
-- the features of the last generated sets are kept too, so fid, kid and precision-recall with one
-  ``num_images`` and ``seed`` at one tick share one pass over G_ema's images.
+- the features of the last generated sets are kept too, so the metrics of one tick on one
+  extractor (fid, kid, is, and precision-recall on ``inception-v3-compat``) with one
+  ``num_images`` and ``seed`` share one pass over G_ema's images.
 """
 
 from __future__ import annotations
