@@ -366,3 +366,40 @@ def test_a_recipe_with_the_old_transforms_key_is_refused_at_load(tmp_path):
     assert "augment.transforms: applies to pipeline = \"gankit-subset\" only" in str(e.value)
     assert "\n" not in str(e.value)
     load_recipe(path, ["augment={name='ada', pipeline='gankit-subset', transforms='xflip'}"])
+
+
+
+def test_two_processes_augment_the_global_batch_as_one_process_does(monkeypatch):
+    """Under two processes (simulated here in one: torch.distributed's all-reduce replaced by the
+    max over the two processes' values) each process draws for the global batch and keeps its
+    slice (gan_kit.batch_rand), and pads by the global batch's margin. With strong shrinking
+    (scale_std 1) the two halves alone need different margins, and would then differ by ~6e-5."""
+    from gan_kit.randomness import sharded
+
+    aug = AdaptiveAugment(AdaptiveAugment.Options(p_init=1.0, scale_std=1.0))
+    x = images(16, 3, 32, 32, seed=8, dtype=torch.float32)
+    local: dict[int, torch.Tensor] = {}
+
+    def process(rank, final):
+        def all_reduce(values, op=None):
+            assert op == torch.distributed.ReduceOp.MAX
+            if final:
+                values.copy_(torch.maximum(local[0], local[1]))
+            else:
+                local[rank] = values.clone()
+
+        monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
+        monkeypatch.setattr(torch.distributed, "all_reduce", all_reduce)
+        torch.manual_seed(2)
+        with sharded(rank, 2):
+            return aug(x[rank::2])
+
+    process(0, final=False), process(1, final=False)  # what each process needs alone
+    two = torch.empty_like(x)
+    two[0::2], two[1::2] = process(0, final=True), process(1, final=True)
+    monkeypatch.undo()
+    torch.manual_seed(2)
+    one = aug(x)
+    assert not torch.equal(local[0], local[1])
+    torch.testing.assert_close(two, one, rtol=0, atol=1e-6)

@@ -135,8 +135,8 @@ def downsample2x(x: torch.Tensor, taps: torch.Tensor, crop: int) -> torch.Tensor
 
 
 def _global_max(values: torch.Tensor) -> torch.Tensor:
-    """The element-wise max over all processes (every process pads the same): the padding of the
-    global batch, so N processes resample as one does."""
+    """The element-wise max over all processes: the padding the global batch needs, so that N
+    processes pad, and therefore resample, as one process does."""
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         values = values.clone()
@@ -234,8 +234,11 @@ class OfficialPipeline:
         n, c, h, w = images.shape
         dev, dtype = images.device, G_inv.dtype
         one = torch.ones(1, device=dev, dtype=dtype)
-        # Reflect padding wide enough for the corners of every sample's output (plus the
-        # filters' support), at most one image side: the same for the whole global batch.
+        # Reflect padding wide enough for the corners of every sample's output plus the filters'
+        # support (at most one image side), the max over the batch as the reference does. A
+        # strongly shrunk sample reads near the pad's edge, where the upsampling's zeros reach, so
+        # its pixels depend on the batch's margin (by up to ~1e-4): the margin is that of the
+        # global batch (one all-reduce of 4 numbers when training under several processes).
         cx, cy = (w - 1) / 2, (h - 1) / 2
         corners = torch.tensor([[-cx, -cy, 1], [cx, -cy, 1], [cx, cy, 1], [-cx, cy, 1]], device=dev, dtype=dtype)
         xy = (G_inv @ corners.t())[:, :2, :].permute(1, 0, 2).flatten(1)  # [xy, N * corner]
