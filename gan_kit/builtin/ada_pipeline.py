@@ -101,25 +101,36 @@ def _const(matrix: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------- filters --
 
 
-def _fir(x: torch.Tensor, taps: torch.Tensor, stride: int = 1) -> torch.Tensor:
-    """Separable correlation of every channel of ``x [N, C, H, W]`` with ``taps`` (along x, then
-    along y), keeping every ``stride``-th output; no padding ("valid")."""
+def _depthwise(x: torch.Tensor, kernel: torch.Tensor, dim: int, stride: int = 1) -> torch.Tensor:
+    """Correlate every channel of ``x [N, C, H, W]`` with each of the ``K`` rows of ``kernel
+    [K, taps]`` along ``dim`` (2: y, 3: x), keeping every ``stride``-th output, no padding:
+    ``[N * C, K, H', W']``. Depthwise on purpose: CPU backends run a one-channel filter over a
+    large batch tens of times slower than the same filter as a grouped convolution."""
     n, c, h, w = x.shape
-    k = taps.to(x.dtype)
-    y = F.conv2d(x.reshape(n * c, 1, h, w), k.view(1, 1, 1, -1), stride=(1, stride))
-    y = F.conv2d(y, k.view(1, 1, -1, 1), stride=(stride, 1))
-    return y.reshape(n, c, y.shape[2], y.shape[3])
+    x = x.reshape(1, n * c, h, w)
+    out = []
+    for row in kernel.to(x.dtype):  # one convolution per row: a channel multiplier is slow too
+        k = (row.view(1, 1, 1, -1) if dim == 3 else row.view(1, 1, -1, 1)).expand(n * c, -1, -1, -1)
+        out.append(F.conv2d(x, k.contiguous(), stride=(1, stride) if dim == 3 else (stride, 1), groups=n * c)[0])
+    return torch.stack(out, dim=1)
 
 
 def upsample2x(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
-    """``[N, C, H, W] -> [N, C, 2H, 2W]``: insert a zero after every pixel, pad ``(f+1)//2`` zeros
-    before and ``(f-2)//2`` after, and convolve with ``2 * taps`` per axis (the DC gain of 4 the
-    zeros took away); ``taps`` sums to 1. stylegan2-ada-pytorch's ``upsample2d(x, f, up=2)``."""
-    n, c, h, w = x.shape
+    """``[N, C, H, W] -> [N, C, 2H, 2W]``: stylegan2-ada-pytorch's ``upsample2d(x, f, up=2)`` for
+    ``taps`` of a length divisible by 4 summing to 1: per axis, insert a zero after every pixel,
+    pad ``f/2`` zeros before and ``f/2 - 1`` after, convolve with ``2 * taps`` (the gain the zeros
+    took away). Computed polyphase (the same sums without the zeros): output pixel ``2q`` is
+    ``sum_l g[2l] x[q + l - f/4]``, ``2q + 1`` is ``sum_l g[2l + 1] x[q + l + 1 - f/4]``, ``g`` the
+    flipped taps times 2."""
     f = taps.shape[0]
-    z = F.pad(x.reshape(n, c, h, 1, w, 1), [0, 1, 0, 0, 0, 1]).reshape(n, c, 2 * h, 2 * w)
-    z = F.pad(z, [(f + 1) // 2, (f - 2) // 2] * 2)
-    return _fir(z, taps.flip(0) * 2)  # a convolution is a correlation with the flipped filter
+    g = taps.flip(0) * 2  # a convolution is a correlation with the flipped filter
+    zero = g.new_zeros(1)
+    phases = torch.stack([torch.cat([g[0::2], zero]), torch.cat([zero, g[1::2]])])  # [2, f/2 + 1]
+    n, c, h, w = x.shape
+    y = _depthwise(F.pad(x, [f // 4, f // 4, 0, 0]), phases, dim=3)  # [NC, 2, H, W]
+    y = y.permute(0, 2, 3, 1).reshape(n, c, h, 2 * w)
+    y = _depthwise(F.pad(y, [0, 0, f // 4, f // 4]), phases, dim=2)  # [NC, 2, H, 2W]
+    return y.permute(0, 2, 1, 3).reshape(n, c, 2 * h, 2 * w)
 
 
 def downsample2x(x: torch.Tensor, taps: torch.Tensor, crop: int) -> torch.Tensor:
@@ -130,8 +141,10 @@ def downsample2x(x: torch.Tensor, taps: torch.Tensor, crop: int) -> torch.Tensor
     f = taps.shape[0]
     lo, hi = crop - (f - 1) // 2, crop - (f - 2) // 2
     h, w = x.shape[2], x.shape[3]
+    n, c = x.shape[:2]
     x = x[:, :, lo:h - hi, lo:w - hi]
-    return _fir(x, taps, stride=2)
+    x = _depthwise(x, taps[None], dim=3, stride=2).reshape(n, c, x.shape[2], -1)
+    return _depthwise(x, taps[None], dim=2, stride=2).reshape(n, c, -1, x.shape[3])
 
 
 def _global_max(values: torch.Tensor) -> torch.Tensor:
@@ -231,7 +244,7 @@ class OfficialPipeline:
     def resample(self, images: torch.Tensor, G_inv: torch.Tensor, touched: torch.Tensor) -> torch.Tensor:
         """Execute ``G_inv [N,3,3]`` on ``images`` with one anti-aliased resampling (module
         docstring); samples not ``touched`` are returned as they are."""
-        n, c, h, w = images.shape
+        _, c, h, w = images.shape
         dev, dtype = images.device, G_inv.dtype
         one = torch.ones(1, device=dev, dtype=dtype)
         # Reflect padding wide enough for the corners of every sample's output plus the filters'
@@ -246,10 +259,13 @@ class OfficialPipeline:
         margin = margin + torch.tensor([2 * HZ_PAD - cx, 2 * HZ_PAD - cy] * 2, device=dev, dtype=dtype)
         margin = margin.clamp(min=0).minimum(torch.tensor([w - 1, h - 1] * 2, device=dev, dtype=dtype))
         mx0, my0, mx1, my1 = (int(v) for v in _global_max(margin).ceil().tolist())
-        if not bool(touched.any()):
+        # Only the touched samples are resampled (the others are returned as they are): the
+        # padded, upsampled images are up to 36 times larger than the input.
+        picked = touched.nonzero().squeeze(1)
+        if picked.numel() == 0:
             return images
-        x = F.pad(images.to(dtype), [mx0, mx1, my0, my1], mode="reflect")
-        G = _const(_translate((mx0 - mx1) / 2, (my0 - my1) / 2, one)) @ G_inv
+        x = F.pad(images.index_select(0, picked).to(dtype), [mx0, mx1, my0, my1], mode="reflect")
+        G = _const(_translate((mx0 - mx1) / 2, (my0 - my1) / 2, one)) @ G_inv.index_select(0, picked)
         taps = torch.tensor(SYM6, device=dev, dtype=torch.float64)
         taps = (taps / taps.sum()).to(dtype)
         x = upsample2x(x, taps)
@@ -260,10 +276,10 @@ class OfficialPipeline:
         out_h, out_w = (h + 2 * HZ_PAD) * 2, (w + 2 * HZ_PAD) * 2
         G = (_const(_scale(2 / x.shape[3], 2 / x.shape[2], one)) @ G
              @ _const(_scale(out_w / 2, out_h / 2, one)))
-        grid = F.affine_grid(G[:, :2, :], [n, c, out_h, out_w], align_corners=False)
+        grid = F.affine_grid(G[:, :2, :], [picked.numel(), c, out_h, out_w], align_corners=False)
         y = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
         y = downsample2x(y, taps, crop=2 * HZ_PAD).to(images.dtype)
-        return torch.where(touched.view(-1, 1, 1, 1), y, images)
+        return images.index_copy(0, picked, y)
 
     # ---- colour ops: C @ (r, g, b, 1)
 
