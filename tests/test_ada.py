@@ -312,6 +312,8 @@ def test_bgc_passes_gradcheck(c):
         return aug(t)
 
     assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-6)
+    if c == 1:  # R1 and the gradient penalty differentiate through it twice
+        assert torch.autograd.gradgradcheck(f, (x,), eps=1e-6, atol=1e-6)
 
 
 def test_p_zero_is_the_identity_and_half_precision_and_autocast_work():

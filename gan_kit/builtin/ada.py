@@ -47,7 +47,9 @@ def _at_least(low: float):
 
 
 class AdaptiveAugment(Augment):
-    """ADA: Karras et al. 2020, "Training Generative Adversarial Networks with Limited Data"
+    """ADA, adaptive discriminator augmentation, with stylegan2-ada-pytorch's pipelines ('bgc').
+
+    Karras et al. 2020, "Training Generative Adversarial Networks with Limited Data"
     (arXiv:2006.06676), sec. 2.3-3 and appendix B, as stylegan2-ada-pytorch runs it.
 
     ``augment(images[N,C,H,W]) -> [N,C,H,W]`` (same dtype, images in [-1, 1]) runs ``pipeline``
