@@ -356,6 +356,9 @@ def test_old_ada_recipes_keep_their_meaning_or_get_one_line():
     with pytest.raises(GankitError, match=r"^augment\.pipeline: unknown pipeline 'bgcc' \(did you mean 'bgc'\?\); "
                                           r"available: blit, geom, color, bg, bgc, gankit-subset$"):
         AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcc"))
+    with pytest.raises(GankitError, match=r"^augment\.pipeline: stylegan2-ada-pytorch's pipeline 'bgcf' needs its "
+                                          r"filter, noise or cutout ops, which gankit does not implement; available"):
+        AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcf"))
 
 
 def test_a_recipe_with_the_old_transforms_key_is_refused_at_load(tmp_path):

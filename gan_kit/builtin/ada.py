@@ -34,9 +34,16 @@ _RANGE_OF = {"translate_ratio": "xint", "scale_std": "scale", "rotate_max": "rot
 _NOT_IN_SUBSET = ("rotate_max", "aniso_std", "xfrac_std", "hue_max")
 
 
+#: stylegan2-ada-pytorch presets that need its filtering, noise or cutout groups.
+_NOT_IMPLEMENTED = ("filter", "noise", "cutout", "bgcf", "bgcfn", "bgcfnc")
+
+
 def _pipeline_problem(value: str) -> str | None:
     if value in PIPELINES:
         return None
+    if value in _NOT_IMPLEMENTED:
+        return (f"stylegan2-ada-pytorch's pipeline {value!r} needs its filter, noise or cutout ops, which gankit "
+                f"does not implement; available: {', '.join(PIPELINES)}")
     close = difflib.get_close_matches(value, PIPELINES, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown pipeline {value!r}{hint}; available: {', '.join(PIPELINES)}"

@@ -5,7 +5,9 @@ Karras, Aittala, Hellsten, Laine, Lehtinen, Aila 2020, "Training Generative Adve
 with Limited Data" (arXiv:2006.06676), appendix B, with the probabilities, ranges and execution of
 the authors' public stylegan2-ada-pytorch (``training/augment.py``, ``AugmentPipe``; the presets
 are ``train.py``'s ``augpipe_specs``). Their custom CUDA ops are replaced by plain PyTorch ones
-with the same math: ``upfirdn2d`` is a zero-insertion, a zero pad and a separable convolution.
+with the same math: ``upfirdn2d`` is a zero-insertion, a zero pad and a separable convolution
+(computed here as depthwise convolutions, the upsampling polyphase), ``grid_sample_gradfix`` is
+``F.grid_sample``.
 
 Every op is applied to each sample independently with probability ``p`` (fresh draws per call and
 per sample, in the reference's order, from ``gan_kit.batch_rand`` / ``batch_randn``):
@@ -28,9 +30,10 @@ per sample, in the reference's order, from ``gan_kit.batch_rand`` / ``batch_rand
   need three channels: grey images (C = 1) skip them (no draws), and the other ops act on grey
   through the mean of C's three colour rows, as the reference does.
 
-One deliberate difference: a sample no geometric (colour) op touched is passed through bit-exact,
-where the reference resamples it with the identity matrix (the identity up to float rounding, and
-up to small edge effects on images smaller than the filter, e.g. 4x4).
+Two deliberate differences: a sample no geometric (colour) op touched is passed through
+bit-exact, where the reference resamples it with the identity matrix (which reproduces it to
+float rounding, 4e-12 in float64); and under several processes the padding margin is the global
+batch's (the reference pads per GPU), so that N processes augment as one does.
 """
 
 from __future__ import annotations
@@ -195,9 +198,9 @@ class OfficialPipeline:
 
     def geometric_matrix(self, shape: torch.Size, dev: torch.device, dtype: torch.dtype,
                          p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(G_inv [N,3,3], touched [N] bool)`` for images of ``shape [N,C,H,W]``: the draws of every enabled geometric op, in the
-        reference's order (each op draws whether or not it is applied, so the RNG use does not
-        depend on p), composed as ``G_inv = G_inv @ op_inv``."""
+        """``(G_inv [N,3,3], touched [N] bool)`` for images of ``shape [N,C,H,W]``: the draws of
+        every enabled geometric op in the reference's order (each op draws whether or not it is
+        applied, so the RNG use does not depend on p), composed as ``G_inv = G_inv @ op_inv``."""
         o, on = self.o, self.ops
         n, _, height, width = shape
         uniform = lambda *shape: batch_rand(n, *shape, device=dev).to(dtype)  # noqa: E731

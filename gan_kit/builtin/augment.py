@@ -6,9 +6,10 @@ through ``augment(images)``, calls ``augment.feedback(real_logits)`` after every
 ``augment.end_step(step, batch_size)`` after every iteration, and keeps ``state_dict()`` in
 checkpoints. Both methods (DiffAugment here, ADA in ``ada.py``) are differentiable w.r.t. the
 images (gradients reach G through them) and make a fresh random draw per call and per sample,
-from the global torch RNG of the images' device, so a checkpoint's RNG state makes a resume exact. Per-sample draws go through
-``gan_kit.batch_rand`` / ``batch_randn`` / ``batch_randint``: under N processes they are drawn for
-the global batch and sliced, so every sample gets the draw it gets in one process.
+from the global torch RNG of the images' device, so a checkpoint's RNG state makes a resume
+exact. Per-sample draws go through ``gan_kit.batch_rand`` / ``batch_randn`` / ``batch_randint``:
+under N processes they are drawn for the global batch and sliced, so every sample gets the draw
+it gets in one process.
 
 Every transform is linear (or affine) in the pixel values for a fixed random draw: gathers,
 masks, ``torch.where`` selections and ``F.grid_sample`` with a fixed grid. None works in place on
