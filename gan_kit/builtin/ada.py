@@ -32,8 +32,6 @@ _RANGE_OF = {"translate_ratio": "xint", "scale_std": "scale", "rotate_max": "rot
              "xfrac_std": "xfrac", "brightness_std": "brightness", "contrast_std": "contrast", "hue_max": "hue",
              "saturation_std": "saturation"}
 _NOT_IN_SUBSET = ("rotate_max", "aniso_std", "xfrac_std", "hue_max")
-
-
 #: stylegan2-ada-pytorch presets that need its filtering, noise or cutout groups.
 _NOT_IMPLEMENTED = ("filter", "noise", "cutout", "bgcf", "bgcfn", "bgcfnc")
 
