@@ -139,14 +139,17 @@ class Sweep:
         if self.s.sampler != "grid":  # a larger --seeds adds seeds to the configurations sampled so far
             for config, params in _sampled_configs(self.study).items():
                 st.ensure_seeds(self.study, params, config, self.s.seeds, self.s.folder)
-        if self.s.retry_failed:
-            again = []
-            for name, ts in st.names(self.study).items():
-                if all(t.state.name == "FAIL" for t in ts) and ts[-1].user_attrs.get(st.STATE) != "duplicate":
-                    st.retry(self.study, ts[-1])
-                    again.append(name)
-            if again:
-                self.echo(f"--retry-failed: queued again {', '.join(sorted(again))}")
+        # A trial left failed without its copy in the queue (its process died between the two)
+        # continues too; a trial that failed on its own runs again with --retry-failed.
+        again = []
+        for name, ts in st.names(self.study).items():
+            last = ts[-1].user_attrs.get(st.STATE)
+            if all(t.state.name == "FAIL" for t in ts) and (last in st.CONTINUED or
+                                                             (self.s.retry_failed and last != "duplicate")):
+                st.retry(self.study, ts[-1])
+                again.append(name)
+        if again:
+            self.echo(f"queued again: {', '.join(sorted(again))}")
 
     def _loop(self) -> None:
         next_check = time.monotonic() + STALE_CHECK_S
@@ -301,12 +304,13 @@ class Sweep:
                            value=values[-1][1] if values else None, **timing)
             self.done += 1
         elif self.signal is not None and rc in (130, 143, -signal.SIGTERM, -signal.SIGINT):
+            a.trial.set_user_attr(st.STATE, "interrupted")
             self.study.tell(a.trial, state=TrialState.FAIL, skip_if_finished=True)
-            st._storage(self.study).set_trial_user_attr(a.trial._trial_id, st.STATE, "interrupted")
             st.retry(self.study, st._storage(self.study).get_trial(a.trial._trial_id))
             tr.write_state(a.run_dir, state="interrupted", **timing)
-            self.echo(f"{a.name}: stopped at kimg {last.get('Progress/kimg', 0):g}; queued to continue from its "
-                      f"checkpoint")
+            kimg = _checkpoint_progress(a.run_dir / "checkpoints" / "latest.pt")[0]
+            where = f"its checkpoint at kimg {kimg:g}" if kimg is not None else "the start (no checkpoint yet)"
+            self.echo(f"{a.name}: stopped; queued to continue from {where}")
         else:
             reason = (f"the run finished without {key} in metrics.jsonl (did the metric fail? see sweep.log)"
                       if rc == 0 else tr.last_log_line(a.run_dir) or f"exit code {rc}")

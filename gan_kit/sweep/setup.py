@@ -52,7 +52,10 @@ def _sampler(kind: str, spaces) -> Any:
     import optuna
 
     if kind == "grid":
-        return optuna.samplers.GridSampler({sp.key: sp.grid() for sp in spaces})
+        # The grid is Optuna's trial queue: every (configuration x seed) enqueued once, and the
+        # sampler is never asked. GridSampler visits each point once (no seeds), and its own
+        # bookkeeping stops the study at the end of a grid, which ask-and-tell has no loop for.
+        return optuna.samplers.RandomSampler(seed=0)
     if kind == "random":
         return optuna.samplers.RandomSampler()
     with st._quiet():  # constant_liar: parallel workers do not all pick the same promising point

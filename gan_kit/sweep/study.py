@@ -170,12 +170,14 @@ def ensure_seeds(study: Any, params: dict, config: int, seeds: int, folder: Path
 
 
 def pop_waiting(storage: Any, study_id: int) -> int | None:
-    """Take the oldest WAITING trial: set it RUNNING through the storage, which refuses a trial
-    another process took first (``Study.ask``'s own pop). Returns its trial id, or None."""
+    """Take a WAITING trial - one queued again to continue first, else the oldest - by setting it
+    RUNNING through the storage, which refuses a trial another process took first (``Study.ask``'s
+    own pop). Returns its trial id, or None."""
     import optuna
     from optuna.trial import TrialState
 
-    for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.WAITING,)):
+    waiting = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.WAITING,))
+    for t in sorted(waiting, key=lambda t: ("failed_trial" not in t.system_attrs, t.number)):
         try:
             if storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
                 return t._trial_id
@@ -269,6 +271,8 @@ def retry(study: Any, frozen: Any) -> None:
 
 
 STATE = "gankit:state"
+#: Why a trial failed when it is to continue (its copy queued), not to be given up.
+CONTINUED = ("worker died", "interrupted")
 #: A trial taken from the queue is claimed within moments; one unclaimed this long lost its worker.
 CLAIM_S = 60
 
@@ -301,11 +305,11 @@ def recover_stale(study: Any, mine: set[int]) -> list[str]:
         if t.number in mine or _alive(t, now, native):
             continue
         try:
+            storage.set_trial_user_attr(t._trial_id, STATE, "worker died")  # a finished trial takes no attributes
             if not storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another process recovered it first
         retry(study, storage.get_trial(t._trial_id))
-        storage.set_trial_user_attr(t._trial_id, STATE, "worker died")
         recovered.append(t.user_attrs.get(NAME, f"#{t.number}"))
     return recovered
