@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -149,7 +148,7 @@ def test_dry_run_lists_the_grid_and_the_trial_command(tmp_path, monkeypatch):
                                       "--param", "update.d_steps=int(1, 2)", "--seeds", "3", "--budget-minutes", "2",
                                       "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert "4 configurations x 3 seed(s) = 12 trials (grid)" in result.output
+    assert "4 configurations x 3 seeds = 12 trials (grid)" in result.output
     assert "c003: update.name=g-then-d, update.d_steps=2" in result.output
     assert "--set run.max_minutes=2.0" in result.output and "--set run.seed=0" in result.output
     assert not (tmp_path / "runs").exists()
@@ -315,3 +314,32 @@ def test_kill_9_then_the_same_command_resumes_and_a_pruner_stops_a_worse_trial(t
     third = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
     assert third.returncode == 0 and "started" not in third.stdout and "resuming" not in third.stdout
     assert "1 complete, 1 pruned" in third.stdout
+
+
+# ------------------------------------------------------------------- run.max_minutes --
+
+
+def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path):
+    from gan_kit import checkpoint as ckpt
+    from gan_kit.engine import Run, train
+    from gan_kit.errors import GankitError
+    from gan_kit.recipe import load_recipe
+    from gan_kit.testing import write_tiny_recipe
+
+    path = write_tiny_recipe(tmp_path)
+    recipe, plugins = load_recipe(path, ["run.total_kimg=50", "run.max_minutes=0.00001"])  # 0.6 ms
+    run = Run(recipe, plugins)
+    stats = train(run)
+    assert stats["Progress/final"] is True and run.step == 1  # the first step spends the budget
+    rows = tr.read_rows(tmp_path / "run")
+    assert rows[-1]["Progress/final"] and rows[-1]["Timing/train_s"] == run.train_seconds >= 0.0006
+    assert (tmp_path / "run" / "samples" / "final.png").is_file()
+    state = ckpt.load(tmp_path / "run" / "checkpoints" / "latest.pt")
+    assert state["train_seconds"] == run.train_seconds and state["cur_nimg"] == 8
+    again = Run(recipe, plugins)
+    with pytest.raises(GankitError, match=r"--resume: the run has trained .* minutes >= run.max_minutes = 1e-05"):
+        train(again, resume=True)
+    more, plugins = load_recipe(path, ["run.total_kimg=50", f"run.max_minutes={run.train_seconds / 60 + 1e-5}"])
+    longer = Run(more, plugins)
+    train(longer, resume=True)
+    assert longer.step == 2 and longer.train_seconds > run.train_seconds  # one more step, time summed

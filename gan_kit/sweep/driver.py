@@ -94,13 +94,6 @@ class Sweep:
         self.done = 0
         self.devices = _devices()
 
-    # ------------------------------------------------------------------------------ output --
-
-    @staticmethod
-    def echo(msg: str) -> None:
-        click.echo(msg)
-        sys.stdout.flush()
-
     # -------------------------------------------------------------------------------- loop --
 
     def run(self) -> int:
@@ -122,7 +115,7 @@ class Sweep:
     def _on_signal(self, signum, frame) -> None:
         if self.signal is None:
             self.signal = signum
-            self.echo(f"{signal.Signals(signum).name}: stopping {len(self.active)} running trial(s) at their next "
+            _echo(f"{signal.Signals(signum).name}: stopping {len(self.active)} running trial(s) at their next "
                       f"step (each writes a checkpoint); Ctrl-C again stops them at once")
         elif signum == signal.SIGINT:
             self._forward(signal.SIGINT)
@@ -135,21 +128,13 @@ class Sweep:
     def _prepare(self) -> None:
         recovered = st.recover_stale(self.study, set())
         if recovered:
-            self.echo(f"queued again (their sweep process is gone): {', '.join(recovered)}")
+            _echo(f"queued again (their sweep process is gone): {', '.join(recovered)}")
         if self.s.sampler != "grid":  # a larger --seeds adds seeds to the configurations sampled so far
             for config, params in _sampled_configs(self.study).items():
                 st.ensure_seeds(self.study, params, config, self.s.seeds, self.s.folder)
-        # A trial left failed without its copy in the queue (its process died between the two)
-        # continues too; a trial that failed on its own runs again with --retry-failed.
-        again = []
-        for name, ts in st.names(self.study).items():
-            last = ts[-1].user_attrs.get(st.STATE)
-            if all(t.state.name == "FAIL" for t in ts) and (last in st.CONTINUED or
-                                                             (self.s.retry_failed and last != "duplicate")):
-                st.retry(self.study, ts[-1])
-                again.append(name)
+        again = st.requeue_failed(self.study, self.s.retry_failed)
         if again:
-            self.echo(f"queued again: {', '.join(sorted(again))}")
+            _echo(f"queued again: {', '.join(sorted(again))}")
 
     def _loop(self) -> None:
         next_check = time.monotonic() + STALE_CHECK_S
@@ -160,7 +145,7 @@ class Sweep:
             if time.monotonic() >= next_check:
                 recovered = st.recover_stale(self.study, {a.trial.number for a in self.active})
                 if recovered:
-                    self.echo(f"queued again (their sweep process is gone): {', '.join(recovered)}")
+                    _echo(f"queued again (their sweep process is gone): {', '.join(recovered)}")
                 next_check = time.monotonic() + STALE_CHECK_S
             while self.signal is None and len(self.active) < self.s.jobs and self._start_next():
                 pass
@@ -208,18 +193,14 @@ class Sweep:
             self._tell_fail(a, f"{a.run_dir} holds a trial of another study ({old.get('study')}, {old.get('params')})")
             raise GankitError(f"{a.run_dir}: holds a run of study {old.get('study')!r} with other parameters; give "
                               f"this study its own folder with --out (or another --study name)")
-        pid = old.get("child_pid")
-        if pid and old.get("host") == socket.gethostname() and pid != os.getpid():
-            if not tr.wait_gone(int(pid), 120):  # the previous attempt's child, still writing its checkpoint
-                os.kill(int(pid), signal.SIGKILL)
-                tr.wait_gone(int(pid), 10)
+        tr.wait_previous_child(old)
         label = config_label(a.params)
         record = dict(study=self.s.study_name, trial=a.name, number=a.trial.number, params=a.params, seed=a.seed,
                       metric=self.s.objective.key, higher_is_better=self.s.objective.higher_is_better,
                       host=socket.gethostname(), sweep_pid=os.getpid(), state="running")
         if tr.run_finished(a.run_dir):  # trained to its end before the sweep that ran it died
             tr.write_state(a.run_dir, **record)
-            self.echo(f"{a.name}: already trained to its end in {a.run_dir}")
+            _echo(f"{a.name}: already trained to its end in {a.run_dir}")
             a.tail = tr.MetricsTail(a.run_dir / "metrics.jsonl")
             self._finish(a, 0)
             return
@@ -245,7 +226,7 @@ class Sweep:
         tr.write_state(a.run_dir, **record, child_pid=a.proc.pid, attempts=attempts)
         self.active.append(a)
         how = f"resuming from kimg {resumed_kimg:g}" if resume else "started"
-        self.echo(f"{a.name}: {how} ({label}, seed {a.seed}) -> {a.run_dir}")
+        _echo(f"{a.name}: {how} ({label}, seed {a.seed}) -> {a.run_dir}")
 
     # --------------------------------------------------------------------------- watching --
 
@@ -274,7 +255,7 @@ class Sweep:
                 and a.trial.should_prune()):
             a.pruned_at = step
             a.proc.send_signal(signal.SIGTERM)
-            self.echo(f"{a.name}: pruned at tick {step} ({self.s.objective.key} = {value:.4g}); stopping it")
+            _echo(f"{a.name}: pruned at tick {step} ({self.s.objective.key} = {value:.4g}); stopping it")
 
     def _finish(self, a: _Active, rc: int) -> None:
         from optuna.trial import TrialState
@@ -296,7 +277,7 @@ class Sweep:
             best = (max if self.s.objective.higher_is_better else min)(v for _, v in values)
             tr.write_state(a.run_dir, state="complete", value=value, best=best, **timing)
             self.done += 1
-            self.echo(f"{a.name}: complete, {key} = {value:.4g} at kimg {last.get('Progress/kimg', 0):g} "
+            _echo(f"{a.name}: complete, {key} = {value:.4g} at kimg {last.get('Progress/kimg', 0):g} "
                       f"({wall:.1f} s, {timing['overhead_s'] or 0:.1f} s of it outside training)")
         elif a.pruned_at is not None:
             self.study.tell(a.trial, state=TrialState.PRUNED, skip_if_finished=True)
@@ -310,14 +291,14 @@ class Sweep:
             tr.write_state(a.run_dir, state="interrupted", **timing)
             kimg = _checkpoint_progress(a.run_dir / "checkpoints" / "latest.pt")[0]
             where = f"its checkpoint at kimg {kimg:g}" if kimg is not None else "the start (no checkpoint yet)"
-            self.echo(f"{a.name}: stopped; queued to continue from {where}")
+            _echo(f"{a.name}: stopped; queued to continue from {where}")
         else:
             reason = (f"the run finished without {key} in metrics.jsonl (did the metric fail? see sweep.log)"
                       if rc == 0 else tr.last_log_line(a.run_dir) or f"exit code {rc}")
             self._tell_fail(a, reason)
             tr.write_state(a.run_dir, state="failed", reason=reason, **timing)
             self.failed += 1
-            self.echo(f"{a.name}: failed (exit code {rc}): {reason} [{a.run_dir / tr.LOG_FILE}]")
+            _echo(f"{a.name}: failed (exit code {rc}): {reason} [{a.run_dir / tr.LOG_FILE}]")
 
     def _tell_fail(self, a: _Active, reason: str) -> None:
         from optuna.trial import TrialState
@@ -329,21 +310,22 @@ class Sweep:
     # ---------------------------------------------------------------------------- summary --
 
     def _summary(self) -> int:
-        counts: dict[str, int] = {}
-        for name, ts in st.names(self.study).items():
-            states = {t.state.name for t in ts}
-            state = next((s for s in ("COMPLETE", "PRUNED", "RUNNING", "WAITING") if s in states), "FAIL")
-            counts[state.lower()] = counts.get(state.lower(), 0) + 1
+        counts = st.count_states(self.study)
         text = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no trials"
         command = "gankit " + " ".join(shlex.quote(x) for x in sys.argv[1:])
         if self.signal is not None:
             code = 130 if self.signal == signal.SIGINT else 143
             raise Interrupted(f"sweep interrupted ({text}); continue the study with `{command}`", exit_code=code)
-        self.echo(f"study {self.s.study_name}: {text}; compare with `gankit compare {self.s.folder}`")
+        _echo(f"study {self.s.study_name}: {text}; compare with `gankit compare {self.s.folder}`")
         if counts.get("running"):
-            self.echo(f"{counts['running']} trial(s) still run in other processes; one whose process died is taken "
+            _echo(f"{counts['running']} trial(s) still run in other processes; one whose process died is taken "
                       f"over by the next `{command}`")
         return 1 if self.failed else 0
+
+
+def _echo(msg: str) -> None:
+    click.echo(msg)
+    sys.stdout.flush()
 
 
 def _sampled_configs(study: Any) -> dict[int, dict]:

@@ -108,7 +108,8 @@ def prepare(*, recipe: Path, params, seeds: int, trials: int | None, jobs: int, 
     user_threads = any(s.partition("=")[0].strip() == "run.threads" for s in overrides)
     threads = None if user_threads else threads_per_job(jobs)
     n_configs = len(configs) if configs is not None else trials
-    what = (f"{n_configs} configurations x {seeds} seed(s) = {n_configs * seeds} trials ({sampler}), "
+    what = (f"{n_configs} configuration{'s' * (n_configs != 1)} x {seeds} seed{'s' * (seeds != 1)} = "
+            f"{n_configs * seeds} trial{'s' * (n_configs * seeds != 1)} ({sampler}), "
             f"objective {objective.key} ({'higher' if objective.higher_is_better else 'lower'} is better)")
     if dry_run:
         click.echo(f"{recipe}: ok; {what}")

@@ -338,6 +338,9 @@ def configurations(spaces: list[Space]) -> list[dict[str, Any]]:
     return [dict(zip((sp.key for sp in spaces), combo)) for combo in itertools.product(*grids)]
 
 
+_BUNDLE_HINT = ("keys that must change together go in one --param as named bundles, e.g. --param "
+                "'objective={hinge-gp = {loss.name = \"hinge\"}, wgan-gp = {loss.name = \"wgan-gp\", penalty = []}}'")
+
 #: Above this many combinations of the probe values, each value is checked with the others at
 #: their first one (every combination would take too long).
 MAX_CHECKED = 1024
@@ -378,11 +381,11 @@ def check_spaces(recipe_path: Path, spaces: list[Space], sets: list[str], plugin
             problems.append(f"--param {sp.text!r}: {next(iter(bad.values()))}")
         elif bad:
             v, msg = next(iter(bad.items()))
-            problems.append(f"--param {sp.text!r}: value {_toml(v)} cannot train: {msg}")
+            hint = "" if sp.kind != "choice" or f": {sp.key}:" in msg else f" ({_BUNDLE_HINT})"
+            problems.append(f"--param {sp.text!r}: value {_toml(v)} cannot train: {msg}{hint}")
     if not problems:
         rest = [c for c in combos if c in failed]
         label = config_label({sp.key: v for sp, v in zip(spaces, rest[0])})
         more = f" ({len(rest) - 1} more such configurations)" if len(rest) > 1 else ""
-        problems.append(f"configuration {label} cannot train{more}: {failed[rest[0]]} (keys that must change "
-                        f"together go in one bundle: --param 'NAME={{a = {{key = value, ...}}, b = {{...}}}}')")
+        problems.append(f"configuration {label} cannot train{more}: {failed[rest[0]]} ({_BUNDLE_HINT})")
     raise SpaceError("\n".join(problems))

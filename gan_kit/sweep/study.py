@@ -33,7 +33,8 @@ from typing import Any, Iterator
 from gan_kit.errors import GankitError
 
 __all__ = ["HEARTBEAT_S", "GRACE_S", "open_storage", "open_study", "trial_name", "enqueue_grid", "ensure_seeds",
-           "pop_waiting", "is_duplicate", "claim", "heartbeat", "recover_stale", "retry", "worker_alive", "names"]
+           "pop_waiting", "is_duplicate", "claim", "heartbeat", "recover_stale", "retry", "worker_alive", "names",
+           "requeue_failed", "count_states"]
 
 #: A worker records each running trial's heartbeat this often (seconds) ...
 HEARTBEAT_S = 30
@@ -313,3 +314,28 @@ def recover_stale(study: Any, mine: set[int]) -> list[str]:
         retry(study, storage.get_trial(t._trial_id))
         recovered.append(t.user_attrs.get(NAME, f"#{t.number}"))
     return recovered
+
+
+def requeue_failed(study: Any, retry_failed: bool) -> list[str]:
+    """Queue again every trial name whose trials all failed and whose last failure is to continue
+    (its process died between failing it and queueing its copy), or - ``retry_failed`` - any
+    failure but a duplicate; returns the names."""
+    again = []
+    for name, ts in names(study).items():
+        last = ts[-1].user_attrs.get(STATE)
+        if all(t.state.name == "FAIL" for t in ts) and (last in CONTINUED or (retry_failed and last != "duplicate")):
+            retry(study, ts[-1])
+            again.append(name)
+    return sorted(again)
+
+
+def count_states(study: Any) -> dict[str, int]:
+    """How many trial names are complete, pruned, running, waiting or failed (a name counts once,
+    by its most advanced trial)."""
+    counts: dict[str, int] = {}
+    for ts in names(study).values():
+        states = {t.state.name for t in ts}
+        state = next((s for s in ("COMPLETE", "PRUNED", "RUNNING", "WAITING") if s in states), "FAIL").lower()
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+

@@ -184,3 +184,17 @@ def wait_gone(pid: int, timeout: float) -> bool:
             return False
         time.sleep(0.2)
     return False
+
+
+def wait_previous_child(record: dict) -> None:
+    """Wait for the ``gankit run`` child of a trial's previous attempt (its ``sweep.json``
+    ``record``) to exit: a sweep killed moments ago leaves it writing its checkpoint. Killed after
+    two minutes. Only a child on this machine can be waited for."""
+    import socket
+
+    pid = record.get("child_pid")
+    if pid and record.get("host") == socket.gethostname() and int(pid) != os.getpid():
+        if not wait_gone(int(pid), 120):
+            os.kill(int(pid), signal.SIGKILL)
+            wait_gone(int(pid), 10)
+
