@@ -56,9 +56,9 @@ class RunOptions:
     total_kimg: float = option(100.0, help="Length of training in thousands of real images shown.",
                                min=0, min_exclusive=True, max=KIMG_MAX)
     max_minutes: float | None = option(
-        None, help="A wall-clock budget: stop after this many minutes of training (the training loop's time, its "
-                   "ticks, metrics and checkpoints included; summed over resumes and saved in checkpoints) as if "
-                   "total_kimg were reached: final tick, metrics, final grid and checkpoint. None = no time limit "
+        None, help="A wall-clock budget: stop after this many minutes in the training loop (its ticks' metrics, "
+                   "grids and checkpoints count; summed over resumes and saved in checkpoints), then end as if "
+                   "total_kimg were reached: the final tick, metrics, grid and checkpoint. None = no time limit "
                    "(gankit sweep --budget-minutes sets it).",
         min=0, min_exclusive=True, max=KIMG_MAX, hint="e.g. max_minutes = 3; \"none\" = no limit")
     tick_kimg: float = option(1.0, help="Reporting interval in kimg: metrics.jsonl line, progress, samples.",

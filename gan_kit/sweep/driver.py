@@ -24,6 +24,8 @@ from typing import Any
 import attrs
 import click
 
+from optuna.exceptions import UpdateFinishedTrialError
+
 from gan_kit.errors import GankitError, Interrupted
 from gan_kit.sweep import study as st
 from gan_kit.sweep import trials as tr
@@ -250,7 +252,10 @@ class Sweep:
         if step in a.reported:
             return
         a.reported.add(step)
-        a.trial.report(float(value), step)
+        try:
+            a.trial.report(float(value), step)
+        except UpdateFinishedTrialError:  # failed by another process that took this one for dead
+            return
         if (self.s.pruning and a.pruned_at is None and self.signal is None and not row.get("Progress/final")
                 and a.trial.should_prune()):
             a.pruned_at = step

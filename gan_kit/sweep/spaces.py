@@ -297,16 +297,19 @@ def parse_spaces(items: tuple[str, ...] | list[str], sets: tuple[str, ...] | lis
             set_keys[".".join(map(str, parse_set(s)[0]))] = s
         except ValueError:
             pass  # the recipe loader reports it with the other problems
+    def overlap(key: str, others: dict[str, str]) -> str | None:  # the same key, or a table and a key in it
+        return next((k for k in others if k == key or key.startswith(k + ".") or k.startswith(key + ".")), None)
+
     seen: dict[str, str] = {}
     for sp in spaces:
         for key in sorted(sp.keys()):
             if key in OWNED_KEYS or key in owned:
                 problems.append(f"--param {sp.text!r}: {key} is set by the sweep: {OWNED_KEYS.get(key) or owned[key]}")
-            elif key in seen:
-                problems.append(f"--param {sp.text!r}: {key} is already swept by --param {seen[key]!r} "
+            elif (other := overlap(key, seen)) and seen[other] != sp.text:
+                problems.append(f"--param {sp.text!r}: {key} is already swept by --param {seen[other]!r} "
                                 f"(sweep each key once; keys that change together go in one bundle)")
-            elif key in set_keys:
-                problems.append(f"--param {sp.text!r}: {key} is also given by --set {set_keys[key]!r} (drop one)")
+            elif other := overlap(key, set_keys):
+                problems.append(f"--param {sp.text!r}: {key} is also given by --set {set_keys[other]!r} (drop one)")
             seen.setdefault(key, sp.text)
     if not spaces and not problems:
         problems.append("gankit sweep: no --param given (e.g. --param loss.name=[hinge,bce]; every configuration "

@@ -104,7 +104,7 @@ def open_study(storage: Any, name: str, direction: str, sampler: Any, pruner: An
     if saved is None:
         study.set_user_attr("gankit", spec)
         return study
-    differ = [k for k in spec if k != "seeds" and saved.get(k) != spec[k]]
+    differ = [k for k in spec if k != "recipe" and saved.get(k) != spec[k]]  # the path may be spelled otherwise
     if differ:
         what = "; ".join(f"{k}: {saved.get(k)!r} then, {spec[k]!r} now" for k in differ)[:400]
         raise GankitError(f"--study {name}: this study was started with other settings ({what}); continue it with "
