@@ -119,6 +119,7 @@ def test_bad_spaces_are_one_line_each(items, expected):
     (["penalty.3.weight=[1, 2]"], "error: --param 'penalty.3.weight=[1, 2]': "),
     (["optim.lr=uniform(2e-3, 20)"], "error: --param 'optim.lr=uniform(2e-3, 20)': "),
     (["run.out_dir=[a, b]"], "error: --param 'run.out_dir=[a, b]': run.out_dir is set by the sweep"),
+    (["data.max_images=[10, 1797]"], "error: --param 'data.max_images=[10, 1797]': value 10 cannot train: "),  # the data
     (["loss.name=[hinge, wgan-gp]", 'penalty=[[], [{name = "gradient-penalty"}]]'],
      "error: configuration loss.name=wgan-gp, penalty=[{ name = \"gradient-penalty\" }] cannot train: "),
 ])
@@ -238,6 +239,10 @@ def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
     assert failed["state"] == "failed" and failed["reason"] == "error: a trial that cannot train"
     assert tr.read_state(tmp_path / "study" / "c001-s0")["state"] == "complete"
     assert sorted(states(tmp_path / "study", "s")) == [("c000-s0", "FAIL"), ("c001-s0", "COMPLETE")]
+    from gan_kit.errors import GankitError
+
+    with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(params: "):
+        fake_sweep(tmp_path, monkeypatch, [-1, 1, 5])  # the same study, other values: refused before training
 
 
 # ------------------------------------------------------------------ real sweep processes --

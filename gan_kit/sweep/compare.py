@@ -344,7 +344,8 @@ def table_rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
         beyond = "-" if g.rank == 1 else {True: "yes", False: "no", None: "n/a"}[g.differs]
         rows.append([fmt(g.rank), g.label, str(g.n), fmt(g.mean),
                      f"[{fmt(g.ci95[0])}, {fmt(g.ci95[1])}]" if g.ci95 else "-", fmt(g.sd), fmt(g.best),
-                     fmt(g.kimg), fmt(g.train_s, 3), fmt(g.img_per_s, 3), fmt(g.p_vs_best, 2), beyond,
+                     fmt(g.kimg), "-" if g.train_s is None else f"{g.train_s:.1f}",
+                     "-" if g.img_per_s is None else f"{g.img_per_s:.0f}", fmt(g.p_vs_best, 2), beyond,
                      *(fmt(g.extras.get(k)) for k in c.extras), other or "-"])
     return head, rows
 

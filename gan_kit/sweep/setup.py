@@ -48,6 +48,40 @@ def objective_of(recipe: Any, plugins: Any, metric: str | None) -> tuple[Objecti
     return Objective(key, bool(hib)), spec
 
 
+def data_checker(plugins: Any):
+    """``check(recipe) -> problem | None``: what only the built data set tells (as `gankit recipe
+    check` does): a metric asking for more images than the data set holds. One build per distinct
+    ``[data]`` table."""
+    import json
+
+    from gan_kit.components import BuildContext
+    from gan_kit.evaluate import metric_problem
+
+    sizes: dict[str, int | str] = {}
+
+    def check(recipe: Any) -> str | None:
+        if not recipe.metrics:
+            return None
+        key = json.dumps(recipe.raw.get("data", {}), sort_keys=True, default=str)
+        ctx = BuildContext(resolution=recipe.resolution, channels=0, recipe=recipe)
+        if key not in sizes:
+            try:
+                factory = plugins.registry.get("dataset", recipe.data.name).factory
+                sizes[key] = len(factory(recipe.data.options, ctx).build(recipe.resolution))
+            except GankitError as e:
+                sizes[key] = f"{recipe.path}: data: {str(e).splitlines()[0]}"
+        if isinstance(sizes[key], str):
+            return sizes[key]
+        for spec in recipe.metrics:
+            metric = plugins.registry.get("metric", spec.name).factory(spec.options, ctx)
+            problem = metric_problem(spec, metric, sizes[key], recipe.data.name)
+            if problem:
+                return f"{recipe.path}: {problem}"
+        return None
+
+    return check
+
+
 def _sampler(kind: str, spaces) -> Any:
     import optuna
 
@@ -94,7 +128,7 @@ def prepare(*, recipe: Path, params, seeds: int, trials: int | None, jobs: int, 
             raise GankitError(f"--set {s!r}: {key} is set by the sweep ({fix})")
     spaces = parse_spaces(params, overrides, owned)
     base, plugins = load_recipe(recipe, sets)
-    check_spaces(recipe, spaces, sets, plugins)
+    check_spaces(recipe, spaces, sets, plugins, extra=data_checker(plugins))
     objective, spec = objective_of(base, plugins, metric)
     discrete = all(sp.kind in ("choice", "bundle") or (sp.kind == "int" and not sp.log) for sp in spaces)
     sampler = sampler or ("grid" if discrete else "tpe")

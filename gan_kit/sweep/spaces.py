@@ -349,19 +349,21 @@ _BUNDLE_HINT = ("keys that must change together go in one --param as named bundl
 MAX_CHECKED = 1024
 
 
-def check_spaces(recipe_path: Path, spaces: list[Space], sets: list[str], plugins: Any) -> None:
+def check_spaces(recipe_path: Path, spaces: list[Space], sets: list[str], plugins: Any,
+                 extra: Any = None) -> None:
     """Load the recipe with the spaces' probe values (every choice, a range's ends) and ``sets``,
-    before anything trains. A value that cannot train alone nor with any value of the other
-    spaces is named with its ``--param`` (the problem of loading it alone); otherwise a
-    combination that cannot train is named. Raises ``SpaceError``."""
+    before anything trains; ``extra(recipe) -> str | None`` checks a loaded recipe further. A
+    value that cannot train alone nor with any value of the other spaces is named with its
+    ``--param`` (the problem of loading it alone); otherwise a combination that cannot train is
+    named. Raises ``SpaceError``."""
     from gan_kit.recipe import load_recipe
 
     def problem(items: list[str]) -> str | None:
         try:
-            load_recipe(recipe_path, [*sets, *items], plugins=plugins)
+            recipe = load_recipe(recipe_path, [*sets, *items], plugins=plugins)[0]
         except RecipeError as e:
             return e.problems[0] if e.problems else str(e)
-        return None
+        return extra(recipe) if extra is not None else None
 
     probes = [sp.probes() for sp in spaces]
     total = math.prod(len(p) for p in probes)
