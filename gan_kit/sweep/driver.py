@@ -91,9 +91,8 @@ class Sweep:
         self.study_id = storage.get_study_id_from_name(study.study_name)
         self.active: list[_Active] = []
         self.signal: int | None = None
-        self.forwarded = 0
+        self.forwarded = False
         self.failed = 0
-        self.done = 0
         self.devices = _devices()
 
     # -------------------------------------------------------------------------------- loop --
@@ -117,8 +116,8 @@ class Sweep:
     def _on_signal(self, signum, frame) -> None:
         if self.signal is None:
             self.signal = signum
-            _echo(f"{signal.Signals(signum).name}: stopping {len(self.active)} running trial(s) at their next "
-                      f"step (each writes a checkpoint); Ctrl-C again stops them at once")
+            _echo(f"{signal.Signals(signum).name}: stopping {len(self.active)} running trial(s) at their next step "
+                  f"(each writes a checkpoint); Ctrl-C again stops them at once")
         elif signum == signal.SIGINT:
             self._forward(signal.SIGINT)
 
@@ -142,7 +141,7 @@ class Sweep:
         next_check = time.monotonic() + STALE_CHECK_S
         while True:
             if self.signal is not None and not self.forwarded:
-                self.forwarded = 1
+                self.forwarded = True
                 self._forward(signal.SIGTERM)
             if time.monotonic() >= next_check:
                 recovered = st.recover_stale(self.study, {a.trial.number for a in self.active})
@@ -175,7 +174,7 @@ class Sweep:
             params = {sp.key: sp.suggest(trial) for sp in self.s.spaces}
             name = trial.user_attrs.get(st.NAME)
             if name is None:  # a configuration the sampler just proposed: this is its seed 0
-                name, seed = st.trial_name(trial.number, 0), 0
+                name = st.trial_name(trial.number, 0)
                 for k, v in ((st.NAME, name), (st.SEED, 0), (st.CONFIG, trial.number)):
                     trial.set_user_attr(k, v)
             seed = int(trial.user_attrs.get(st.SEED, 0))
@@ -281,16 +280,14 @@ class Sweep:
             self.study.tell(a.trial, value, skip_if_finished=True)
             best = (max if self.s.objective.higher_is_better else min)(v for _, v in values)
             tr.write_state(a.run_dir, state="complete", value=value, best=best, **timing)
-            self.done += 1
             _echo(f"{a.name}: complete, {key} = {value:.4g} at kimg {last.get('Progress/kimg', 0):g} "
-                      f"({wall:.1f} s, {timing['overhead_s'] or 0:.1f} s of it outside training)")
+                  f"({wall:.1f} s, {timing['overhead_s'] or 0:.1f} s of it outside training)")
         elif a.pruned_at is not None:
             self.study.tell(a.trial, state=TrialState.PRUNED, skip_if_finished=True)
             tr.write_state(a.run_dir, state="pruned", pruned_at_tick=a.pruned_at,
                            value=values[-1][1] if values else None, **timing)
-            self.done += 1
         elif self.signal is not None and rc in (130, 143, -signal.SIGTERM, -signal.SIGINT):
-            a.trial.set_user_attr(st.STATE, "interrupted")
+            _set_attr(a.trial, st.STATE, "interrupted")
             self.study.tell(a.trial, state=TrialState.FAIL, skip_if_finished=True)
             st.retry(self.study, st._storage(self.study).get_trial(a.trial._trial_id))
             tr.write_state(a.run_dir, state="interrupted", **timing)
@@ -308,8 +305,8 @@ class Sweep:
     def _tell_fail(self, a: _Active, reason: str) -> None:
         from optuna.trial import TrialState
 
-        a.trial.set_user_attr(st.STATE, "failed")
-        a.trial.set_user_attr("gankit:reason", reason[:300])
+        _set_attr(a.trial, st.STATE, "failed")
+        _set_attr(a.trial, "gankit:reason", reason[:300])
         self.study.tell(a.trial, state=TrialState.FAIL, skip_if_finished=True)
 
     # ---------------------------------------------------------------------------- summary --
@@ -324,8 +321,15 @@ class Sweep:
         _echo(f"study {self.s.study_name}: {text}; compare with `gankit compare {self.s.folder}`")
         if counts.get("running"):
             _echo(f"{counts['running']} trial(s) still run in other processes; one whose process died is taken "
-                      f"over by the next `{command}`")
+                  f"over by the next `{command}`")
         return 1 if self.failed else 0
+
+
+def _set_attr(trial: Any, key: str, value: Any) -> None:
+    try:
+        trial.set_user_attr(key, value)
+    except UpdateFinishedTrialError:  # failed meanwhile by a process that took this one for dead
+        pass
 
 
 def _echo(msg: str) -> None:
