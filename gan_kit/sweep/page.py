@@ -81,8 +81,10 @@ def _plot(c: Comparison, keys: list[tuple[str, str, str]]) -> str | None:
             if not xs:
                 continue
             ax.plot(xs, mean, color=color, lw=1.5, marker="o" if len(xs) < 30 else None, ms=3, label=label)
-            if len(g.runs) > 1:
+            if len(g.runs) > 1 and len(xs) > 1:
                 ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
+            elif len(g.runs) > 1:  # one point (a metric computed only at the end): the range as a bar
+                ax.errorbar(xs, mean, yerr=[[mean[0] - lo[0]], [hi[0] - mean[0]]], color=color, capsize=4, lw=1)
         ax.set_xlabel("kimg (thousands of real images shown)" if axis == "kimg" else "training time (s)")
         ax.set_ylabel(key)
         ax.set_title(title, loc="left", fontsize=10)
