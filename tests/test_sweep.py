@@ -196,7 +196,8 @@ def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=()):
     monkeypatch.setattr(driver, "POLL_S", 0.05)
     monkeypatch.setattr(driver, "_checkpoint_progress", lambda p: (float(p.read_text()) / 10, 0.0))
     recipe = tiny(tmp_path, "const")
-    kwargs = dict(recipe=recipe, params=[f"metric.0.value=[{', '.join(map(str, values))}]"], seeds=1, trials=None,
+    space = values if isinstance(values, str) else f"[{', '.join(map(str, values))}]"
+    kwargs = dict(recipe=recipe, params=[f"metric.0.value={space}"], seeds=1, trials=None,
                   jobs=1, study_name="s", folder=tmp_path / "study", storage=None, sampler=None, pruner="none",
                   pruner_startup=1, pruner_warmup=0, metric=None, budget_kimg=None, budget_minutes=None,
                   overrides=(), retry_failed=False, dry_run=False)
@@ -243,6 +244,22 @@ def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
 
     with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(params: "):
         fake_sweep(tmp_path, monkeypatch, [-1, 1, 5])  # the same study, other values: refused before training
+
+
+def test_a_sampled_configuration_runs_with_every_seed(tmp_path, monkeypatch):
+    sweep = fake_sweep(tmp_path, monkeypatch, "uniform(1, 10)", ticks=1,
+                       extra=dict(sampler="random", trials=2, seeds=2))
+    assert sweep.run() == 0
+    study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
+    by_name = {t.user_attrs["gankit:name"]: t for t in study.trials}
+    assert len(by_name) == 4 and all(t.state.name == "COMPLETE" for t in study.trials)
+    configs = sorted({n[:-3] for n in by_name})
+    assert len(configs) == 2
+    for c in configs:  # both seeds of a configuration: the same sampled value, the value reported
+        s0, s1 = by_name[f"{c}-s0"], by_name[f"{c}-s1"]
+        assert s0.params == s1.params and 1 <= s0.params["metric.0.value"] <= 10
+        assert s0.value == s1.value == pytest.approx(s0.params["metric.0.value"])
+        assert tr.read_state(tmp_path / "study" / f"{c}-s1")["seed"] == 1
 
 
 # ------------------------------------------------------------------ real sweep processes --
