@@ -439,9 +439,11 @@ def _class_index(value: str, checkpoint: Path, classes: int, names: list[str]) -
 
 from gan_kit.evaluate import eval_command  # noqa: E402
 from gan_kit.report import report  # noqa: E402
+from gan_kit.sweep.commands import add_commands as add_sweep_commands  # noqa: E402
 
 cli.add_command(eval_command, "eval")
 cli.add_command(report)
+add_sweep_commands(cli)  # gankit sweep, gankit compare
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

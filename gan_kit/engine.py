@@ -39,7 +39,8 @@ __all__ = ["Run", "train", "train_step", "split_reals", "lazy_regularization", "
 
 def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None = None,
           overwrite: bool = False) -> dict[str, Any]:
-    """Train until ``run.total_nimg`` images have been shown (or ``max_steps`` iterations).
+    """Train until ``run.total_nimg`` images have been shown (or ``max_steps`` iterations, or
+    ``run.max_minutes`` of training time, which ends the run as reaching ``total_nimg`` does).
 
     ``resume``: continue from the run directory's latest checkpoint (or the given file) exactly.
     A fresh run refuses a run directory that already holds a run (``GankitError``) unless
@@ -60,21 +61,27 @@ def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None 
             run.hook.run_started(run=run)
             _enter_phase(run, start, first=True)
             steps = 0
-            while run.cur_nimg < run.total_nimg and (max_steps is None or steps < max_steps):
+            clock = _TrainClock(run)
+            timed_out = False
+            while run.cur_nimg < run.total_nimg and not timed_out and (max_steps is None or steps < max_steps):
                 phase = run.growth.phase_at(run.cur_nimg)
                 _enter_phase(run, phase, first=False)
-                stats = train_step(run, phase, next(batches), interrupted=lambda: interrupt.requested)
+                stats = train_step(run, phase, next(batches), interrupted=lambda: interrupt.requested,
+                                   out_of_time=clock.out_of_time)
                 steps += 1
+                clock.update()
+                # Every process stops at the same iteration: the flag travels with the stats.
+                timed_out = stats.pop("Interrupt/out_of_time", 0.0) > 0
                 # Several processes stop at the iteration where one of them saw the signal (the
                 # flag travels with the stats' all-reduce); one process also stops for a signal
                 # that came during the step's hooks.
                 stop = stats.pop("Interrupt/requested", 0.0) > 0 or (run.world_size == 1 and interrupt.requested)
                 ticks.add(stats)
-                if ticks.due() and run.cur_nimg < run.total_nimg:
+                if ticks.due() and run.cur_nimg < run.total_nimg and not timed_out:
                     ticks.finish(final=False)  # a tick that ends at this step is written before stopping
                 if stop:
                     _stop_on_interrupt(run, interrupt.signal_name)
-            final = run.cur_nimg >= run.total_nimg
+            final = run.cur_nimg >= run.total_nimg or timed_out
             stats = ticks.finish(final=final)
             if final:
                 run.hook.run_finished(run=run, stats=stats)
@@ -103,6 +110,11 @@ def _open_run_dir(run: Run, resume: bool | str | Path, overwrite: bool) -> None:
             raise GankitError(
                 f"--resume: the run is already at {run.cur_nimg / 1000:g} kimg >= run.total_kimg = "
                 f"{run.total_nimg / 1000:g}; raise it to train further (--set run.total_kimg=...)")
+        limit = run.recipe.run.max_minutes
+        if limit is not None and run.train_seconds >= limit * 60:
+            raise GankitError(
+                f"--resume: the run has trained {run.train_seconds / 60:.4g} minutes >= run.max_minutes = {limit:g}; "
+                f"raise it to train further (--set run.max_minutes=...)")
     else:
         # Rank 0 decides and tells the others, so every process stops with the same line
         # (instead of the others failing later on a closed connection).
@@ -198,12 +210,14 @@ def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
     return stats
 
 
-def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupted: Any = None) -> dict[str, float]:
+def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupted: Any = None,
+               out_of_time: Any = None) -> dict[str, float]:
     """One training iteration on ``batch`` (this process's real images for it, or ``(images,
     labels)`` in a class-conditional run): the strategy's
     D and G steps, the lazy regularisation steps due, the GradScaler update, G_ema, and the
     progress counters. Returns the iteration's stats as floats (averaged over processes), with
-    ``Interrupt/requested`` > 0 when ``interrupted()`` was true on some process.
+    ``Interrupt/requested`` > 0 when ``interrupted()`` was true on some process, and
+    ``Interrupt/out_of_time`` > 0 when ``out_of_time()`` was (``run.max_minutes``).
 
     A non-finite loss or gradient (found before any optimizer step) stops the run with
     ``TrainingError`` (``run.on_nonfinite = "stop"``) or skips the rest of the iteration and its
@@ -225,6 +239,7 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
         broadcast_buffers(run.G, run.D)
     stats = _to_floats(raw)
     stats["Interrupt/requested"] = float(bool(interrupted and interrupted()))
+    stats["Interrupt/out_of_time"] = float(bool(out_of_time and out_of_time()))
     if ctx.nonfinite is not None:
         stats[f"Grad/{ctx.nonfinite}"] = math.nan
     if run.world_size > 1:
@@ -355,6 +370,7 @@ class Ticks:
             "Progress/final": final,
             "Timing/sec_per_tick": elapsed,
             "Timing/img_per_s": (run.cur_nimg - self.start_nimg) / elapsed,
+            "Timing/train_s": run.train_seconds,
         })
         run.tick += 1
         self.sums.clear()
@@ -363,6 +379,22 @@ class Ticks:
         self.start_time, self.start_nimg = time.perf_counter(), run.cur_nimg
         self.next_nimg = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
         return stats
+
+
+class _TrainClock:
+    """``run.train_seconds``: the training loop's time, added to what the checkpoint had, and
+    whether ``run.max_minutes`` of it are spent."""
+
+    def __init__(self, run: Run):
+        self.run, self.base, self.start = run, run.train_seconds, time.perf_counter()
+        limit = run.recipe.run.max_minutes
+        self.limit = None if limit is None else limit * 60.0
+
+    def update(self) -> None:
+        self.run.train_seconds = self.base + (time.perf_counter() - self.start)
+
+    def out_of_time(self) -> bool:
+        return self.limit is not None and self.base + (time.perf_counter() - self.start) >= self.limit
 
 
 # ---------------------------------------------------------------------------- interrupts --

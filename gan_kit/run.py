@@ -108,6 +108,8 @@ class Run:
         self.d_step = 0
         self.tick = 0
         self.skipped_steps = 0
+        #: Seconds spent in the training loop, summed over resumes (``run.max_minutes`` reads it).
+        self.train_seconds = 0.0
         #: Sums and counts of the running tick's step stats (the engine's ``Ticks``).
         self.tick_sums: dict[str, float] = {}
         self.tick_counts: dict[str, int] = {}
@@ -424,6 +426,7 @@ class Run:
             "d_step": self.d_step,
             "tick": self.tick,
             "skipped_steps": self.skipped_steps,
+            "train_seconds": self.train_seconds,
             "tick_stats": {k: [v, self.tick_counts[k]] for k, v in self.tick_sums.items()},
             "phase": _phase_dict(self.phase),
             "rng": ckpt.rng_state(),
@@ -446,6 +449,7 @@ class Run:
         self.d_step = int(state["d_step"])
         self.tick = int(state["tick"])
         self.skipped_steps = int(state["skipped_steps"])
+        self.train_seconds = float(state.get("train_seconds", 0.0))  # absent in checkpoints before max_minutes
         self.tick_sums.clear()
         self.tick_counts.clear()
         for k, (v, n) in state.get("tick_stats", {}).items():

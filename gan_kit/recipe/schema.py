@@ -55,6 +55,12 @@ class RunOptions:
     out_dir: str = option("runs/gankit", help="Run directory (relative to the working directory).")
     total_kimg: float = option(100.0, help="Length of training in thousands of real images shown.",
                                min=0, min_exclusive=True, max=KIMG_MAX)
+    max_minutes: float | None = option(
+        None, help="A wall-clock budget: stop after this many minutes in the training loop (its ticks' metrics, "
+                   "grids and checkpoints count; summed over resumes and saved in checkpoints), then end as if "
+                   "total_kimg were reached: the final tick, metrics, grid and checkpoint. None = no time limit "
+                   "(gankit sweep --budget-minutes sets it).",
+        min=0, min_exclusive=True, max=KIMG_MAX, hint="e.g. max_minutes = 3; \"none\" = no limit")
     tick_kimg: float = option(1.0, help="Reporting interval in kimg: metrics.jsonl line, progress, samples.",
                               min=0, min_exclusive=True, max=KIMG_MAX)
     snapshot_ticks: int = option(10, help="Write the latest checkpoint every this many ticks (0 = only at "

@@ -1,0 +1,11 @@
+"""``gankit sweep`` and ``gankit compare``: many runs of one recipe on Optuna, and their numbers
+side by side with error bars over seeds.
+
+A sweep drives ordinary runs: every trial is one (configuration, seed), trained by a ``gankit
+run`` child process into its own run directory, and sweep and compare read runs through the files
+users read (recipe.toml, metrics.jsonl, checkpoints, and the trial's sweep.json). One job per
+module: ``spaces`` (``--param`` parsing and checking), ``study`` (storage, study, queue, stale
+trials), ``trials`` (a trial's child process and files), ``driver`` (the loop), ``setup`` (the
+command line turned into a sweep), ``compare`` (the statistics), ``page`` (compare.html),
+``commands`` (the click commands).
+"""

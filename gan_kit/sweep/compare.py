@@ -1,0 +1,371 @@
+"""``gankit compare``: runs ranked by a metric, with error bars over seeds.
+
+Runs are read through the files every run has (recipe.toml, metrics.jsonl, samples/final.png) and
+a sweep trial's sweep.json. Runs whose resolved recipes differ only in ``run.seed`` (and keys that
+do not change training: the run directory, threads, reporting intervals) form one configuration.
+Per configuration, over its finished runs (n seeds): the mean final value of the metric and its
+95% confidence interval (Student's t: mean +- t(0.975, n-1) * sd / sqrt(n)), the mean of each
+seed's best value, kimg, training time and images/s; and Welch's t-test (two-sided, unequal
+variances; Welch 1947) of the configuration's final values against the best configuration's,
+p < 0.05 read as "differs beyond seed noise".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from gan_kit.errors import GankitError
+
+__all__ = ["RunInfo", "Group", "Comparison", "compare_runs", "to_json", "print_table", "find_runs", "ALPHA"]
+
+#: The significance level of "differs from the best beyond seed noise".
+ALPHA = 0.05
+#: Recipe keys that do not change what a run learns: runs differing only in them are one configuration.
+IGNORED = {"run.seed", "run.out_dir", "run.threads", "run.progress", "run.num_workers", "run.snapshot_ticks",
+           "run.keep_snapshots", "run.keep_every_ticks", "run.sample_ticks", "run.sample_G", "run.sample_grid",
+           "run.retain_cpu_memory"}
+#: States of a run whose final value is counted.
+FINISHED = ("complete", "finished")
+
+
+@attrs.frozen
+class RunInfo:
+    """One run directory as compare sees it (values None where the run has none)."""
+
+    path: Path
+    seed: int | None
+    state: str
+    final: float | None
+    best: float | None
+    last: float | None
+    kimg: float | None
+    train_s: float | None
+    img_per_s: float | None
+    extras: dict
+    params: dict | None
+    recipe: dict = attrs.field(repr=False)
+    rows: list = attrs.field(repr=False)
+
+
+@attrs.define
+class Group:
+    """The runs of one configuration and their statistics over seeds."""
+
+    key: str
+    runs: list
+    label: str = ""
+    n: int = 0
+    mean: float | None = None
+    sd: float | None = None
+    ci95: tuple | None = None
+    best: float | None = None
+    kimg: float | None = None
+    train_s: float | None = None
+    img_per_s: float | None = None
+    extras: dict = attrs.field(factory=dict)
+    p_vs_best: float | None = None
+    differs: bool | None = None
+    rank: int | None = None
+
+    @property
+    def finals(self) -> list[float]:
+        return [r.final for r in self.runs if r.state in FINISHED and r.final is not None]
+
+    def states(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.runs:
+            out[r.state] = out.get(r.state, 0) + 1
+        return out
+
+
+@attrs.frozen
+class Comparison:
+    metric: str
+    higher_is_better: bool
+    groups: list
+    extras: list
+    default_html: Path
+    direction_note: str = ""
+
+
+def _is_run(path: Path) -> bool:
+    return any((path / n).exists() for n in ("metrics.jsonl", "recipe.toml", "sweep.json"))
+
+
+def find_runs(paths: list[Path]) -> tuple[list[Path], Path]:
+    """The run directories named by ``paths`` (a run directory, or a folder of them such as a study
+    folder) and where compare.html goes by default."""
+    runs: list[Path] = []
+    for p in paths:
+        if not p.is_dir():
+            raise GankitError(f"{p}: not a folder; give run directories or a folder of them (a sweep's study folder, "
+                              f"e.g. runs/pggan-sweep)")
+        found = [p] if _is_run(p) else sorted(d for d in p.iterdir() if d.is_dir() and _is_run(d))
+        if not found:
+            raise GankitError(f"{p}: holds no run (no metrics.jsonl, recipe.toml or sweep.json here or in its "
+                              f"sub-folders)")
+        runs += [r for r in found if r not in runs]
+    single = len(paths) == 1 and not _is_run(paths[0])
+    return runs, (paths[0] / "compare.html") if single else Path("compare.html")
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _number(v: Any) -> float | None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
+
+
+def _read_run(path: Path, key: str, higher: bool, extras: list[str]) -> RunInfo:
+    from gan_kit.sweep.trials import read_rows, read_state
+
+    try:
+        recipe = tomllib.loads((path / "recipe.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        recipe = {}
+    rows, sweep = read_rows(path), read_state(path)
+    last = rows[-1] if rows else {}
+    finished = bool(last.get("Progress/final"))
+    values = [v for r in rows if (v := _number(r.get(key))) is not None]
+    state = sweep.get("state") or ("finished" if finished else "unfinished")
+    if state not in ("pruned", "failed") and finished and state != "complete":
+        state = "finished"
+    final = _number(last.get(key)) if finished else None
+    kimg = _number(last.get("Progress/kimg"))
+    train_s = _number(last.get("Timing/train_s"))
+    if train_s is None and rows:
+        train_s = sum(_number(r.get("Timing/sec_per_tick")) or 0.0 for r in rows)
+    seed = sweep.get("seed", recipe.get("run", {}).get("seed"))
+    extra = {}
+    for k in extras:
+        vals = [v for r in rows if (v := _number(r.get(k))) is not None]
+        if vals:
+            extra[k] = vals[-1]
+    return RunInfo(path=path, seed=seed, state=state, final=final,
+                   best=(max if higher else min)(values) if values else None, last=values[-1] if values else None,
+                   kimg=kimg, train_s=train_s, img_per_s=kimg * 1000 / train_s if kimg and train_s else None,
+                   extras=extra, params=sweep.get("params"), recipe=_flatten(recipe), rows=rows)
+
+
+def _metric_and_direction(paths: list[Path], metric: str | None) -> tuple[str, bool, str]:
+    """The metric key, whether higher is better, and a note when the direction is a guess."""
+    from gan_kit.sweep.trials import read_state
+
+    states = [read_state(p) for p in paths]
+    key = None
+    if metric is not None:
+        key = metric if metric.startswith("Metrics/") else f"Metrics/{metric}"
+    else:
+        key = next((s["metric"] for s in states if s.get("metric")), None)
+        if key is None:
+            for p in paths:
+                try:
+                    metrics = tomllib.loads((p / "recipe.toml").read_text(encoding="utf-8")).get("metric") or []
+                except (OSError, tomllib.TOMLDecodeError):
+                    continue
+                if metrics and isinstance(metrics[0], dict) and metrics[0].get("name"):
+                    key = f"Metrics/{metrics[0]['name']}"
+                    break
+    if key is None:
+        raise GankitError("gankit compare: the runs compute no metric (no [[metric]] in their recipe.toml); give "
+                          "--metric KEY for a metrics.jsonl key")
+    known = [s["higher_is_better"] for s in states if s.get("metric") == key and "higher_is_better" in s]
+    if known:
+        return key, bool(known[0]), ""
+    try:
+        from gan_kit.plugins import build_plugins
+
+        comp = build_plugins().registry.get("metric", key.split("/")[1])
+        hib = getattr(comp.factory, "higher_is_better", False)
+        if isinstance(hib, bool):
+            return key, hib, ""
+    except Exception:  # noqa: BLE001 - a metric of a plugin this process does not load
+        pass
+    return key, False, f"direction of {key} unknown here: taken as lower is better"
+
+
+def _labels(groups: list[Group]) -> None:
+    """``k=v`` labels: the sweep's parameters where every run has them, else the recipe keys in
+    which the configurations differ."""
+    from gan_kit.sweep.spaces import config_label
+
+    keys = set().union(*(g.runs[0].recipe for g in groups)) if groups else set()
+    differ = sorted(k for k in keys - IGNORED if len({json.dumps(g.runs[0].recipe.get(k)) for g in groups}) > 1)
+
+    def diff_label(g: Group) -> str:
+        return ", ".join(f"{k}={g.runs[0].recipe.get(k)}" for k in differ) or g.runs[0].path.parent.name
+
+    for g in groups:
+        params = [r.params for r in g.runs]
+        g.label = config_label(params[0]) if params[0] and all(p == params[0] for p in params) else diff_label(g)
+    seen: dict[str, int] = {}
+    for g in groups:
+        seen[g.label] = seen.get(g.label, 0) + 1
+    for g in groups:
+        if seen[g.label] > 1:
+            g.label = f"{g.label} | {diff_label(g)}"
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _statistics(g: Group, higher: bool) -> None:
+    from scipy import stats
+
+    finals = g.finals
+    g.n = len(finals)
+    counted = [r for r in g.runs if r.state in FINISHED and r.final is not None]
+    if finals:
+        g.mean = sum(finals) / g.n
+    if g.n >= 2:
+        g.sd = math.sqrt(sum((x - g.mean) ** 2 for x in finals) / (g.n - 1))
+        h = float(stats.t.ppf(0.975, g.n - 1)) * g.sd / math.sqrt(g.n)
+        g.ci95 = (g.mean - h, g.mean + h)
+    g.best = _mean([r.best for r in counted])
+    g.kimg, g.train_s = _mean([r.kimg for r in counted]), _mean([r.train_s for r in counted])
+    g.img_per_s = _mean([r.img_per_s for r in counted])
+    keys = {k for r in g.runs for k in r.extras}
+    g.extras = {k: _mean([r.extras.get(k) for r in (counted or g.runs)]) for k in sorted(keys)}
+
+
+def welch_p(a: list[float], b: list[float]) -> float | None:
+    """Two-sided p-value of Welch's t-test (unequal variances) of samples ``a`` and ``b``; None
+    when either has fewer than 2 values. Two samples without spread: 0 if their means differ,
+    else 1."""
+    from scipy import stats
+
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if _var(a) == 0 and _var(b) == 0:
+        return 0.0 if sum(a) / len(a) != sum(b) / len(b) else 1.0
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def _var(xs: list[float]) -> float:
+    m = sum(xs) / len(xs)
+    return sum((x - m) ** 2 for x in xs)
+
+
+def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str] = ()) -> Comparison:
+    """Read, group, rank and test the runs under ``paths``."""
+    runs, default_html = find_runs(paths)
+    key, higher, note = _metric_and_direction(runs, metric)
+    extra_keys = list(extras)
+    infos = [_read_run(p, key, higher, extra_keys) for p in runs]
+    found = sorted({k for i in infos for r in i.rows for k in r if k.startswith("Augment/")})
+    extra_keys += [k for k in found if k not in extra_keys]
+    infos = [_read_run(p, key, higher, extra_keys) for p in runs] if found else infos
+    by_key: dict[str, Group] = {}
+    for info in infos:
+        ident = {k: v for k, v in info.recipe.items() if k not in IGNORED} if info.recipe else {"path": str(info.path)}
+        gk = json.dumps(ident, sort_keys=True, default=str)
+        by_key.setdefault(gk, Group(gk, [])).runs.append(info)
+    groups = list(by_key.values())
+    _labels(groups)
+    for g in groups:
+        g.runs.sort(key=lambda r: (r.seed if isinstance(r.seed, int) else 1 << 40, str(r.path)))
+        _statistics(g, higher)
+    sign = -1.0 if higher else 1.0
+    groups.sort(key=lambda g: (g.mean is None, sign * g.mean if g.mean is not None else 0.0, g.label))
+    for i, g in enumerate(groups):
+        g.rank = i + 1 if g.mean is not None else None
+    if groups and groups[0].mean is not None:
+        best = groups[0].finals
+        for g in groups[1:]:
+            g.p_vs_best = welch_p(g.finals, best)
+            g.differs = None if g.p_vs_best is None else g.p_vs_best < ALPHA
+    return Comparison(metric=key, higher_is_better=higher, groups=groups, extras=extra_keys,
+                      default_html=default_html, direction_note=note)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    return v
+
+
+def to_json(c: Comparison) -> dict:
+    """Every number of the comparison (null where there is none)."""
+    out = {
+        "metric": c.metric, "higher_is_better": c.higher_is_better, "alpha": ALPHA,
+        "ci": "95% Student's t interval of the mean final value over seeds",
+        "test": "Welch's t-test (two-sided, unequal variances) of final values against the rank-1 configuration",
+        "configurations": [],
+    }
+    for g in c.groups:
+        out["configurations"].append({
+            "rank": g.rank, "label": g.label, "params": g.runs[0].params, "n": g.n, "mean": g.mean, "sd": g.sd,
+            "ci95": list(g.ci95) if g.ci95 else None, "best": g.best, "final_values": g.finals, "kimg": g.kimg,
+            "train_s": g.train_s, "img_per_s": g.img_per_s, "p_vs_best": g.p_vs_best,
+            "differs_from_best": g.differs, "extras": g.extras, "states": g.states(),
+            "runs": [{"dir": str(r.path), "seed": r.seed, "state": r.state, "final": r.final, "best": r.best,
+                      "last": r.last, "kimg": r.kimg, "train_s": r.train_s, "img_per_s": r.img_per_s,
+                      "extras": r.extras} for r in g.runs],
+        })
+    return _clean(out)
+
+
+def fmt(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def table_rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
+    """The comparison as a header and text rows (the terminal table and compare.html share it)."""
+    head = ["rank", "configuration", "n", f"{c.metric} mean", "95% CI", "sd", "best", "kimg", "train s", "img/s",
+            "p vs best", "beyond noise", *c.extras, "other runs"]
+    rows = []
+    for g in c.groups:
+        other = ", ".join(f"{n} {s}" for s, n in g.states().items() if s not in FINISHED)
+        beyond = "-" if g.rank == 1 else {True: "yes", False: "no", None: "n/a"}[g.differs]
+        rows.append([fmt(g.rank), g.label, str(g.n), fmt(g.mean),
+                     f"[{fmt(g.ci95[0])}, {fmt(g.ci95[1])}]" if g.ci95 else "-", fmt(g.sd), fmt(g.best),
+                     fmt(g.kimg), "-" if g.train_s is None else f"{g.train_s:.1f}",
+                     "-" if g.img_per_s is None else f"{g.img_per_s:.0f}", fmt(g.p_vs_best, 2), beyond,
+                     *(fmt(g.extras.get(k)) for k in c.extras), other or "-"])
+    return head, rows
+
+
+NOTE = ("n: finished seeds. 95% CI: Student's t interval of the mean over seeds. p vs best: Welch's t-test of the "
+        "final values against rank 1; 'yes' when p < 0.05 (a difference larger than seed noise; with many "
+        "configurations about 1 in 20 'yes' is chance). Needs 2+ seeds on both sides.")
+
+
+def print_table(c: Comparison) -> None:
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 240, highlight=False)
+    head, rows = table_rows(c)
+    direction = "higher" if c.higher_is_better else "lower"
+    table = Table(*head, title=f"{c.metric}: final value, {direction} is better")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(NOTE + (f" Note: {c.direction_note}." if c.direction_note else ""), soft_wrap=True)

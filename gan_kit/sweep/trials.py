@@ -1,0 +1,200 @@
+"""One trial of a sweep as an ordinary run: the ``gankit run`` child process that trains it, the
+metrics.jsonl it writes (read as it grows), and ``sweep.json``, the trial's record in its run
+directory (state, parameters, seed, objective, timings) that ``gankit compare`` reads.
+
+A child runs in a session of its own (a Ctrl-C in the terminal reaches the sweep, which forwards
+it) and, on Linux, gets SIGTERM when the sweep process dies (``PR_SET_PDEATHSIG``): it writes a
+checkpoint and exits instead of training on unwatched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["child_command", "spawn", "MetricsTail", "read_state", "write_state", "run_finished", "last_log_line",
+           "threads_per_job", "STATE_FILE", "LOG_FILE"]
+
+STATE_FILE = "sweep.json"
+LOG_FILE = "sweep.log"
+
+
+def threads_per_job(jobs: int) -> int:
+    """CPU threads for each of ``jobs`` trials at once: the cores divided between them (two runs
+    sharing cores each with every thread were measured 20-40x slower than one)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // jobs)
+
+
+def child_command(recipe: Path, run_dir: Path, sets: list[str], *, resume: bool, overwrite: bool,
+                  threads: int | None) -> list[str]:
+    """The ``python -m gan_kit run`` command of a trial: fresh (the recipe with the trial's
+    ``--set`` items) or resumed from the run directory's checkpoint (the recipe saved in it)."""
+    cmd = [sys.executable, "-m", "gan_kit", "run"]
+    if resume:
+        cmd += ["--resume", str(run_dir)]
+    else:
+        cmd += [str(recipe), "--out", str(run_dir)]
+        for s in sets:
+            cmd += ["--set", s]
+        if overwrite:
+            cmd.append("--overwrite")
+    cmd += ["--set", "run.progress=false"]
+    if threads is not None:
+        cmd += ["--set", f"run.threads={threads}"]
+    return cmd
+
+
+def _die_with_parent(parent: int):
+    """A ``preexec_fn``: SIGTERM this child when the process that started it dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``); exit at once if it is already gone."""
+    def preexec() -> None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            return  # not Linux: the sweep's own handlers stop children on Ctrl-C / SIGTERM
+        if os.getppid() != parent:
+            os._exit(143)
+
+    return preexec
+
+
+def spawn(cmd: list[str], run_dir: Path, threads: int | None, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``cmd`` with its output appended to ``run_dir/sweep.log``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    child_env = dict(os.environ if env is None else env)
+    if threads is not None:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            child_env[var] = str(threads)
+    child_env.pop("GANKIT_DEBUG", None)
+    with open(run_dir / LOG_FILE, "ab") as log:
+        log.write(f"\n### {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
+        log.flush()
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
+                                start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+
+
+class MetricsTail:
+    """The rows of a run's metrics.jsonl, read as they are written: ``new_rows()`` returns the
+    complete lines added since the last call. A resumed run rewrites the file (dropping the rows
+    after its checkpoint): then reading starts over."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.inode: int | None = None
+
+    def new_rows(self) -> list[dict]:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return []
+        if st.st_ino != self.inode or st.st_size < self.offset:
+            self.inode, self.offset = st.st_ino, 0
+        if st.st_size == self.offset:
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next call
+        self.offset += end
+        rows = []
+        for line in data[:end].splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+
+def read_rows(run_dir: Path) -> list[dict]:
+    return MetricsTail(run_dir / "metrics.jsonl").new_rows()
+
+
+def run_finished(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` reached its end (its last metrics row is the final tick and
+    its final checkpoint exists)."""
+    rows = read_rows(run_dir)
+    return bool(rows) and bool(rows[-1].get("Progress/final")) and (run_dir / "checkpoints" / "latest.pt").is_file()
+
+
+def metric_values(rows: list[dict], key: str) -> list[tuple[int, float]]:
+    """``(tick, value)`` of every row holding a finite ``key``."""
+    out = []
+    for r in rows:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out.append((int(r.get("Progress/tick", len(out))), float(v)))
+    return out
+
+
+def read_state(run_dir: Path) -> dict:
+    try:
+        data = json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def write_state(run_dir: Path, **fields: Any) -> dict:
+    """Merge ``fields`` into ``run_dir/sweep.json`` (written atomically); returns the record."""
+    state = {**read_state(run_dir), **fields}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{STATE_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(state, indent=1, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, run_dir / STATE_FILE)
+    return state
+
+
+def last_log_line(run_dir: Path) -> str:
+    """The child's last ``error:`` line (else its last line) in sweep.log, for a failed trial."""
+    try:
+        lines = [ln.strip() for ln in (run_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace").splitlines()
+                 if ln.strip() and not ln.startswith("### ")]
+    except OSError:
+        return ""
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    return (errors or lines or [""])[-1][:300]
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for process ``pid`` to exit; True when it has."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        time.sleep(0.2)
+    return False
+
+
+def wait_previous_child(record: dict) -> None:
+    """Wait for the ``gankit run`` child of a trial's previous attempt (its ``sweep.json``
+    ``record``) to exit: a sweep killed moments ago leaves it writing its checkpoint. Killed after
+    two minutes. Only a child on this machine can be waited for."""
+    import socket
+
+    pid = record.get("child_pid")
+    if pid and record.get("host") == socket.gethostname() and int(pid) != os.getpid():
+        if not wait_gone(int(pid), 120):
+            os.kill(int(pid), signal.SIGKILL)
+            wait_gone(int(pid), 10)
+

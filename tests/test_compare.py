@@ -1,0 +1,114 @@
+"""gankit compare: grouping runs by configuration, mean and 95% CI over seeds, Welch's t-test
+against the best configuration, --json and compare.html - on run directories written by hand,
+so every expected number is known."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+
+from gan_kit.cli import cli
+from gan_kit.sweep.compare import compare_runs, welch_p
+
+RECIPE = """\
+[run]
+seed = {seed}
+out_dir = "{out}"
+threads = {threads}
+[loss]
+name = "{loss}"
+[[metric]]
+name = "swd"
+"""
+
+
+def fake_run(folder: Path, loss: str, seed: int, values: list[float], *, final: bool = True, state: str | None = None,
+             extra: dict | None = None) -> Path:
+    """A run directory as gankit run leaves it: recipe.toml, one metrics row per value (the last
+    one final), and a sweep.json when ``state`` is given."""
+    d = folder / f"{loss}-{seed}"
+    d.mkdir(parents=True)
+    # run.threads differs between runs on purpose: it does not change what a run learns
+    (d / "recipe.toml").write_text(RECIPE.format(seed=seed, out=d.as_posix(), threads=seed + 1, loss=loss))
+    rows = []
+    for i, v in enumerate(values):
+        rows.append({"Progress/tick": i, "Progress/kimg": 0.5 * (i + 1), "Progress/final": final and i == len(values) - 1,
+                     "Metrics/swd": v, "Loss/D": 1.0, "Loss/G": 0.5, "Timing/train_s": 2.0 * (i + 1),
+                     **(extra or {})})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if state:
+        (d / "sweep.json").write_text(json.dumps({"state": state, "seed": seed, "metric": "Metrics/swd",
+                                                  "higher_is_better": False, "params": {"loss.name": loss}}))
+    return d
+
+
+@pytest.fixture
+def study(tmp_path):
+    folder = tmp_path / "study"
+    for s, v in enumerate([30.0, 34.0, 32.0]):
+        fake_run(folder, "hinge", s, [90.0, v])
+    for s, v in enumerate([60.0, 64.0, 59.0]):
+        fake_run(folder, "bce", s, [80.0, v], extra={"Augment/p": 0.1 * (s + 1)})
+    for s, v in enumerate([31.0, 35.0]):
+        fake_run(folder, "wgan", s, [70.0, v])
+    fake_run(folder, "wgan", 2, [75.0], final=False)  # still running: not counted
+    return folder
+
+
+def test_groups_rank_and_statistics_match_the_textbook(study):
+    c = compare_runs([study])
+    assert c.metric == "Metrics/swd" and c.higher_is_better is False
+    assert [g.runs[0].recipe["loss.name"] for g in c.groups] == ["hinge", "wgan", "bce"]  # by mean, lower first
+    hinge, wgan, bce = c.groups
+    assert (hinge.n, hinge.mean) == (3, 32.0)
+    assert hinge.sd == pytest.approx(2.0)
+    assert hinge.ci95 == pytest.approx(stats.t.interval(0.95, 2, loc=32.0, scale=2.0 / math.sqrt(3)))
+    assert wgan.n == 2 and wgan.states() == {"finished": 2, "unfinished": 1}
+    assert hinge.best == pytest.approx(32.0) and hinge.kimg == 1.0 and hinge.train_s == 4.0 and hinge.img_per_s == 250.0
+    # Welch's t by hand: t = (m1 - m2) / sqrt(v1/n1 + v2/n2), Welch-Satterthwaite degrees of freedom
+    a, b = [31.0, 35.0], [30.0, 34.0, 32.0]
+    va, vb = 8.0 / 2, 2.0 ** 2 / 3
+    t = (33.0 - 32.0) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / 1 + vb ** 2 / 2)
+    assert wgan.p_vs_best == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9)
+    assert wgan.differs is False  # 1 apart with sd 2-3 over 2-3 seeds: seed noise
+    assert bce.differs is True and bce.p_vs_best < 0.001
+    assert bce.extras == {"Augment/p": pytest.approx(0.2)}  # ADA's p shown by default (mean of final values)
+    assert welch_p([1.0], [2.0, 3.0]) is None
+    assert welch_p([2.0, 2.0], [3.0, 3.0]) == 0.0 and welch_p([2.0, 2.0], [2.0, 2.0]) == 1.0
+
+
+def test_json_and_html(study, tmp_path):
+    result = CliRunner().invoke(cli, ["compare", str(study), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output[:result.output.rindex("}") + 1])
+    first = data["configurations"][0]
+    assert first["label"] == "loss.name=hinge" and first["final_values"] == [30.0, 34.0, 32.0]
+    assert first["p_vs_best"] is None and data["configurations"][2]["differs_from_best"] is True
+    html = (study / "compare.html").read_text()
+    assert "loss.name=hinge" in html and html.count("data:image/png;base64,") >= 2  # plots embedded
+    table = CliRunner().invoke(cli, ["compare", str(study / "hinge-0"), str(study / "bce-0"), "--no-html"])
+    assert table.exit_code == 0 and "loss.name=bce" in table.output and "Welch" in table.output
+
+
+def test_a_sweeps_states_are_shown_and_only_finished_runs_count(tmp_path):
+    folder = tmp_path / "s"
+    fake_run(folder, "hinge", 0, [40.0, 30.0], state="complete")
+    fake_run(folder, "hinge", 1, [50.0], final=False, state="pruned")
+    c = compare_runs([folder])
+    (g,) = c.groups
+    assert g.label == "loss.name=hinge" and g.n == 1 and g.finals == [30.0]
+    assert g.states() == {"complete": 1, "pruned": 1} and g.ci95 is None
+
+
+def test_not_a_run_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "empty")])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {tmp_path / 'empty'}: holds no run (no metrics.jsonl, recipe.toml or " \
+                                    f"sweep.json here or in its sub-folders)"

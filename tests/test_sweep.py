@@ -1,0 +1,367 @@
+"""gankit sweep: --param spaces (good and bad), the study and its run directories, pruning,
+kill -9 and continuing, and two sweep processes sharing one study.
+
+The tests that train start real ``gankit sweep`` processes, whose trials are ``gankit run``
+children of the tiny recipe (a few steps each); the loop's own logic (Ctrl-C, failures) is also
+tested in-process with stand-in children that need no torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from gan_kit.cli import cli
+from gan_kit.sweep import trials as tr
+from gan_kit.sweep.spaces import SpaceError, parse_space, parse_spaces
+from gan_kit.testing import TINY_RECIPE
+
+CONST_METRIC = '''
+import attrs
+from gan_kit import Metric, hookimpl, option
+
+
+class Const(Metric):
+    """Reports its option ``value`` at every evaluation: a metric a test can make worse."""
+
+    num_images = 8
+
+    @attrs.frozen
+    class Options:
+        value: float = option(1.0, help="The value reported.")
+
+    def compute(self, generate, reals, device):
+        return {"Metrics/const": float(self.options.value)}
+
+
+@hookimpl
+def register_metrics(register):
+    register("const", Const)
+'''
+
+
+def tiny(tmp_path: Path, metric: str = "swd") -> Path:
+    """The tiny recipe with an objective: SWD on 64 images, or the const plugin metric every tick."""
+    body = TINY_RECIPE.format(out_dir=(tmp_path / "run").as_posix())
+    if metric == "const":
+        (tmp_path / "constmetric.py").write_text(CONST_METRIC)
+        text = 'plugins = ["constmetric.py"]\n' + body + '\n[[metric]]\nname = "const"\nevery_kimg = 0.1\n'
+    else:
+        text = body + '\n[[metric]]\nname = "swd"\nnum_images = 64\n'
+    path = tmp_path / "tiny.toml"
+    path.write_text(text)
+    return path
+
+
+def storage(folder: Path):
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / "study.journal")))
+
+
+def states(folder: Path, name: str) -> list[tuple[str, str]]:
+    study = optuna.load_study(study_name=name, storage=storage(folder))
+    return [(t.user_attrs.get("gankit:name"), t.state.name) for t in study.trials]
+
+
+# ------------------------------------------------------------------------------ spaces --
+
+
+def test_spaces_parse_lists_bundles_and_ranges():
+    sp = parse_space("update.name=[d-then-g,g-then-d,shared-fake]")
+    assert (sp.kind, sp.choices) == ("choice", ["d-then-g", "g-then-d", "shared-fake"])
+    assert sp.sets("g-then-d") == ['update.name="g-then-d"']
+    tables = parse_space('penalty=[[], [{name = "r1", weight = 10.0}]]')
+    assert tables.choices == ["[]", '[{ name = "r1", weight = 10.0 }]']  # Optuna stores scalars: TOML text
+    assert tables.sets(tables.choices[1]) == ['penalty=[{ name = "r1", weight = 10.0 }]']
+    mixed = parse_space("penalty.0.weight=[1, 2.5, none]")
+    assert mixed.values == (1, 2.5, "none")
+    bundle = parse_space('objective={hinge-gp = {loss.name = "hinge"}, wgan-gp = {loss.name = "wgan-gp", penalty = []}}')
+    assert bundle.choices == ["hinge-gp", "wgan-gp"]
+    assert bundle.sets("wgan-gp") == ['loss.name="wgan-gp"', "penalty=[]"]
+    assert bundle.keys() == {"loss.name", "penalty"}
+    lr = parse_space("optim.lr=loguniform(1e-4,3e-3)")
+    dist = lr.distribution()
+    assert (lr.kind, dist.low, dist.high, dist.log) == ("float", 1e-4, 3e-3, True)
+    assert lr.probes() == [1e-4, 3e-3]
+    ints = parse_space("update.d_steps=int(1, 3)")
+    assert ints.grid() == [1, 2, 3] and ints.sets(2) == ["update.d_steps=2"]
+    with pytest.raises(SpaceError, match="not a float range"):
+        lr.grid()
+
+
+@pytest.mark.parametrize("items, expected", [
+    (["loss.name=[]"], "--param 'loss.name=[]': an empty list"),
+    (["optim.lr=uniform(3e-3, 1e-4)"], "--param 'optim.lr=uniform(3e-3, 1e-4)': reversed range: low 0.003 > high 0.0001"),
+    (["optim.lr=loguniform(0, 1)"], "loguniform needs low > 0"),
+    (["run.seed=[1, 2]"], "--param 'run.seed=[1, 2]': run.seed is set by the sweep: every configuration runs with each "
+                          "seed of --seeds N"),
+    (["loss.name=[hinge,bce]", "loss.name=[wgan]"], "loss.name is already swept by --param 'loss.name=[hinge,bce]'"),
+    (["loss.name=hinge"], "'hinge' is not a space"),
+    (["loss.name=[hinge,hinge]"], '"hinge" is listed twice'),
+])
+def test_bad_spaces_are_one_line_each(items, expected):
+    with pytest.raises(SpaceError) as e:
+        parse_spaces(items)
+    assert len(str(e.value).splitlines()) == len(items) - (1 if len(items) == 2 else 0)
+    assert expected in str(e.value)
+
+
+@pytest.mark.parametrize("params, expected", [
+    (["loss.nme=[hinge,bce]"], "error: --param 'loss.nme=[hinge,bce]': "),
+    (["loss.name=[hinge,hing]"], "error: --param 'loss.name=[hinge,hing]': value \"hing\" cannot train: "),
+    (["penalty.3.weight=[1, 2]"], "error: --param 'penalty.3.weight=[1, 2]': "),
+    (["optim.lr=uniform(2e-3, 20)"], "error: --param 'optim.lr=uniform(2e-3, 20)': "),
+    (["run.out_dir=[a, b]"], "error: --param 'run.out_dir=[a, b]': run.out_dir is set by the sweep"),
+    (["data.max_images=[10, 1797]"], "error: --param 'data.max_images=[10, 1797]': value 10 cannot train: "),  # the data
+    (["loss.name=[hinge, wgan-gp]", 'penalty=[[], [{name = "gradient-penalty"}]]'],
+     "error: configuration loss.name=wgan-gp, penalty=[{ name = \"gradient-penalty\" }] cannot train: "),
+])
+def test_sweep_refuses_a_bad_space_in_one_line_before_training(tmp_path, monkeypatch, params, expected):
+    recipe = tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args = ["sweep", str(recipe), *(x for p in params for x in ("--param", p))]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), lines
+    assert not (tmp_path / "runs").exists()  # nothing trained, no study made
+
+
+def test_budget_keys_belong_to_the_sweep(tmp_path, monkeypatch):
+    recipe = tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["sweep", str(recipe), "--param", "run.total_kimg=[1, 2]", "--budget-kimg", "1"])
+    assert result.exit_code == 2
+    assert "run.total_kimg is set by the sweep: --budget-kimg sets it" in result.output
+
+
+def test_dry_run_lists_the_grid_and_the_trial_command(tmp_path, monkeypatch):
+    recipe = tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["sweep", str(recipe), "--param", "update.name=[d-then-g,g-then-d]",
+                                      "--param", "update.d_steps=int(1, 2)", "--seeds", "3", "--budget-minutes", "2",
+                                      "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "4 configurations x 3 seeds = 12 trials (grid)" in result.output
+    assert "c003: update.name=g-then-d, update.d_steps=2" in result.output
+    assert "--set run.max_minutes=2.0" in result.output and "--set run.seed=0" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------------------------------ the loop, in-process --
+
+FAKE_CHILD = '''
+import json, os, signal, sys, time
+run_dir, value, ticks = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+start = 0
+if os.path.exists(os.path.join(run_dir, "checkpoints", "latest.pt")):
+    start = int(open(os.path.join(run_dir, "checkpoints", "latest.pt")).read())
+if value < 0:
+    print("error: a trial that cannot train"); sys.exit(2)
+for tick in range(start, ticks):
+    row = {"Progress/tick": tick, "Progress/kimg": 0.1 * (tick + 1), "Progress/final": tick == ticks - 1,
+           "Metrics/const": value, "Timing/train_s": 0.05 * (tick + 1)}
+    with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps(row) + "\\n")
+    open(os.path.join(run_dir, "checkpoints", "latest.pt"), "w").write(str(tick + 1))
+    time.sleep(0.15)
+    if stop:
+        sys.exit(143)
+'''
+
+
+def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=()):
+    """The in-process sweep over ``x=[values]``, its children the stand-in above."""
+    from gan_kit.sweep import driver
+    from gan_kit.sweep.setup import prepare
+
+    script = tmp_path / "child.py"
+    script.write_text(FAKE_CHILD)
+
+    def command(recipe, run_dir, sets, *, resume, overwrite, threads):
+        value = next(s.split("=", 1)[1] for s in sets if s.startswith("metric.0.value="))
+        return [sys.executable, str(script), str(run_dir), value, str(ticks)]
+
+    monkeypatch.setattr(tr, "child_command", command)
+    monkeypatch.setattr(driver, "POLL_S", 0.05)
+    monkeypatch.setattr(driver, "_checkpoint_progress", lambda p: (float(p.read_text()) / 10, 0.0))
+    recipe = tiny(tmp_path, "const")
+    space = values if isinstance(values, str) else f"[{', '.join(map(str, values))}]"
+    kwargs = dict(recipe=recipe, params=[f"metric.0.value={space}"], seeds=1, trials=None,
+                  jobs=1, study_name="s", folder=tmp_path / "study", storage=None, sampler=None, pruner="none",
+                  pruner_startup=1, pruner_warmup=0, metric=None, budget_kimg=None, budget_minutes=None,
+                  overrides=(), retry_failed=False, dry_run=False)
+    kwargs.update(extra)
+    return prepare(**kwargs)
+
+
+def test_ctrl_c_stops_the_trials_and_the_same_sweep_continues_them(tmp_path, monkeypatch):
+    from gan_kit.errors import Interrupted
+
+    sweep = fake_sweep(tmp_path, monkeypatch, [1, 2], ticks=6)
+    original = sweep._poll
+
+    def poll(a):  # Ctrl-C once the first trial has written two ticks
+        original(a)
+        if len(a.reported) >= 2 and sweep.signal is None:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sweep._poll = poll
+    with pytest.raises(Interrupted) as e:
+        sweep.run()
+    assert e.value.exit_code == 130 and "continue the study with `gankit" in str(e.value)
+    first = tmp_path / "study" / "c000-s0"
+    assert tr.read_state(first)["state"] == "interrupted"
+    assert ("c000-s0", "WAITING") in states(tmp_path / "study", "s")  # queued again, same name
+    assert not (tmp_path / "study" / "c001-s0").exists()  # nothing new started after Ctrl-C
+    code = fake_sweep(tmp_path, monkeypatch, [1, 2], ticks=6).run()
+    assert code == 0
+    rows = [json.loads(x) for x in (first / "metrics.jsonl").read_text().splitlines()]
+    assert [r["Progress/tick"] for r in rows] == list(range(6))  # continued, not started over
+    assert len(tr.read_state(first)["attempts"]) == 2
+    done = states(tmp_path / "study", "s")
+    assert done.count(("c000-s0", "COMPLETE")) == 1 and done.count(("c001-s0", "COMPLETE")) == 1
+
+
+def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
+    code = fake_sweep(tmp_path, monkeypatch, [-1, 1]).run()
+    assert code == 1  # a trial failed
+    failed = tr.read_state(tmp_path / "study" / "c000-s0")
+    assert failed["state"] == "failed" and failed["reason"] == "error: a trial that cannot train"
+    assert tr.read_state(tmp_path / "study" / "c001-s0")["state"] == "complete"
+    assert sorted(states(tmp_path / "study", "s")) == [("c000-s0", "FAIL"), ("c001-s0", "COMPLETE")]
+    from gan_kit.errors import GankitError
+
+    with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(params: "):
+        fake_sweep(tmp_path, monkeypatch, [-1, 1, 5])  # the same study, other values: refused before training
+
+
+def test_a_sampled_configuration_runs_with_every_seed(tmp_path, monkeypatch):
+    sweep = fake_sweep(tmp_path, monkeypatch, "uniform(1, 10)", ticks=1,
+                       extra=dict(sampler="random", trials=2, seeds=2))
+    assert sweep.run() == 0
+    study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
+    by_name = {t.user_attrs["gankit:name"]: t for t in study.trials}
+    assert len(by_name) == 4 and all(t.state.name == "COMPLETE" for t in study.trials)
+    configs = sorted({n[:-3] for n in by_name})
+    assert len(configs) == 2
+    for c in configs:  # both seeds of a configuration: the same sampled value, the value reported
+        s0, s1 = by_name[f"{c}-s0"], by_name[f"{c}-s1"]
+        assert s0.params == s1.params and 1 <= s0.params["metric.0.value"] <= 10
+        assert s0.value == s1.value == pytest.approx(s0.params["metric.0.value"])
+        assert tr.read_state(tmp_path / "study" / f"{c}-s1")["seed"] == 1
+
+
+# ------------------------------------------------------------------ real sweep processes --
+
+
+def _sweep_cmd(recipe, *args):
+    return [sys.executable, "-m", "gan_kit", "sweep", str(recipe), *args]
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def test_two_processes_share_one_study_and_compare_gives_the_metrics_numbers(tmp_path):
+    recipe = tiny(tmp_path)
+    cmd = _sweep_cmd(recipe, "--param", "update.name=[d-then-g,g-then-d]", "--seeds", "2",
+                     "--out", str(tmp_path / "study"), "--study", "two", "--set", "run.threads=1")
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    started = [line for out in outs for line in out.splitlines() if ": started (" in line]
+    assert len(started) == 4, outs  # every trial once, by one of the two processes
+    runs = sorted(d.name for d in (tmp_path / "study").iterdir() if d.is_dir())
+    assert runs == ["c000-s0", "c000-s1", "c001-s0", "c001-s1"]
+    assert sorted(states(tmp_path / "study", "two")) == [(r, "COMPLETE") for r in runs]
+    for r in runs:
+        assert len(tr.read_state(tmp_path / "study" / r)["attempts"]) == 1
+
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "study"), "--json", "--no-html"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["metric"] == "Metrics/swd" and data["higher_is_better"] is False
+    for conf in data["configurations"]:
+        assert conf["n"] == 2
+        for run in conf["runs"]:
+            rows = [json.loads(x) for x in (Path(run["dir"]) / "metrics.jsonl").read_text().splitlines()]
+            assert run["final"] == rows[-1]["Metrics/swd"] and run["kimg"] == rows[-1]["Progress/kimg"]
+            assert run["train_s"] == rows[-1]["Timing/train_s"]
+        assert conf["final_values"] == [r["final"] for r in conf["runs"]]
+        assert conf["mean"] == pytest.approx(sum(conf["final_values"]) / 2, rel=1e-12)
+    means = [c["mean"] for c in data["configurations"]]
+    assert means == sorted(means)  # ranked, lower is better
+
+
+def test_kill_9_then_the_same_command_resumes_and_a_pruner_stops_a_worse_trial(tmp_path):
+    recipe = tiny(tmp_path, "const")
+    folder = tmp_path / "study"
+    cmd = _sweep_cmd(recipe, "--param", "metric.0.value=[1, 100]", "--out", str(folder), "--study", "k",
+                     "--pruner", "median", "--pruner-startup", "1", "--budget-kimg", "0.6",
+                     "--set", "run.snapshot_ticks=1", "--set", "run.threads=1")
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trial = folder / "c000-s0"
+    deadline = time.monotonic() + 240
+    while not (trial / "checkpoints" / "latest.pt").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.kill()  # kill -9: no handler runs; the child gets SIGTERM (PR_SET_PDEATHSIG) and checkpoints
+    first.wait()
+    assert not tr.run_finished(trial)
+    second = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "c000-s0: resuming from kimg" in second.stdout, second.stdout
+    state = tr.read_state(trial)
+    assert state["state"] == "complete" and state["value"] == 1.0
+    assert [a["resumed_from_kimg"] is not None and a["resumed_from_kimg"] > 0 for a in state["attempts"]] == [False, True]
+    rows = [json.loads(x) for x in (trial / "metrics.jsonl").read_text().splitlines()]
+    assert [r["Progress/tick"] for r in rows] == list(range(len(rows))) and rows[-1]["Progress/kimg"] >= 0.6
+    # c001 reports 100 at its first tick, worse than the median (1) of the completed trial: pruned
+    pruned = tr.read_state(folder / "c001-s0")
+    assert pruned["state"] == "pruned" and pruned["pruned_at_tick"] == 0, second.stdout
+    assert tr.read_rows(folder / "c001-s0")[-1]["Progress/kimg"] < 0.6  # stopped early, run directory kept
+    assert (folder / "c001-s0" / "checkpoints" / "latest.pt").is_file()
+    assert sorted(states(folder, "k")) == [("c000-s0", "COMPLETE"), ("c000-s0", "FAIL"), ("c001-s0", "PRUNED")]
+    # the same command once more: nothing is run again
+    third = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0 and "started" not in third.stdout and "resuming" not in third.stdout
+    assert "1 complete, 1 pruned" in third.stdout
+
+
+# ------------------------------------------------------------------- run.max_minutes --
+
+
+def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path):
+    from gan_kit import checkpoint as ckpt
+    from gan_kit.engine import Run, train
+    from gan_kit.errors import GankitError
+    from gan_kit.recipe import load_recipe
+    from gan_kit.testing import write_tiny_recipe
+
+    path = write_tiny_recipe(tmp_path)
+    recipe, plugins = load_recipe(path, ["run.total_kimg=50", "run.max_minutes=0.00001"])  # 0.6 ms
+    run = Run(recipe, plugins)
+    stats = train(run)
+    assert stats["Progress/final"] is True and run.step == 1  # the first step spends the budget
+    rows = tr.read_rows(tmp_path / "run")
+    assert rows[-1]["Progress/final"] and rows[-1]["Timing/train_s"] == run.train_seconds >= 0.0006
+    assert (tmp_path / "run" / "samples" / "final.png").is_file()
+    state = ckpt.load(tmp_path / "run" / "checkpoints" / "latest.pt")
+    assert state["train_seconds"] == run.train_seconds and state["cur_nimg"] == 8
+    again = Run(recipe, plugins)
+    with pytest.raises(GankitError, match=r"--resume: the run has trained .* minutes >= run.max_minutes = 1e-05"):
+        train(again, resume=True)
+    more, plugins = load_recipe(path, ["run.total_kimg=50", f"run.max_minutes={run.train_seconds / 60 + 1e-5}"])
+    longer = Run(more, plugins)
+    train(longer, resume=True)
+    assert longer.step == 2 and longer.train_seconds > run.train_seconds  # one more step, time summed
