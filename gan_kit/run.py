@@ -273,6 +273,13 @@ class Run:
             dtype = torch.bfloat16 if precision == "bf16" else torch.float16
             device_type = self.device.type
             self.autocast = lambda: torch.autocast(device_type, dtype=dtype)
+            # Plugin code sees float32 networks whose forwards run at the run's precision
+            # (gan_kit.networks.AtPrecision), so plain-PyTorch strategies and penalties train.
+            from gan_kit.networks import AtPrecision
+
+            views = (self.G_train, self.D_train, self.G_penalty, self.D_penalty)
+            wrapped = {id(v): AtPrecision(v, self.autocast) for v in views}  # a view shared stays shared
+            self.G_train, self.D_train, self.G_penalty, self.D_penalty = (wrapped[id(v)] for v in views)
         else:
             self.autocast = contextlib.nullcontext
 
