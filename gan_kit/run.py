@@ -83,7 +83,8 @@ class Run:
     ``cur_nimg`` (real images shown), ``total_nimg``, ``step`` (iterations done), ``tick``
     (ticks done), ``is_main`` (rank 0), ``rank``, ``world_size``, ``metrics`` (``(spec, metric)``
     pairs), ``last_checkpoint``, ``resumed_from`` (the checkpoint a resumed run started from, else
-    None), and ``stash``: typed per-plugin state (``gan_kit.StashKey``).
+    None), ``initialized_from`` (the checkpoint a ``--init-from`` run took its weights from), and
+    ``stash``: typed per-plugin state (``gan_kit.StashKey``).
     Methods for hooks: ``generate(z)``, ``real_images(n)``, ``save_checkpoint(name)``, ``phases()``.
     """
 
@@ -114,6 +115,7 @@ class Run:
         self.previous_phase: Phase | None = None
         self.last_checkpoint: Path | None = None
         self.resumed_from: Path | None = None
+        self.initialized_from: Path | None = None  # --init-from: the checkpoint G, D, G_ema came from
         if recipe.run.threads is not None:
             # More threads than cores only adds contention (and torch's pool is process-wide).
             torch.set_num_threads(min(recipe.run.threads, os.cpu_count() or 1))

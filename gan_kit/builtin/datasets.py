@@ -13,8 +13,9 @@ the labels it has (``gan_kit.data`` states the item contract: ``num_classes``, `
   torchvision; off by default).
 
 Every dataset has ``xflip``: the set doubled with left-right mirrored copies (labels kept).
-Relative paths (``path``, ``root``) are resolved against the folder of the recipe file; for a
-recipe read back from a checkpoint, against the working directory.
+Relative paths (``path``, ``root``: ``option(path=True)``) are resolved when the recipe is loaded,
+against the folder of the recipe file that sets them (``--set``: the working directory), and a
+run saves them absolute, so resuming works from any directory.
 """
 
 from __future__ import annotations
@@ -216,7 +217,8 @@ class ImageFolder(DatasetFactory):
 
     @attrs.frozen
     class Options:
-        path: str = option(help="Folder of images (absolute, or relative to the recipe file's folder).")
+        path: str = option(help="Folder of images (absolute, or relative to the folder of the recipe file that "
+                                "sets it; saved absolute).", path=True)
         channels: Literal[1, 3] = option(3, help="1 = grey (luma), 3 = RGB; transparency is composited over white.")
         recursive: bool = option(True, help="Also read images in sub-folders (hidden files and folders are ignored; "
                                             "symbolic links to folders and files are followed, each real one once).")

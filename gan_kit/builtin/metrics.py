@@ -226,8 +226,9 @@ class _InceptionMetric(_FromOptions):
                                              "FID is biased upwards for small counts.",)
         seed: int = option(0, help="Seed of the latents and the real-image choice.",
                            min=0, max=2**32 - 1, max_exclusive=True)
-        weights: str | None = option(None, help="Local InceptionV3 weights file (torch-fidelity's); None = the "
-                                                "torch hub cache. Nothing is ever downloaded.")
+        weights: str | None = option(None, help="Local InceptionV3 weights file (torch-fidelity's; relative to the "
+                                                "recipe file that sets it); None = the torch hub cache. Nothing is "
+                                                "ever downloaded.", path=True)
         batch_size: int = option(64, help="Images per Inception forward pass.", min=1, max=2**16)
 
     def __init__(self, options=None, context=None):

@@ -52,11 +52,14 @@ def run_started(run):
     if run.is_main and run.resumed_from is not None:
         drop_rows_after(run.out_dir / "metrics.jsonl", run.tick)
     st = run.stash[state_key] = {"console": Console(stderr=True, soft_wrap=True), "progress": None, "t0": time.perf_counter(),
-                            "last_t": time.perf_counter(), "last_nimg": run.cur_nimg, "img_s": 0.0}
+                            "last_t": time.perf_counter(), "last_nimg": run.cur_nimg, "img_s": 0.0,
+                            "start_nimg": run.cur_nimg}
     if run.is_main:
         (run.out_dir / "samples").mkdir(parents=True, exist_ok=True)
+        start = (f", resuming at kimg {run.cur_nimg / 1000:g}" if run.resumed_from is not None else
+                 f", from the weights of {run.initialized_from}" if getattr(run, "initialized_from", None) else "")
         st["console"].print(f"[bold]gankit[/] training {run.recipe.path} -> {run.out_dir} "
-                            f"on {run.device} ({run.precision}), {run.total_nimg / 1000:g} kimg")
+                            f"on {run.device} ({run.precision}), {run.total_nimg / 1000:g} kimg{start}")
     if run.is_main and run.options.progress:
         progress = Progress(
             TextColumn("[bold cyan]{task.fields[phase]}"),
@@ -150,7 +153,11 @@ def run_finished(run, stats):
         _stop_progress(st)
         elapsed = time.perf_counter() - st["t0"]
         if run.is_main:
-            st["console"].print(f"[bold green]done[/]: {run.cur_nimg / 1000:.1f} kimg in {elapsed:.0f} s; "
+            # This session's images: a resumed run's earlier kimg took time this clock never saw.
+            shown = run.cur_nimg - st.get("start_nimg", 0)
+            digits = 1 if run.total_nimg >= 10_000 else 3
+            total = f" (the run is at {run.cur_nimg / 1000:.{digits}f})" if shown != run.cur_nimg else ""
+            st["console"].print(f"[bold green]done[/]: {shown / 1000:.{digits}f} kimg in {elapsed:.0f} s{total}; "
                                 f"samples in {run.out_dir / 'samples'}, checkpoint in {run.out_dir / 'checkpoints'}")
 
 

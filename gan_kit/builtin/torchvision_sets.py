@@ -30,7 +30,8 @@ class _TorchvisionSet(DatasetFactory):
     @attrs.frozen
     class Options:
         root: str = option("~/.cache/gankit/datasets",
-                           help="Folder that holds the dataset's own folder (relative to the recipe's folder).")
+                           help="Folder that holds the dataset's own folder (relative to the folder of the recipe "
+                                "file that sets it; saved absolute).", path=True)
         download: bool = option(False, help="Download the set with torchvision when it is missing (needs internet).")
         split: Literal["train", "test", "all"] = option("train", help="Which part of the set to train on.")
         channels: int | None = option(None, help="1 or 3 to convert grey <-> RGB; None = the set's own channels.",

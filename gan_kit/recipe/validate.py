@@ -264,6 +264,29 @@ def _absolute_plugin(spec: str, path: Path) -> str:
     return spec
 
 
+def _resolve_paths(spec: ComponentSpec | None, problems: Problems, cli_keys: frozenset[str]) -> ComponentSpec | None:
+    """``spec`` with every relative path option (``option(path=True)``) made absolute: against
+    the working directory when typed with ``--set``, else against the folder of the recipe file
+    that set it (``Problems.dirs``; the working directory for a recipe without a file)."""
+    if spec is None:
+        return None
+    import os
+
+    changed = {}
+    for f in option_fields(type(spec.options)):
+        value = getattr(spec.options, f.name)
+        if not f.metadata.get("path") or not isinstance(value, str) or not value:
+            continue
+        if value.startswith("~") or Path(value).is_absolute():
+            continue
+        dotted = f"{spec.key}.{f.name}"
+        parts = dotted.replace("[", ".").replace("]", "").split(".")
+        typed = any(".".join(parts[:n]) in cli_keys for n in range(1, len(parts) + 1))
+        base = None if typed else problems.dirs.get(problems.where(dotted))
+        changed[f.name] = os.path.normpath(os.path.join(base or os.getcwd(), value))
+    return attrs.evolve(spec, options=attrs.evolve(spec.options, **changed)) if changed else spec
+
+
 def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, broken: list = (),
                  cli_keys: frozenset[str] = frozenset()) -> Recipe | None:
     """The validated ``Recipe`` of the merged table ``raw``, or None when ``problems`` holds any."""
@@ -272,6 +295,8 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
     comps = _parse_components(raw, registry, problems, broken)
     if any(v is None for v in comps.values()):
         return None  # cross-option checks need every component
+    comps = {k: tuple(_resolve_paths(s, problems, cli_keys) for s in v) if isinstance(v, tuple)
+             else _resolve_paths(v, problems, cli_keys) for k, v in comps.items()}
     # Cross-option checks run even when a core table had problems (its defaults stand in), so
     # every problem of the file is reported at once.
     stand_in = {k: v if v is not None else CORE_TABLES[k]() for k, v in core.items()}
