@@ -185,7 +185,7 @@ def _folder_problem(value: str, folder: Path, recursive: bool) -> str | None:
     where = f"{value!r}" + (f" (resolved to {folder})" if str(folder) != value else "")
     if not folder.exists():
         return (f"folder {where} not found; set data.path to a folder of images "
-                f"(absolute, or relative to the recipe's folder)")
+                f"(absolute, or relative to the folder of the recipe file that sets it)")
     if not folder.is_dir():
         return f"{where} is a file, not a folder; set data.path to the folder that holds the images"
     if not list_images(folder, recursive, first_only=True):
