@@ -354,7 +354,7 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
         # What the data set decides (a metric asking for more images than it holds, a data set
         # below a metric's minimum, labels for a conditional run) is known only once it is built.
         from gan_kit.components import BuildContext
-        from gan_kit.evaluate import metric_problem
+        from gan_kit.evaluate import metric_cap_note, metric_problem
 
         ctx = BuildContext(resolution=r.resolution, channels=0, recipe=r)
         data = plugins.registry.get("dataset", r.data.name).factory(r.data.options, ctx).build(r.resolution)
@@ -367,6 +367,9 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
             problem = metric_problem(spec, metric, len(data), r.data.name)
             if problem:
                 problems.append(f"{path}: {problem}")
+            note = None if problem else metric_cap_note(spec, metric, len(data), r.data.name)
+            if note:
+                click.echo(note, err=True)
         if problems:
             raise GankitError("\n".join(problems))
     click.echo(f"{path}: ok")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from gan_kit import checkpoint as ckpt
 from gan_kit.allocator import retain_freed_memory
 from gan_kit.components import BuildContext, WeightedPenalty, set_phase
 from gan_kit.ema import make_ema, refresh_batchnorm
-from gan_kit.evaluate import metric_problem
+from gan_kit.evaluate import metric_cap_note, metric_problem
 from gan_kit.networks import apply_spectral_norm, training_views
 from gan_kit.errors import GankitError, TrainingError
 from gan_kit.phase import Phase
@@ -221,6 +222,9 @@ class Run:
             problem = metric_problem(spec, metric, len(self.dataset), r.data.name)
             if problem:
                 raise GankitError(f"{r.path}: {problem}")
+            note = metric_cap_note(spec, metric, len(self.dataset), r.data.name)
+            if note and self.is_main:
+                print(note, file=sys.stderr)
 
     def lazy_ratio(self, network: str) -> float:
         """k / (k + 1) for a network regularised lazily every k iterations, else 1: its optimizer
