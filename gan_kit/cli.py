@@ -23,7 +23,21 @@ from gan_kit.errors import GankitError
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """A click group whose command list shows each command's whole first sentence, wrapped,
+    where click cuts it at the terminal width with '...' (plugin commands included)."""
+
+    group_class = type  # `@cli.group()` sub-groups list their commands the same way
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, cmd.get_short_help_str(limit=10_000)) for name in self.list_commands(ctx)
+                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=lambda c, p, v: _version(c, v),
               help="Show the versions of gankit, torch and Python, and exit.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks for every command.")
@@ -236,7 +250,7 @@ def list_plugins(kind: str | None, as_json: bool, verbose: bool) -> None:
     table.add_column("kind", no_wrap=True, min_width=6)
     table.add_column("name", no_wrap=True)
     table.add_column("plugin", no_wrap=True)
-    table.add_column("summary", no_wrap=True, overflow="ellipsis", max_width=100)
+    table.add_column("summary", overflow="fold")  # wrapped, never cut mid-sentence
     for c in comps:
         table.add_row(c.kind, c.name, c.plugin, c.summary)
     for b in plugins.broken:

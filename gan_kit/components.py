@@ -364,6 +364,11 @@ class Architecture(ComponentBase):
     #: True when ``build`` makes a class-conditional pair for ``context.num_classes`` > 0.
     supports_conditional: ClassVar[bool] = False
 
+    #: False when ``architecture.spectral_norm`` cannot apply: its layers are not torch conv /
+    #: linear layers (stylegan2's scale their weights themselves); the recipe is then refused
+    #: with one line that says to set ``spectral_norm = "none"``.
+    supports_spectral_norm: ClassVar[bool] = True
+
     #: True when G's forward takes ``truncation_psi`` (the truncation trick: StyleGAN, Karras et
     #: al. 2019, sec. 3.2 - W pulled toward its running average); ``gankit sample --truncation``
     #: refuses other architectures.

@@ -101,11 +101,24 @@ def refused_override(overrides, run_dir: Path, saved_text: str = "") -> None:
         except ValueError:
             continue  # reported by the recipe loader with the other problems
         key = ".".join(map(str, keys))
-        if mutable(re.sub(r"\.(\d+)", r"[\1]", key)) or _lookup(saved, keys) == value:
+        before = _lookup(saved, keys)
+        if mutable(re.sub(r"\.(\d+)", r"[\1]", key)) or before == value or _same_components(value, before):
             continue
         raise CheckpointError(
             f"--resume: --set {key}: {key} cannot change in a resumed run (it may change: the [run] table but "
             f"run.seed, optim.lr/g_lr/d_lr/betas/eps, [ema], penalty weights, metrics); start a new run with --out")
+
+
+def _same_components(value: Any, saved: Any) -> bool:
+    """A table (or array of tables) given whole that names the same components as the saved one
+    (``--set 'augment={name="ada"}'``): its defaults are filled in only when the recipe loads, so
+    whether anything changed is left to ``recipe_changes``, which compares the resolved recipes
+    and refuses a real change in one line."""
+    if isinstance(value, dict) and isinstance(saved, dict):
+        return value.get("name") == saved.get("name")
+    if isinstance(value, list) and isinstance(saved, list) and len(value) == len(saved) and value:
+        return all(_same_components(v, b) for v, b in zip(value, saved))
+    return False
 
 
 def _lookup(table: Any, keys: list) -> Any:

@@ -77,6 +77,18 @@ def resolve_path(value: str, recipe: Any, key: str = "data.path") -> Path:
     return _base_dir(recipe) / p
 
 
+def warn_upscaled(native: int, resolution: int, what: str) -> None:
+    """One warning when ``data.resolution`` is above the images' own side ``native`` (pixels,
+    the shorter side): they are upscaled, so G learns blurred, interpolated images (rank 0 only
+    under several processes)."""
+    import os
+
+    if 0 < native < resolution and os.environ.get("RANK", "0") == "0":
+        log.warning("warning: data.resolution: %d is above the %dpx of %s: the images are upscaled %.3gx (G learns "
+                    "interpolated pixels); set data.resolution = %d, or use larger images", resolution, native, what,
+                    resolution / native, native)
+
+
 def _report_skipped(key: str, where: Path, skipped: list[tuple[str, str]], total: int) -> None:
     shown = "; ".join(f"{name} ({why})" for name, why in skipped[:10])
     more = f"; and {len(skipped) - 10} more" if len(skipped) > 10 else ""
@@ -170,6 +182,7 @@ class Digits(DatasetFactory):
             pick = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))[:self.options.max_images]
             images, labels = images[pick.sort().values], labels[pick.sort().values]
         x = images.unsqueeze(1)
+        warn_upscaled(8, resolution, "the digits' 8x8 images")
         if resolution != 8:
             mode = self.options.interpolation
             kwargs = {"align_corners": False} if mode != "nearest" else {}
@@ -267,10 +280,23 @@ class ImageFolder(DatasetFactory):
                 classes, labels = folder_classes(folder, files)
             except GankitError as e:
                 raise GankitError(f"{prefix}data.labels: {e}") from None
+        warn_upscaled(_smallest_side(files[:32]), resolution, f"the smallest of the first images under {folder}")
         ds = _file_set(files, labels, len(classes), resolution, o.channels, o.on_corrupt, o.cache, None,
                        "data.path", folder, prefix)
         ds.classes = classes  # class names in label order ([] when unlabelled)
         return mirrored(ds, o.xflip)
+
+
+def _smallest_side(files: Sequence[Path]) -> int:
+    """The shortest image side among ``files`` (headers only; unreadable files left out), 0 if none."""
+    sides = []
+    for p in files:
+        try:
+            with open_image(p) as im:
+                sides.append(min(im.size))
+        except DECODE_ERRORS:
+            continue
+    return min(sides, default=0)
 
 
 _TORCHVISION_SETS = ("MNIST", "FashionMNIST", "CIFAR10", "CelebA", "celeba_face_box")

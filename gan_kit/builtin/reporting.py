@@ -93,6 +93,17 @@ def step_finished(run, stats):
         ips=f"{st['img_s']:.0f}")
 
 
+def tick_keys(stats) -> list[tuple[str, str]]:
+    """``(shown name, stat key)`` of what a tick line shows: the D and G losses, every D and G
+    penalty (``D/r1``, ``G/path-length``), the augmentation's state (``aug/p``, ADA's p) and the
+    metrics' main values."""
+    keys = ["Loss/D", "Loss/G"] + [k for k in stats if k.startswith(("Loss/D/", "Loss/G/"))]
+    out = [(k.split("/", 1)[1], k) for k in keys if k in stats]
+    out += [(f"aug/{k.split('/', 1)[1]}", k) for k in stats if k.startswith("Augment/")]
+    out += [(k.split("/")[-1], k) for k in stats if k.startswith("Metrics/") and k.count("/") == 1]
+    return out
+
+
 def _fmt(v):
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
@@ -105,10 +116,7 @@ def tick_finished(run, stats):
         f.write(json.dumps({k: v for k, v in stats.items()}, default=float) + "\n")
     st = run.stash.get(state_key, None)
     if st is not None:
-        keys = ["Loss/D", "Loss/G"] + [k for k in stats if k.startswith("Loss/D/")] + \
-               [k for k in stats if k.startswith("Metrics/") and k.count("/") == 1]
-        parts = " ".join(f"{k.split('/', 1)[1] if k.startswith('Loss/') else k.split('/')[-1]}={_fmt(stats[k])}"
-                         for k in keys if k in stats)
+        parts = " ".join(f"{name}={_fmt(stats[k])}" for name, k in tick_keys(stats))
         kimg = stats["Progress/kimg"]
         st["console"].print(f"tick {stats['Progress/tick']:<4} kimg {kimg:<8.{1 if run.total_nimg >= 10_000 else 3}f} "
                             f"{stats['Progress/resolution']}px alpha {stats['Progress/alpha']:.2f}  {parts}  "

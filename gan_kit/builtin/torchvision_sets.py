@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from gan_kit import DatasetFactory, option
-from gan_kit.builtin.datasets import _XFLIP_HELP, _file_set, _label, list_images, reason, resize_uint8, resolve_path
+from gan_kit.builtin.datasets import (_XFLIP_HELP, _file_set, _label, list_images, reason, resize_uint8, resolve_path,
+                                      warn_upscaled)
 from gan_kit.data import UInt8Images, mirrored
 from gan_kit.errors import GankitError
 
@@ -59,6 +60,7 @@ class _TorchvisionSet(DatasetFactory):
 
     def _finish(self, images: torch.Tensor, resolution: int, labels: torch.Tensor | None = None,
                 num_classes: int = 0):
+        warn_upscaled(min(images.shape[-2:]), resolution, f"{self.title}'s images")
         ds = UInt8Images(resize_uint8(images, resolution, self.options.channels), labels, num_classes)
         return mirrored(ds, self.options.xflip)
 

@@ -217,7 +217,7 @@ def _parse_components(raw: dict, registry: Registry, problems: Problems, broken:
     return comps
 
 
-def _core_checks(recipe: Recipe, problems: Problems) -> None:
+def _core_checks(recipe: Recipe, registry: Registry, problems: Problems) -> None:
     """Checks across core slots and components."""
     backend = recipe.run.compile_backend
     if recipe.run.compile or backend != "inductor":
@@ -228,7 +228,15 @@ def _core_checks(recipe: Recipe, problems: Problems) -> None:
                          f"{backend!r} is not a torch.compile backend (use one of "
                          f"{', '.join(map(repr, list_backends()))})")
     sn = recipe.architecture.slot.spectral_norm
-    if sn != "none" and recipe.init.name == "equalized-lr":
+    arch = registry.get("architecture", recipe.architecture.name).factory
+    if sn != "none" and not getattr(arch, "supports_spectral_norm", True):
+        # Said first and alone: the init advice below would send the user to an initializer this
+        # architecture refuses, and back.
+        problems.add("architecture.spectral_norm",
+                     f"{sn!r}, but architecture {recipe.architecture.name!r} has no spectral-norm form: its layers are "
+                     f"not torch conv / linear layers (they apply the equalized learning rate themselves); set "
+                     f"spectral_norm = \"none\", or use pggan or dcgan for spectral normalisation")
+    elif sn != "none" and recipe.init.name == "equalized-lr":
         problems.add("architecture.spectral_norm",
                      f"{sn!r} with init 'equalized-lr' is meaningless: spectral normalisation divides each weight by its "
                      f"largest singular value, which cancels equalized lr's runtime scale (use init.name = \"normal\" or "
@@ -307,5 +315,5 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
         augment=comps["augment"], raw=raw, cli_keys=cli_keys, disable_plugins=_check_disable(raw, problems),
     )
     _cross_checks(recipe, registry, problems)
-    _core_checks(recipe, problems)
+    _core_checks(recipe, registry, problems)
     return None if problems or any(v is None for v in core.values()) else recipe

@@ -231,6 +231,7 @@ class StyleGAN2(Architecture):
         return int(min(o.channel_base // res, o.channel_max))
 
     supports_truncation = True
+    supports_spectral_norm = False  # its layers apply the equalized learning rate themselves
 
     @property
     def latent_dim(self) -> int:
