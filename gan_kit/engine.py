@@ -30,7 +30,7 @@ from gan_kit.phase import Phase, fade_real
 from gan_kit.randomness import sharded
 from gan_kit.resume import resume_run
 from gan_kit.run import Run, resolve_device
-from gan_kit.rundir import clear_run_dir, preflight, run_dir_problem, write_recipe
+from gan_kit.rundir import clear_run_dir, preflight, resume_command, run_dir_problem, write_recipe
 from gan_kit.runlock import RunLock, lock_run_dir
 from gan_kit.stash import StashKey
 from gan_kit.step import StepContext
@@ -94,7 +94,7 @@ def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
         error = e
         where = f"the last checkpoint is {run.last_checkpoint}" if run.last_checkpoint else "no checkpoint was written"
         raise Interrupted(f"stopped at once by a second Ctrl-C (kimg {run.cur_nimg / 1000:.3f}); {where}; continue "
-                          f"with `gankit run --resume {run.out_dir}`", exit_code=130) from None
+                          f"with `{resume_command(run.out_dir)}`", exit_code=130) from None
     except BaseException as e:
         error = e
         raise
@@ -433,4 +433,4 @@ def _stop_on_interrupt(run: Run, signal_name: str) -> None:
     code = 143 if signal_name == "SIGTERM" else 130
     raise Interrupted(
         f"interrupted by {signal_name or 'a signal'} at kimg {run.cur_nimg / 1000:.3f} (step {run.step}); "
-        f"checkpoint written to {path}; continue with `gankit run --resume {run.out_dir}`", exit_code=code)
+        f"checkpoint written to {path}; continue with `{resume_command(run.out_dir)}`", exit_code=code)

@@ -120,6 +120,12 @@ class Run:
         if recipe.run.threads is not None:
             # More threads than cores only adds contention (and torch's pool is process-wide).
             torch.set_num_threads(min(recipe.run.threads, os.cpu_count() or 1))
+        elif self.device.type == "cpu":
+            from gan_kit.threads import default_threads
+
+            threads = default_threads()  # the cores free now (gan_kit/threads.py)
+            if threads is not None:
+                torch.set_num_threads(threads)
         seed_everything(recipe.run.seed)
         self._build_data()
         self._build_networks()

@@ -17,10 +17,18 @@ from gan_kit.phase import Phase
 from gan_kit.recipe import Recipe, recipe_to_toml
 
 __all__ = ["RUN_FILES", "run_dir_problem", "clear_run_dir", "write_recipe", "batch_problem", "preflight",
-           "latest_checkpoint"]
+           "latest_checkpoint", "resume_command"]
 
 #: What a run writes into its directory (``--overwrite`` deletes exactly these).
 RUN_FILES = ("metrics.jsonl", "recipe.toml", "samples", "checkpoints", "events", "report", "report.html")
+
+
+def resume_command(out_dir: Path) -> str:
+    """``gankit run --resume DIR`` with DIR absolute, so the printed command works from any
+    working directory (the recipe's paths are saved absolute too)."""
+    import shlex
+
+    return f"gankit run --resume {shlex.quote(str(Path(out_dir).absolute()))}"
 
 
 def latest_checkpoint(out_dir: Path) -> Path:

@@ -58,8 +58,12 @@ def run_started(run):
         (run.out_dir / "samples").mkdir(parents=True, exist_ok=True)
         start = (f", resuming at kimg {run.cur_nimg / 1000:g}" if run.resumed_from is not None else
                  f", from the weights of {run.initialized_from}" if getattr(run, "initialized_from", None) else "")
+        import torch
+
+        n = torch.get_num_threads()
+        threads = f", {n} thread{'s' if n != 1 else ''}" if run.device.type == "cpu" else ""
         st["console"].print(f"[bold]gankit[/] training {run.recipe.path} -> {run.out_dir} "
-                            f"on {run.device} ({run.precision}), {run.total_nimg / 1000:g} kimg{start}")
+                            f"on {run.device} ({run.precision}{threads}), {run.total_nimg / 1000:g} kimg{start}")
     if run.is_main and run.options.progress:
         progress = Progress(
             TextColumn("[bold cyan]{task.fields[phase]}"),
