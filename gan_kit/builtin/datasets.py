@@ -194,6 +194,11 @@ class Digits(DatasetFactory):
 # --------------------------------------------------------------------------- image-folder --
 
 
+def written(recipe: Any, key: str, value: str) -> str:
+    """A path option as the recipe wrote it (before it was made absolute), for messages."""
+    return getattr(recipe, "written_paths", {}).get(key, value)
+
+
 def _folder_problem(value: str, folder: Path, recursive: bool) -> str | None:
     where = f"{value!r}" + (f" (resolved to {folder})" if str(folder) != value else "")
     if not folder.exists():
@@ -251,7 +256,7 @@ class ImageFolder(DatasetFactory):
         if not _from_file(recipe):  # a recipe read back from a checkpoint: checked when built
             return []
         folder = resolve_path(options.path, recipe)
-        msg = _folder_problem(options.path, folder, options.recursive)
+        msg = _folder_problem(written(recipe, "data.path", options.path), folder, options.recursive)
         if msg:
             return [("path", msg)]
         if options.labels == "folders":
@@ -267,7 +272,7 @@ class ImageFolder(DatasetFactory):
         o, recipe = self.options, self.context.recipe
         prefix = _label(recipe)
         folder = resolve_path(o.path, recipe)
-        msg = _folder_problem(o.path, folder, o.recursive)
+        msg = _folder_problem(written(recipe, "data.path", o.path), folder, o.recursive)
         if msg:
             raise GankitError(f"{prefix}data.path: {msg}")
         files = list_images(folder, o.recursive)

@@ -211,6 +211,9 @@ class Recipe:
     raw: dict = attrs.field(eq=False, repr=False)
     disable_plugins: tuple[str, ...] = ()
     cli_keys: frozenset[str] = attrs.field(default=frozenset(), eq=False, repr=False)
+    #: Relative path options as written (dotted key -> value) before they were made absolute
+    #: (``option(path=True)``), for messages that name both.
+    written_paths: dict = attrs.field(factory=dict, eq=False, repr=False)
 
     @property
     def resolution(self) -> int:

@@ -272,10 +272,12 @@ def _absolute_plugin(spec: str, path: Path) -> str:
     return spec
 
 
-def _resolve_paths(spec: ComponentSpec | None, problems: Problems, cli_keys: frozenset[str]) -> ComponentSpec | None:
+def _resolve_paths(spec: ComponentSpec | None, problems: Problems, cli_keys: frozenset[str],
+                   written: dict) -> ComponentSpec | None:
     """``spec`` with every relative path option (``option(path=True)``) made absolute: against
     the working directory when typed with ``--set``, else against the folder of the recipe file
-    that set it (``Problems.dirs``; the working directory for a recipe without a file)."""
+    that set it (``Problems.dirs``; the working directory for a recipe without a file). The
+    values as written go into ``written`` (dotted key -> value)."""
     if spec is None:
         return None
     import os
@@ -292,6 +294,7 @@ def _resolve_paths(spec: ComponentSpec | None, problems: Problems, cli_keys: fro
         typed = any(".".join(parts[:n]) in cli_keys for n in range(1, len(parts) + 1))
         base = None if typed else problems.dirs.get(problems.where(dotted))
         changed[f.name] = os.path.normpath(os.path.join(base or os.getcwd(), value))
+        written[dotted] = value
     return attrs.evolve(spec, options=attrs.evolve(spec.options, **changed)) if changed else spec
 
 
@@ -303,8 +306,9 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
     comps = _parse_components(raw, registry, problems, broken)
     if any(v is None for v in comps.values()):
         return None  # cross-option checks need every component
-    comps = {k: tuple(_resolve_paths(s, problems, cli_keys) for s in v) if isinstance(v, tuple)
-             else _resolve_paths(v, problems, cli_keys) for k, v in comps.items()}
+    written: dict[str, str] = {}
+    comps = {k: tuple(_resolve_paths(s, problems, cli_keys, written) for s in v) if isinstance(v, tuple)
+             else _resolve_paths(v, problems, cli_keys, written) for k, v in comps.items()}
     # Cross-option checks run even when a core table had problems (its defaults stand in), so
     # every problem of the file is reported at once.
     stand_in = {k: v if v is not None else CORE_TABLES[k]() for k, v in core.items()}
@@ -313,6 +317,7 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
         data=comps["data"], architecture=comps["architecture"], init=comps["init"], loss=comps["loss"],
         penalties=comps["penalty"], update=comps["update"], growth=comps["growth"], metrics=comps["metric"],
         augment=comps["augment"], raw=raw, cli_keys=cli_keys, disable_plugins=_check_disable(raw, problems),
+        written_paths=written,
     )
     _cross_checks(recipe, registry, problems)
     _core_checks(recipe, registry, problems)
