@@ -114,7 +114,9 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         preflight(r, plugins, nproc, check_run_dir=not (resuming or overwrite), resume=resuming and source is None,
                   check_lock=True)
         if init_from is not None:
-            _check_init_from(init_from, r)
+            from gan_kit.resume import check_init_from
+
+            check_init_from(init_from, r)
         from gan_kit.distributed import launch
 
         sys.exit(launch(nproc, sys.argv[1:]))
@@ -145,18 +147,6 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         if distributed is not None:
             the_run = None  # noqa: F841 - its DDP wrappers must go before the process group
             distributed.shutdown(clean=clean)
-
-
-def _check_init_from(value: str, recipe) -> None:
-    """--init-from's file and architecture, checked once before torchrun starts N processes."""
-    from gan_kit import checkpoint as ckpt
-    from gan_kit.errors import CheckpointError
-    from gan_kit.resume import init_problem, init_source
-
-    path = init_source(value)
-    problem = init_problem(ckpt.load(path), recipe)
-    if problem:
-        raise CheckpointError(f"--init-from {path}: {problem}")
 
 
 def _print_plan(run, changes: list[str] | None = None, checkpoint: Path | None = None) -> None:

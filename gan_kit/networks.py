@@ -12,7 +12,7 @@ from torch import nn
 from gan_kit.components import AugmentedD
 from gan_kit.errors import GankitError
 
-__all__ = ["apply_spectral_norm", "training_views", "AtPrecision"]
+__all__ = ["apply_spectral_norm", "training_views", "AtPrecision", "at_precision"]
 
 
 class AtPrecision(nn.Module):
@@ -46,6 +46,13 @@ class AtPrecision(nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self._modules["module"], name)
+
+
+def at_precision(views: tuple[nn.Module, ...], autocast: Any) -> tuple[nn.Module, ...]:
+    """Each of ``views`` wrapped in ``AtPrecision``; a module that appears twice (G_train is
+    G_penalty when nothing is compiled) gets one wrapper, so identity checks still hold."""
+    wrapped = {id(v): AtPrecision(v, autocast) for v in views}
+    return tuple(wrapped[id(v)] for v in views)
 
 
 def _as_float32(out: Any) -> Any:

@@ -22,7 +22,7 @@ from gan_kit.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
 
 __all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
-           "init_from", "init_problem", "init_source"]
+           "check_init_from", "init_from", "init_problem", "init_source"]
 
 #: Recipe keys (prefixes) that may change when a run resumes; every other change is refused:
 #: what shapes the networks, the data, the optimizer's state, the objective or the growth
@@ -208,6 +208,15 @@ def init_problem(state: dict, recipe: Recipe, channels: int | None = None) -> st
         return (f"its G makes {state['channels']}-channel images, this data set has {channels} "
                 f"(convert the images: data.channels = {state['channels']} where the data set has that option)")
     return None
+
+
+def check_init_from(value: str | Path, recipe: Recipe) -> None:
+    """``--init-from``'s file and architecture, checked once before torchrun starts N processes
+    (``CheckpointError``, one line)."""
+    path = init_source(value)
+    problem = init_problem(ckpt.load(path), recipe)
+    if problem:
+        raise CheckpointError(f"--init-from {path}: {problem}")
 
 
 def init_from(run: Any, value: str | Path) -> Path:

@@ -24,13 +24,14 @@ from gan_kit.allocator import retain_freed_memory
 from gan_kit.components import BuildContext, WeightedPenalty, set_phase
 from gan_kit.ema import make_ema, refresh_batchnorm
 from gan_kit.evaluate import metric_cap_note, metric_problem
-from gan_kit.networks import apply_spectral_norm, training_views
+from gan_kit.networks import apply_spectral_norm, at_precision, training_views
 from gan_kit.errors import GankitError, TrainingError
 from gan_kit.phase import Phase
 from gan_kit.plugins import Plugins
 from gan_kit.randomness import batch_randn
 from gan_kit.recipe import ComponentSpec, Recipe, recipe_to_toml
 from gan_kit.stash import Stash
+from gan_kit.threads import set_threads
 from gan_kit.step import StepContext
 
 __all__ = ["Run", "resolve_device", "seed_everything"]
@@ -117,15 +118,7 @@ class Run:
         self.last_checkpoint: Path | None = None
         self.resumed_from: Path | None = None
         self.initialized_from: Path | None = None  # --init-from: the checkpoint G, D, G_ema came from
-        if recipe.run.threads is not None:
-            # More threads than cores only adds contention (and torch's pool is process-wide).
-            torch.set_num_threads(min(recipe.run.threads, os.cpu_count() or 1))
-        elif self.device.type == "cpu":
-            from gan_kit.threads import default_threads
-
-            threads = default_threads()  # the cores free now (gan_kit/threads.py)
-            if threads is not None:
-                torch.set_num_threads(threads)
+        set_threads(recipe.run.threads, self.device)  # unset: the cores free now (gan_kit/threads.py)
         seed_everything(recipe.run.seed)
         self._build_data()
         self._build_networks()
@@ -285,13 +278,10 @@ class Run:
             dtype = torch.bfloat16 if precision == "bf16" else torch.float16
             device_type = self.device.type
             self.autocast = lambda: torch.autocast(device_type, dtype=dtype)
-            # Plugin code sees float32 networks whose forwards run at the run's precision
-            # (gan_kit.networks.AtPrecision), so plain-PyTorch strategies and penalties train.
-            from gan_kit.networks import AtPrecision
-
-            views = (self.G_train, self.D_train, self.G_penalty, self.D_penalty)
-            wrapped = {id(v): AtPrecision(v, self.autocast) for v in views}  # a view shared stays shared
-            self.G_train, self.D_train, self.G_penalty, self.D_penalty = (wrapped[id(v)] for v in views)
+            # Plugin code sees float32 networks whose forwards run at the run's precision, so
+            # plain-PyTorch strategies and penalties train (gan_kit.networks.AtPrecision).
+            self.G_train, self.D_train, self.G_penalty, self.D_penalty = at_precision(
+                (self.G_train, self.D_train, self.G_penalty, self.D_penalty), self.autocast)
         else:
             self.autocast = contextlib.nullcontext
 

@@ -18,8 +18,9 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["choose_threads", "usable_cpus", "idle_cores", "default_threads"]
+__all__ = ["choose_threads", "usable_cpus", "idle_cores", "default_threads", "set_threads"]
 
 #: Seconds over which the CPUs' idle time is sampled.
 SAMPLE_S = 0.25
@@ -102,3 +103,17 @@ def default_threads() -> int | None:
         # (docs/performance.md): every usable core.
         return len(cpus)
     return choose_threads(len(cpus), idle_cores(cpus))
+
+
+def set_threads(requested: int | None, device: Any) -> None:
+    """``torch.set_num_threads`` for a run: ``requested`` (``run.threads``, at most the machine's
+    cores: more only adds contention, and torch's pool is process-wide), else for a CPU run
+    ``default_threads()``; a GPU run without ``run.threads`` keeps torch's default."""
+    import torch
+
+    if requested is not None:
+        torch.set_num_threads(min(requested, os.cpu_count() or 1))
+    elif getattr(device, "type", device) == "cpu":
+        threads = default_threads()
+        if threads is not None:
+            torch.set_num_threads(threads)
