@@ -50,12 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kimg", type=float, default=80.0, help="training length of every run")
     ap.add_argument("--out", type=Path, default=Path("runs/augment-swd"))
     ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--ada-pipeline", default="bgc",
+                    help="augment.pipeline of the ada runs (docs/augmentation.md's tables: gankit-subset)")
     ap.add_argument("--runs", default=None,
                     help="comma-separated subset of the runs, e.g. none-subset,ada-subset (default: all six)")
     args = ap.parse_args(argv)
     jobs = []
     for data, extra in (("all", []), ("10%", ["data.max_images=180"])):
         for aug, sets in AUGMENTS.items():
+            if aug == "ada":
+                sets = [*sets, f"augment.pipeline={args.ada_pipeline}"]
             jobs.append((f"{aug}-{'all' if data == 'all' else 'subset'}", [*sets, *extra]))
     if args.runs:
         wanted = args.runs.split(",")

@@ -40,6 +40,7 @@ from gan_kit.layers import fan_in, init_gain, set_init_gain, weight_layers  # no
 from gan_kit.options import option  # noqa: E402
 from gan_kit.phase import Phase  # noqa: E402
 from gan_kit.randomness import batch_rand, batch_randint, batch_randn  # noqa: E402
+from gan_kit.distributed import mean_over_processes  # noqa: E402
 from gan_kit.stash import Stash, StashKey  # noqa: E402
 from gan_kit.step import StepContext  # noqa: E402
 
@@ -93,6 +94,8 @@ __all__ = [
     "batch_rand",
     "batch_randn",
     "batch_randint",
+    # a statistic of the global batch (identity with one process)
+    "mean_over_processes",
     # errors
     "GankitError",
     "PluginError",

@@ -138,16 +138,24 @@ class FileImages(ImageDataset):
             if j in self.bad:
                 continue
             try:
-                image = load_image(self.files[j], self.resolution, self.channels, self.box_fn)
+                image = self._load(j)
             except DECODE_ERRORS as e:
                 if self.on_corrupt == "error":
-                    raise GankitError(f"{self.key}: cannot read image {self.files[j]} ({reason(e)}); "
-                                      f"remove the file or set on_corrupt = \"skip\"") from None
+                    raise GankitError(f"{self.key}: cannot read image {self._describe(j)} ({reason(e)}); "
+                                      f"{self.remedy} or set on_corrupt = \"skip\"") from None
                 self.bad.add(j)
-                log.warning("warning: %s: skipped unreadable image %s (%s)", self.key, self.files[j], reason(e))
+                log.warning("warning: %s: skipped unreadable image %s (%s)", self.key, self._describe(j), reason(e))
                 continue
             return self._item(_to_float(image), j)
         raise GankitError(f"{self.key}: none of the {n} image files could be read")
+
+    remedy = "remove the file"  # the first half of a corrupt file's fix in the one-line error
+
+    def _load(self, j: int) -> torch.Tensor:  # uint8 [C, res, res]; raises one of DECODE_ERRORS
+        return load_image(self.files[j], self.resolution, self.channels, self.box_fn)
+
+    def _describe(self, j: int) -> str:  # item j's file as messages name it
+        return str(self.files[j])
 
 
 def _split(item) -> tuple[torch.Tensor, torch.Tensor | None]:

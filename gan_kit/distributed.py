@@ -119,6 +119,45 @@ def launch(nproc: int, argv: list[str]) -> int:
     return 0
 
 
+class _MeanOverProcesses(torch.autograd.Function):
+    """All-reduce mean whose backward is the all-reduce mean of the incoming gradients (the
+    adjoint of averaging): each process's loss reads the shared mean, so the gradient reaching a
+    process's own input is the average of every process's d loss / d mean."""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, world_size: int) -> torch.Tensor:  # type: ignore[override]
+        ctx.world_size = world_size
+        out = t.detach().clone()
+        dist.all_reduce(out)
+        return out / world_size
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        g = grad.contiguous().clone()
+        dist.all_reduce(g)
+        return g / ctx.world_size, None
+
+
+def mean_over_processes(t: torch.Tensor, world_size: int | None = None) -> torch.Tensor:
+    """The mean of ``t`` (any shape, floating point) over all processes, on every process; ``t``
+    itself with one process.
+
+    ``world_size`` defaults to the active ``gan_kit.randomness.sharded`` block (1 outside one, so
+    a forward outside a training iteration, e.g. a sample grid, starts no collective). With
+    several processes it is a collective (every process calls it at the same point) and
+    differentiable: the gradient of a loss that each process computes from the mean is averaged
+    back over the processes, so the processes together compute the gradient of the mean of their
+    losses, as one process on the global batch would.
+    """
+    if world_size is None:
+        from gan_kit.randomness import current_shard
+
+        world_size = current_shard()[1]
+    if world_size < 2 or not is_distributed():
+        return t
+    return _MeanOverProcesses.apply(t, int(world_size))
+
+
 def all_reduce_grads(params: Iterable[torch.Tensor], world_size: int) -> None:
     """Average ``p.grad`` over all processes with one flattened all-reduce.
 

@@ -209,7 +209,8 @@ def _fmt(values: dict[str, float], name: str) -> str:
     return text + (f"  [{', '.join(parts)}]" if parts else "")
 
 
-_UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lower is better"}
+_UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lower is better",
+          "precision-recall": "each in [0, 1], higher is better", "is": "higher is better"}
 
 
 @click.command("eval")

@@ -12,7 +12,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable, Union
 
 import numpy as np
 import torch
@@ -23,6 +23,10 @@ log = logging.getLogger("gankit.data")
 
 #: File name endings ``image-folder`` reads (case-insensitive).
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".gif")
+
+#: What an image is decoded from: a file's path, or an open binary stream (a zip archive's member
+#: read into ``io.BytesIO``), named in messages by the ``name`` argument of ``open_image``.
+Source = Union[Path, IO[bytes]]
 
 #: A crop box ``(left, top, right, bottom)`` in pixels of the decoded image, from its ``(w, h)``.
 BoxFn = Callable[[int, int], tuple[float, float, float, float]]
@@ -138,34 +142,38 @@ def crop_resize(im: Image.Image, resolution: int, box: tuple[float, float, float
     return im.resize((resolution, resolution), Image.Resampling.BICUBIC, box=source)
 
 
-def _too_large(path: Path, what: str) -> ImageTooLarge:
+def _too_large(name: str, what: str) -> ImageTooLarge:
     return ImageTooLarge(
         f"{what} is over Pillow's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS} pixels "
-        f"(PIL.Image.MAX_IMAGE_PIXELS); downscale {path.name}, or raise PIL.Image.MAX_IMAGE_PIXELS in a plugin "
+        f"(PIL.Image.MAX_IMAGE_PIXELS); downscale {name}, or raise PIL.Image.MAX_IMAGE_PIXELS in a plugin "
         f"module if the file is trusted")
 
 
-def open_image(path: Path) -> Image.Image:
-    """``PIL.Image.open(path)``: the header is read, the pixel data is not yet decoded.
+def open_image(path: Source, name: str | None = None) -> Image.Image:
+    """``PIL.Image.open(path)``: the header is read, the pixel data is not yet decoded. ``path``
+    may be an open binary stream, then called ``name`` in messages.
 
     Raises ``ImageTooLarge`` (a ValueError whose message gives the fix) for an image over
     ``PIL.Image.MAX_IMAGE_PIXELS``, and Pillow's ``OSError`` / ``ValueError`` for a file it
     cannot identify.
     """
+    name = name or (path.name if isinstance(path, Path) else "the image")
     try:
         im = Image.open(path)
     except Image.DecompressionBombError as e:  # over twice the limit: Pillow refuses at the header
         pixels = re.search(r"\((\d+) pixels\)", str(e))
-        raise _too_large(path, f"{pixels.group(1)} pixels" if pixels else "the image") from None
+        raise _too_large(name, f"{pixels.group(1)} pixels" if pixels else "the image") from None
     (w, h), limit = im.size, Image.MAX_IMAGE_PIXELS
     if limit is not None and w * h > limit:
         im.close()
-        raise _too_large(path, f"{w}x{h} = {w * h} pixels")
+        raise _too_large(name, f"{w}x{h} = {w * h} pixels")
     return im
 
 
-def load_image(path: Path, resolution: int, channels: int, box_fn: BoxFn | None = None) -> torch.Tensor:
-    """Decode one image file to ``uint8 [channels, resolution, resolution]``: EXIF orientation
+def load_image(path: Source, resolution: int, channels: int, box_fn: BoxFn | None = None,
+               name: str | None = None) -> torch.Tensor:
+    """Decode one image file (or open binary stream, called ``name`` in messages) to
+    ``uint8 [channels, resolution, resolution]``: EXIF orientation
     applied, converted by ``to_mode``, cropped to ``box_fn(w, h)`` when given, then the centre
     square resized (``crop_resize``). JPEGs without a box are decoded at a reduced scale in the
     DCT domain (Pillow's draft mode) when that still covers ``resolution``.
@@ -174,7 +182,7 @@ def load_image(path: Path, resolution: int, channels: int, box_fn: BoxFn | None 
     before its pixel data is decoded, and ``OSError`` / ``ValueError`` (Pillow's errors) for a
     corrupt or truncated file.
     """
-    with open_image(path) as im:
+    with open_image(path, name) as im:
         if im.format == "JPEG" and box_fn is None:
             im.draft("L" if channels == 1 else "RGB", (resolution, resolution))  # DCT-domain downscale
         im.load()  # raises for truncated data
@@ -197,14 +205,15 @@ def reason(e: BaseException) -> str:
     return text[0][:160] if text else type(e).__name__
 
 
-def decode_all(files: list[Path], resolution: int, channels: int,
-               box_fn: BoxFn | None = None) -> list[torch.Tensor | BaseException]:
-    """``load_image`` of every file (in threads for 64 files or more); an unreadable file gives
-    its exception (one of ``DECODE_ERRORS``) in place of its tensor."""
+def decode_all(files: list, resolution: int, channels: int, box_fn: BoxFn | None = None,
+               load: Callable[[object], torch.Tensor] | None = None) -> list[torch.Tensor | BaseException]:
+    """``load_image`` of every file (in threads for 64 files or more), or ``load(item)`` of every
+    item when given (a zip archive's members); an unreadable one gives its exception (one of
+    ``DECODE_ERRORS``) in place of its tensor."""
 
-    def one(p: Path):
+    def one(p):
         try:
-            return load_image(p, resolution, channels, box_fn)
+            return load(p) if load is not None else load_image(p, resolution, channels, box_fn)
         except DECODE_ERRORS as e:
             return e
 

@@ -5,7 +5,8 @@ Writes ``RUN_DIR/report.html`` and PNG plots under ``RUN_DIR/report/``:
 - ``losses.png``: D and G losses per tick (and D's mean logits on reals and fakes) over kimg,
 - ``penalties.png``: every ``Loss/D/<penalty>`` and ``Loss/G/<penalty>`` (unweighted values) and
   the augmentation's ``Augment/*`` state (ADA's p) over kimg,
-- ``metrics.png``: every ``Metrics/<name>`` (and per-level values such as SWD's) over kimg,
+- ``metrics.png``: every ``Metrics/<name>`` (and per-level values such as SWD's) over kimg, with
+  the direction the metric declares (``higher_is_better``),
 - ``phases.png``: the sample grid of each finished phase side by side, then the final one.
 
 Plots over kimg mark where each growth phase starts (dashed line, labelled with its resolution)
@@ -227,10 +228,38 @@ def metric_families(rows) -> dict[str, list[str]]:
     return fams
 
 
+def metric_directions() -> dict[str, bool]:
+    """``{family: higher_is_better}`` as the registered metrics declare it, for each
+    ``Metrics/<family>`` key they write (a metric's ``families``, else its name:
+    precision-recall writes ``precision`` and ``recall``); {} when the plugins cannot be loaded."""
+    try:
+        from gan_kit.plugins import build_plugins
+
+        out: dict[str, bool] = {}
+        for comp in build_plugins().registry:
+            if comp.kind == "metric":
+                for fam in getattr(comp.factory, "families", ()) or (comp.name,):
+                    out[fam] = bool(getattr(comp.factory, "higher_is_better", False))
+        return out
+    except Exception:  # a broken plugin must not cost the report its plots
+        return {}
+
+
+def _better(directions: dict[str, bool], fam: str) -> str:
+    return {True: "higher is better", False: "lower is better"}.get(directions.get(fam), "")
+
+
+def _metric_row(key: str, kimg: float, value: float, directions: dict[str, bool]) -> str:
+    better = _better(directions, key.split("/")[1])
+    return (f"<tr><th>{html.escape(key)}</th><td>{value:.4g} <span class='muted'>at {kimg:g} kimg"
+            f"{'; ' + better if better else ''}</span></td></tr>")
+
+
 def plot_metrics(rows, spans, path: Path) -> bool:
     fams = {f: ks for f, ks in metric_families(rows).items() if any(_series(rows, k)[0] for k in ks)}
     if not fams:
         return False
+    directions = metric_directions()
     fig, axes = _figure(len(fams))
     for ax, (fam, keys) in zip(axes, fams.items()):
         main = f"Metrics/{fam}"
@@ -247,8 +276,9 @@ def plot_metrics(rows, spans, path: Path) -> bool:
             ax.plot(*_series(rows, k), lw=1.0, ls=":", marker="o", ms=2.5,
                     label=f"{tail}px level" if tail.isdigit() else tail)
         unit = " x1e3" if fam == "swd" else ""
-        note = "; computed at each phase's resolution" if fam == "swd" else ""
-        _finish_axes(ax, spans, f"{fam}{unit}", f"{fam}{unit} (lower is better{note})")
+        note = "computed at each phase's resolution" if fam == "swd" else ""
+        detail = "; ".join(t for t in (_better(directions, fam), note) if t)
+        _finish_axes(ax, spans, f"{fam}{unit}", f"{fam}{unit}" + (f" ({detail})" if detail else ""))
     fig.savefig(path)
     return True
 
@@ -346,6 +376,7 @@ def write_report(run_dir: str | Path) -> Path:
     if isinstance(last.get("Timing/img_per_s"), (int, float)):
         summary.append(("speed (last tick)", f"{last['Timing/img_per_s']:.0f} img/s"))
     final_keys = ["Loss/D", "Loss/G"] + _penalty_keys(last)
+    directions = metric_directions() if made["metrics"] else {}
     latest_metric: dict[str, tuple[float, float]] = {}
     for r in rows:
         for k, v in r.items():
@@ -365,8 +396,7 @@ def write_report(run_dir: str | Path) -> Path:
              "<table>" + "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in summary),
              "".join(f"<tr><th>{html.escape(k)} (last tick)</th><td>{_fmt(last[k])}</td></tr>"
                      for k in final_keys if k in last),
-             "".join(f"<tr><th>{html.escape(k)}</th><td>{v:.4g} <span class='muted'>at {x:g} kimg</span></td></tr>"
-                     for k, (x, v) in latest_metric.items() if k.count("/") == 1),
+             "".join(_metric_row(k, x, v, directions) for k, (x, v) in latest_metric.items() if k.count("/") == 1),
              "</table>"]
     if spans:
         parts.append("<h2>Growth phases</h2><table><tr><th>phase</th><th>resolution</th><th>kimg</th>"

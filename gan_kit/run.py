@@ -67,7 +67,8 @@ def labels_problem(recipe: Recipe, dataset: Any) -> str | None:
     classes = int(getattr(dataset, "num_classes", 0) or 0)
     if not classes:
         return (f"architecture.conditional = true, but the {recipe.data.name!r} data set has no labels (digits, mnist, "
-                f"fashion-mnist and cifar10 have them, image-folder with labels = \"folders\"; a plugin data set "
+                f"fashion-mnist and cifar10 have them, image-folder with labels = \"folders\" or a dataset.json; "
+                f"a plugin data set "
                 f"declares num_classes and labels); use a labelled set or set conditional = false")
     labels = getattr(dataset, "labels", None)
     if isinstance(labels, torch.Tensor) and labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= classes):

@@ -26,6 +26,7 @@ Verbs, each taking a network as ``"G"`` / ``"D"`` or as ``ctx.G`` / ``ctx.D``:
 ``ctx.generate(z, labels)``        ``G(z)``, or ``G(z, labels)`` in a class-conditional run
 ``ctx.discriminate(x, labels)``    ``D(x)``, or ``D(x, labels)`` likewise
 ``ctx.latent(n)``                  latents for this process; ``ctx.batch_rand(n, ...)`` likewise
+``ctx.mean_over_processes(t)``     ``t`` averaged over all processes (identity with one); differentiable
 ``ctx.autocast()``                 the precision context for forwards (optional: ``ctx.G`` and
                                    ``ctx.D`` already run at the run's precision)
 =================================  ==============================================================
@@ -258,6 +259,16 @@ class StepContext:
         """``torch.rand(n, *shape)`` for this process's ``n`` samples: drawn at the global batch
         size and sliced ``[rank::world_size]``, so a run matches across process counts."""
         return batch_rand(n, *shape, device=device, rank=self.rank, world_size=self.world_size)
+
+    def mean_over_processes(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` (a tensor of any shape) averaged over all processes, the same on each; ``t``
+        itself with one process. For a statistic of the global batch that a penalty keeps (a
+        running mean), so every process holds the value one process would. Differentiable: the
+        gradient through the mean is averaged back over the processes. Every process must call
+        it at the same point (a collective)."""
+        from gan_kit.distributed import mean_over_processes
+
+        return mean_over_processes(t, self.world_size)
 
     # ----------------------------------------------------------------------------- objectives --
 

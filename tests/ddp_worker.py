@@ -4,7 +4,8 @@ one process group (one torchrun start for all of them) and records each outcome.
 usage: torchrun --nproc-per-node 2 tests/ddp_worker.py RECIPE OUT_DIR NAME=OVERRIDE;OVERRIDE ...
 
 Each configuration trains into OUT_DIR/NAME; a run stopped by a GankitError writes its one-line
-message to OUT_DIR/NAME/error.txt (rank 0) instead of failing the whole launch.
+message to OUT_DIR/NAME/error.txt (rank 0) instead of failing the whole launch. A NAME ending in
+``@resume`` resumes the run in OUT_DIR/NAME-without-it (``train(run, resume=True)``).
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ def main(recipe: str, out: str, configs: list[str]) -> None:
     try:
         for config in configs:
             name, _, overrides = config.partition("=")
-            out_dir = Path(out) / name
+            resume = name.endswith("@resume")
+            out_dir = Path(out) / name.removesuffix("@resume")
             r, plugins = load_recipe(recipe, [o for o in overrides.split(";") if o])
             r = attrs.evolve(r, run=attrs.evolve(r.run, out_dir=str(out_dir)))
             try:
                 run = Run(r, plugins)
-                train(run)
+                train(run, resume=resume)
             except GankitError as e:
                 if distributed.dist.get_rank() == 0:
                     out_dir.mkdir(parents=True, exist_ok=True)

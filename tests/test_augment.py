@@ -11,7 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from gan_kit import GankitError
-from gan_kit.builtin.augment import ADA_TRANSFORMS, AdaptiveAugment, DiffAugment, register_augmentations
+from gan_kit.builtin.ada import AdaptiveAugment
+from gan_kit.builtin.ada import register_augmentations as register_ada
+from gan_kit.builtin.ada_subset import ADA_TRANSFORMS
+from gan_kit.builtin.augment import DiffAugment, register_augmentations
 
 
 def diffaugment(policy="color,translation,cutout", **kw):
@@ -19,7 +22,8 @@ def diffaugment(policy="color,translation,cutout", **kw):
 
 
 def ada(transforms=",".join(ADA_TRANSFORMS), p=1.0, **kw):
-    return AdaptiveAugment(AdaptiveAugment.Options(transforms=transforms, p_init=p, **kw))
+    """gankit 0.2's ADA pipeline (``pipeline = "gankit-subset"``; the full one: tests/test_ada.py)."""
+    return AdaptiveAugment(AdaptiveAugment.Options(pipeline="gankit-subset", transforms=transforms, p_init=p, **kw))
 
 
 def seeded(aug, seed=1):
@@ -311,7 +315,8 @@ def test_diffaugment_policy_problems_name_the_item_and_a_fix():
 
 
 def test_ada_option_problems():
-    assert list(AdaptiveAugment.problems(AdaptiveAugment.Options(transforms="xflip,rotat90"), None)) == [
+    assert list(AdaptiveAugment.problems(AdaptiveAugment.Options(pipeline="gankit-subset", transforms="xflip,rotat90"),
+                                         None)) == [
         ("transforms", "unknown transform 'rotat90' in 'xflip,rotat90' (did you mean 'rotate90'?); available: "
                        "brightness, contrast, rotate90, saturation, scale, translation, xflip")]
     assert list(AdaptiveAugment.problems(AdaptiveAugment.Options(p_init=0.9, p_max=0.8), None)) == [
@@ -344,6 +349,7 @@ def test_register_augmentations_registers_both_and_none():
 
     seen = {}
     register_augmentations(lambda name, cls: seen.__setitem__(name, cls))
+    register_ada(lambda name, cls: seen.__setitem__(name, cls))
     assert seen == {"none": NoAugment, "diffaugment": DiffAugment, "ada": AdaptiveAugment}
     x = torch.randn(2, 1, 4, 4)
     assert NoAugment()(x) is x

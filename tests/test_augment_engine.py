@@ -61,7 +61,9 @@ def test_ada_p_rises_on_a_d_that_overfits_and_falls_on_one_that_does_not(tmp_pat
     assert 0 < stats["Augment/p"] < 0.5  # the tick's mean: p logged in metrics.jsonl
 
 
-@pytest.mark.parametrize("augment", ["{name='ada', interval=2, kimg=0.2, p_init=0.3}", "{name='diffaugment'}"])
+@pytest.mark.parametrize("augment", ["{name='ada', interval=2, kimg=0.2, p_init=0.3}",  # the full 'bgc' pipeline
+                                     "{name='ada', pipeline='gankit-subset', interval=2, kimg=0.2, p_init=0.3}",
+                                     "{name='diffaugment'}"])
 def test_p_and_the_augmentation_draws_survive_an_exact_resume(tmp_path, augment):
     over = [f"augment={augment}", "run.total_kimg=0.048"]
     straight = make_run(tmp_path / "a", overrides=over)
@@ -112,7 +114,7 @@ def test_ada_p_moves_per_real_image_shown_whatever_the_critic_steps(d_steps):
     """p can go 0 -> 1 in `kimg` thousand real images shown: with r_t above the target on every
     adjustment, 512 images at kimg = 1 give p = 0.512 with one and with two critic steps per
     iteration (the ada_speed_d_steps case: 0.256 with two before)."""
-    from gan_kit.builtin.augment import AdaptiveAugment
+    from gan_kit.builtin.ada import AdaptiveAugment
 
     ada = AdaptiveAugment(AdaptiveAugment.Options(target=0.0, kimg=1.0, interval=4))
     for step in range(1, 32 // d_steps + 1):

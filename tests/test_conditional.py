@@ -20,6 +20,10 @@ from gan_kit.errors import GankitError
 from gan_kit.testing import make_run, train_steps
 
 ROOT = Path(__file__).resolve().parent.parent
+#: An architecture without a class-conditional form: the docs' example plugin (every built-in has one).
+UNCONDITIONAL_ARCH = [f"plugins=['{(ROOT / 'docs' / 'examples' / 'architecture_plugin.py').as_posix()}']",
+                      "architecture={name='mlp', latent_dim=8, hidden=16}", "growth={name='static', batch_size=8}",
+                      "init.name='normal'"]
 STRATEGIES = ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous"]
 
 
@@ -195,8 +199,8 @@ def test_conditional_needs_labels_and_a_conditional_architecture(tmp_path):
                                           r"labels .* set conditional = false"):
         make_run(tmp_path, overrides=["architecture.conditional=true", "data.name='image-folder'",
                                       f"data.path='{folder.as_posix()}'"])
-    with pytest.raises(GankitError, match="architecture 'stylegan2' has no class-conditional form"):
-        make_run(tmp_path, overrides=["architecture.conditional=true"], recipe=ROOT / "recipes" / "stylegan2.toml")
+    with pytest.raises(GankitError, match="architecture 'mlp' has no class-conditional form"):
+        make_run(tmp_path, overrides=[*UNCONDITIONAL_ARCH, "architecture.conditional=true"])
 
 
 def _record_generate_labels(run, monkeypatch) -> list:
@@ -241,9 +245,9 @@ def test_recipe_check_refuses_what_a_conditional_run_would_refuse(tmp_path):
     for i in range(8):
         Image.new("L", (8, 8), color=i * 30).save(folder / f"{i}.png")
     runner = CliRunner()
-    sg2 = runner.invoke(cli, ["recipe", "check", str(ROOT / "recipes" / "stylegan2.toml"),
-                              "--set", "architecture.conditional=true"])
-    assert sg2.exit_code == 2 and "architecture.conditional: true, but architecture 'stylegan2'" in sg2.output
+    mlp = runner.invoke(cli, ["recipe", "check", str(ROOT / "recipes" / "dcgan.toml"),
+                              *(a for o in [*UNCONDITIONAL_ARCH, "architecture.conditional=true"] for a in ("--set", o))])
+    assert mlp.exit_code == 2 and "architecture.conditional: true, but architecture 'mlp'" in mlp.output
     folder_run = runner.invoke(cli, ["recipe", "check", str(ROOT / "recipes" / "pggan-conditional.toml"), "--set",
                                      "data.name='image-folder'", "--set", f"data.path='{folder.as_posix()}'",
                                      "--set", "metric=[]"])

@@ -97,6 +97,7 @@ def test_descriptors_are_normalised_per_channel_and_swd_ignores_affine_changes()
 
 
 # ---------------------------------------------------------------------------------- fid / kid --
+# (the feature-space metrics' values, caches and reports: tests/test_feature_metrics.py)
 
 
 @pytest.mark.parametrize("cls", [M.FID, M.KID])
@@ -140,31 +141,17 @@ def _random_inception_weights(path, monkeypatch):
     torch.save({k: v.half() if v.is_floating_point() else v for k, v in net.state_dict().items()}, path)
 
 
-def test_fid_and_kid_with_local_weights(tmp_path, monkeypatch):
+def test_a_local_inception_weights_file_loads_once_per_process(tmp_path, monkeypatch):
+    from gan_kit.builtin import feature_extractors as fx
+
     weights = tmp_path / "inception.pth"
     _random_inception_weights(weights, monkeypatch)
     fid = M.FID(M.FID.Options(weights=str(weights), num_images=64))
-    assert fid._extractor("cpu").fc.weight.shape == (1008, 2048)  # the file loads, nothing is downloaded
-
-    seen = []
-
-    class Pool(torch.nn.Module):  # a stand-in extractor: Inception at 299px is slow on a test machine
-        def forward(self, x):
-            seen.append((x.dtype, tuple(x.shape)))
-            f = x.float()
-            return (torch.cat([f.mean(dim=(2, 3)), f.std(dim=(2, 3)), f[:, :, ::4, ::4].flatten(1)], 1),)
-
-    for cls in (M.FID, M.KID):
-        monkeypatch.setattr(cls, "_extractor", lambda self, device: Pool())
-    x = digits(16)
-    a, b = x[:64], x[64:128]
-    noise = torch.rand(64, 1, 16, 16, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    same = fid.compute(lambda k: a[:k], a, "cpu")["Metrics/fid"]
-    halves = fid.compute(lambda k: a[:k], b, "cpu")["Metrics/fid"]
-    far = fid.compute(lambda k: noise[:k], b, "cpu")["Metrics/fid"]
-    assert abs(same) < 1e-3 * halves and halves < far
-    assert seen[0] == (torch.uint8, (64, 3, 16, 16))  # uint8 RGB, as torch-fidelity requires
-    kid = M.KID(M.KID.Options(weights=str(weights), subsets=10, subset_size=32))
-    k_halves, k_far = kid.compute(lambda k: a[:k], b, "cpu"), kid.compute(lambda k: noise[:k], b, "cpu")
-    assert set(k_halves) == {"Metrics/kid", "Metrics/kid/std"}
-    assert k_halves["Metrics/kid"] < k_far["Metrics/kid"]
+    ex = fid.extractor("cpu")
+    assert ex.net.fc.weight.shape == (1008, 2048)  # the file loads, nothing is downloaded
+    assert M.KID(M.KID.Options(weights=str(weights))).extractor("cpu") is ex  # one per process
+    weights.write_bytes(b"not a state dict")
+    fx.clear_caches()
+    with pytest.raises(GankitError, match=r"fid: cannot load the inception-v3-compat weights .*inception.pth"):
+        fid.extractor("cpu")
+    fx.clear_caches()

@@ -5,9 +5,12 @@ the labels it has (``gan_kit.data`` states the item contract: ``num_classes``, `
 
 - ``digits``: the embedded default, scikit-learn's bundled copy of the UCI optical handwritten
   digits (1797 real 8x8 grey images, labels 0-9), so gankit trains with no download.
-- ``image-folder``: every image file under a folder (recursive, symbolic links followed), resized
-  (shorter side) and centre-cropped; corrupt or truncated files are skipped with a warning naming
-  them, or are an error; ``labels = "folders"`` labels each image by its class sub-folder.
+- ``image-folder``: every image file under a folder (recursive, symbolic links followed), or in
+  a zip archive (stylegan2-ada-pytorch's ``dataset_tool.py`` layout, read lazily:
+  ``gan_kit.builtin.archive``), resized (shorter side) and centre-cropped; corrupt or truncated
+  files are skipped with a warning naming them, or are an error; ``labels = "folders"`` labels
+  each image by its class sub-folder, ``"dataset.json"`` (and ``"auto"`` when the file is there)
+  by that file's table.
 - ``mnist``, ``fashion-mnist``, ``cifar10`` (labelled) and ``celeba`` (unlabelled): torchvision's
   sets in their own on-disk layout under ``root`` (``download = true`` fetches them with
   torchvision; off by default).
@@ -20,7 +23,9 @@ run saves them absolute, so resuming works from any directory.
 
 from __future__ import annotations
 
+import copy
 import logging
+import os
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -29,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from gan_kit import DatasetFactory, hookimpl, option
+from gan_kit.builtin import archive
 from gan_kit.data import FileImages, TensorImages, UInt8Images, mirrored
 from gan_kit.errors import GankitError
 # load_image is re-exported: scripts and plugins import it from here.
@@ -97,7 +103,9 @@ def _report_skipped(key: str, where: Path, skipped: list[tuple[str, str]], total
                 "" if len(skipped) == 1 else "s", total, where, shown, more)
 
 
-def _relative(p: Path, where: Path) -> str:
+def _relative(p: Path | str, where: Path) -> str:
+    if isinstance(p, str):  # a zip archive's member name
+        return p
     try:
         return p.relative_to(where).as_posix()
     except ValueError:
@@ -106,34 +114,41 @@ def _relative(p: Path, where: Path) -> str:
 
 def _file_set(files: Sequence[Path], labels: torch.Tensor | None, num_classes: int, resolution: int,
               channels: int, on_corrupt: str, cache: str, box_fn: BoxFn | None, key: str, where: Path,
-              prefix: str, check_headers: bool = True):
+              prefix: str, check_headers: bool = True, lazy: FileImages | None = None):
     """The dataset of image ``files`` (with their ``labels``): decoded once into memory
     (``cache = "memory"``, or ``"auto"`` within AUTO_CACHE_BYTES) or per access (``"none"``).
     Unreadable files are skipped with one warning naming them, or are a GankitError naming
     ``key`` and the file (``on_corrupt = "error"``). The dataset gets ``files`` (each item's file)
     and ``skipped`` (``(path relative to where, reason)`` of each file left out). With ``cache =
     "none"`` only the headers are read now, and not even those without ``check_headers`` (for
-    sets of many known files, such as CelebA's 200k, where opening each at start takes minutes)."""
+    sets of many known files, such as CelebA's 200k, where opening each at start takes minutes).
+    ``lazy``: the per-access dataset of all ``files`` when they are not files on disk (a zip
+    archive's ``ZipImages``, whose ``files`` are member names)."""
+    if lazy is None:
+        lazy = FileImages(files, resolution, channels, on_corrupt, box_fn, key, labels, num_classes)
     per_image = channels * resolution * resolution
     if cache == "auto":
         cache = "memory" if len(files) * per_image <= AUTO_CACHE_BYTES else "none"
     if cache == "none":  # only the header is read now; truncated data is found when decoded
-        def check(p: Path):
+        def check(j: int):
             try:
-                with open_image(p):
-                    pass
+                if hasattr(lazy, "header"):
+                    lazy.header(j)
+                else:
+                    with open_image(files[j]):
+                        pass
             except DECODE_ERRORS as e:
                 return e
             return None
-        outcome = [check(p) if check_headers else None for p in files]
+        outcome = [check(j) if check_headers else None for j in range(len(files))]
     else:
-        outcome = decode_all(list(files), resolution, channels, box_fn)
+        outcome = decode_all(list(range(len(files))), resolution, channels, load=lazy._load)
     keep, skipped = [], []
     for i, (p, item) in enumerate(zip(files, outcome)):
         if isinstance(item, BaseException):
             if on_corrupt == "error":
-                raise GankitError(f"{prefix}{key}: cannot read image {p} ({reason(item)}); "
-                                  f"remove the file or set data.on_corrupt = \"skip\"")
+                raise GankitError(f"{prefix}{key}: cannot read image {lazy._describe(i)} ({reason(item)}); "
+                                  f"{lazy.remedy} or set data.on_corrupt = \"skip\"")
             skipped.append((_relative(p, where), reason(item)))
         else:
             keep.append(i)
@@ -145,7 +160,9 @@ def _file_set(files: Sequence[Path], labels: torch.Tensor | None, num_classes: i
     kept_files = [files[i] for i in keep]
     kept_labels = labels[torch.as_tensor(keep)] if labels is not None else None
     if cache == "none":
-        ds = FileImages(kept_files, resolution, channels, on_corrupt, box_fn, key, kept_labels, num_classes)
+        ds = copy.copy(lazy)
+        ds.files, ds.bad = kept_files, set()
+        ds._set_labels(kept_labels, num_classes)
     else:
         ds = UInt8Images(torch.stack([outcome[i] for i in keep]), kept_labels, num_classes)
     ds.files, ds.skipped = kept_files, skipped
@@ -202,10 +219,18 @@ def written(recipe: Any, key: str, value: str) -> str:
 def _folder_problem(value: str, folder: Path, recursive: bool) -> str | None:
     where = f"{value!r}" + (f" (resolved to {folder})" if str(folder) != value else "")
     if not folder.exists():
-        return (f"folder {where} not found; set data.path to a folder of images "
+        what = "zip archive" if archive.is_zip(folder) else "folder"
+        return (f"{what} {where} not found; set data.path to a folder of images or a zip archive of them "
                 f"(absolute, or relative to the folder of the recipe file that sets it)")
+    if folder.is_file() and archive.is_zip(folder):
+        return archive.zip_problem(folder, recursive)
     if not folder.is_dir():
-        return f"{where} is a file, not a folder; set data.path to the folder that holds the images"
+        other = archive.other_archive(folder)
+        if other:
+            return (f"{where} is a {other} archive, which image-folder does not read; unpack it to a folder, "
+                    f"or pack the images as a .zip (stylegan2-ada-pytorch's dataset_tool.py --dest=out.zip)")
+        return (f"{where} is a file, not a folder or a .zip archive; set data.path to the folder that holds the "
+                f"images, or to a zip archive of them")
     if not list_images(folder, recursive, first_only=True):
         sub = " or its sub-folders" if recursive else " (recursive = false)"
         return (f"folder {where} holds no image files ({', '.join(e[1:] for e in IMAGE_EXTENSIONS)}) in it{sub}; "
@@ -231,64 +256,104 @@ def folder_classes(folder: Path, files: Sequence[Path]) -> tuple[list[str], torc
 
 
 class ImageFolder(DatasetFactory):
-    """Every image file under a folder (png, jpg, jpeg, bmp, webp, gif; recursive, links followed), resized and center-cropped to data.resolution."""
+    """Every image file under a folder or in a zip archive (png, jpg, jpeg, bmp, webp, gif; stylegan2-ada-pytorch's dataset_tool layout with dataset.json labels), resized and center-cropped to data.resolution."""
 
     @attrs.frozen
     class Options:
-        path: str = option(help="Folder of images (absolute, or relative to the folder of the recipe file that "
-                                "sets it; saved absolute).", path=True)
+        path: str = option(help="Folder of images or .zip archive of them (absolute, or relative to the folder of the "
+                                "recipe file that sets it; saved absolute); a zip, e.g. from stylegan2-ada-pytorch's "
+                                "dataset_tool.py, is read lazily.", path=True)
         channels: Literal[1, 3] = option(3, help="1 = grey (luma), 3 = RGB; transparency is composited over white.")
         recursive: bool = option(True, help="Also read images in sub-folders (hidden files and folders are ignored; "
                                             "symbolic links to folders and files are followed, each real one once).")
         on_corrupt: Literal["skip", "error"] = option(
-            "skip", help='A corrupt or truncated file, or one over Pillow\'s decompression-bomb limit '
+            "skip", help='A corrupt or truncated file or archive member, or one over Pillow\'s decompression-bomb limit '
                          '(PIL.Image.MAX_IMAGE_PIXELS): "skip" it with a warning naming it, or stop with an "error".')
         cache: Literal["auto", "memory", "none"] = option(
             "auto", help='"memory" decodes every file once at start (uint8, C*res*res bytes each); "none" decodes '
                          'per batch (use run.num_workers); "auto" = memory up to 2 GiB.')
-        labels: Literal["none", "folders"] = option(
-            "none", help='"folders": one sub-folder of data.path per class, class index = position of the '
-                         'sub-folder\'s name in sorted order (for class-conditional GANs); "none": unlabelled.')
+        labels: Literal["auto", "none", "folders", "dataset.json"] = option(
+            "auto", help='"dataset.json": the table of that file at the top of the folder or archive '
+                         '({"labels": [["00000/img00000000.png", 6], ...]}, as stylegan2-ada-pytorch\'s dataset_tool.py '
+                         'writes); "auto": that table when the file is there, else unlabelled; "folders": one sub-folder '
+                         'of data.path per class, class index = position of the sub-folder\'s name in sorted order; '
+                         '"none": unlabelled.')
+        num_classes: int | None = option(
+            None, min=1, max=2**20, help="Classes of dataset.json labels: None = the largest label + 1 (as "
+                                         "stylegan2-ada-pytorch); a count makes a label at or above it an error.")
         xflip: bool = option(False, help=_XFLIP_HELP)
 
     @classmethod
     def problems(cls, options, recipe):
+        if options.num_classes is not None and options.labels not in ("auto", "dataset.json"):
+            return [("num_classes", f'num_classes counts dataset.json labels; with labels = "{options.labels}" '
+                                    f"leave it out")]
         if not _from_file(recipe):  # a recipe read back from a checkpoint: checked when built
             return []
-        folder = resolve_path(options.path, recipe)
-        msg = _folder_problem(written(recipe, "data.path", options.path), folder, options.recursive)
+        path = resolve_path(options.path, recipe)
+        msg = _folder_problem(written(recipe, "data.path", options.path), path, options.recursive)
         if msg:
             return [("path", msg)]
-        if options.labels == "folders":
-            if not options.recursive:
-                return [("labels", 'labels = "folders" reads the class sub-folders: set data.recursive = true')]
-            try:
-                folder_classes(folder, list_images(folder))
-            except GankitError as e:
-                return [("labels", str(e))]
+        if path.is_dir() and (options.labels == "none" or (options.labels == "auto" and
+                                                           not (path / archive.LABELS_FILE).is_file())):
+            return []  # nothing to check without listing a folder that may hold a million files
+        try:
+            zf = cls._list(options, path)[-1]
+        except GankitError as e:
+            return [("labels", str(e))]
+        if zf is not None:
+            zf.close()
         return []
+
+    @staticmethod
+    def _list(o, path: Path):
+        """``(files or member names, labels, num_classes, class names, open archive or None)``.
+        Raises GankitError (without the key) for a labels problem."""
+        zf = archive.open_zip(path) if path.is_file() else None
+        files = archive.member_images(zf, o.recursive) if zf is not None else list_images(path, o.recursive)
+        try:
+            if o.labels == "folders":
+                if not o.recursive:
+                    raise GankitError('labels = "folders" reads the class sub-folders: set data.recursive = true')
+                top = (Path(), [Path(n) for n in files]) if zf is not None else (path, files)  # members: top-relative
+                classes, labels = folder_classes(*top)
+                return files, labels, len(classes), classes, zf
+            if o.labels == "none":
+                return files, None, 0, [], zf
+            required = o.labels == "dataset.json"
+            if zf is not None:
+                labels, k = archive.zip_labels(zf, path, files, required, o.num_classes)
+            else:
+                labels, k = archive.folder_labels(path, files, required, o.num_classes)
+            return files, labels, k, [], zf
+        except GankitError:
+            if zf is not None:
+                zf.close()
+            raise
 
     def build(self, resolution: int):
         o, recipe = self.options, self.context.recipe
         prefix = _label(recipe)
-        folder = resolve_path(o.path, recipe)
-        msg = _folder_problem(written(recipe, "data.path", o.path), folder, o.recursive)
+        path = resolve_path(o.path, recipe)
+        msg = _folder_problem(written(recipe, "data.path", o.path), path, o.recursive)
         if msg:
             raise GankitError(f"{prefix}data.path: {msg}")
-        files = list_images(folder, o.recursive)
-        labels, classes = None, []
-        if o.labels == "folders":
-            if not o.recursive:
-                raise GankitError(f'{prefix}data.labels: labels = "folders" reads the class sub-folders: '
-                                  f"set data.recursive = true")
-            try:
-                classes, labels = folder_classes(folder, files)
-            except GankitError as e:
-                raise GankitError(f"{prefix}data.labels: {e}") from None
-        warn_upscaled(_smallest_side(files[:32]), resolution, f"the smallest of the first images under {folder}")
-        ds = _file_set(files, labels, len(classes), resolution, o.channels, o.on_corrupt, o.cache, None,
-                       "data.path", folder, prefix)
-        ds.classes = classes  # class names in label order ([] when unlabelled)
+        try:
+            files, labels, num_classes, classes, zf = self._list(o, path)
+        except GankitError as e:
+            raise GankitError(f"{prefix}data.labels: {e}") from None
+        lazy = None
+        if zf is None:
+            warn_upscaled(_smallest_side(files[:32]), resolution, f"the smallest of the first images under {path}")
+        else:
+            lazy = archive.ZipImages(path, files, resolution, o.channels, o.on_corrupt, "data.path", labels,
+                                     num_classes)
+            lazy._zip, lazy._pid = zf, os.getpid()  # the handle the listing opened serves this process
+        ds = _file_set(files, labels, num_classes, resolution, o.channels, o.on_corrupt, o.cache, None,
+                       "data.path", path, prefix, lazy=lazy)
+        if lazy is not None and not isinstance(ds, archive.ZipImages):
+            lazy.close()  # decoded into memory: the archive is not read again
+        ds.classes = classes  # class names in label order ([] when unlabelled or numbered by dataset.json)
         return mirrored(ds, o.xflip)
 
 

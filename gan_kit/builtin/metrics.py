@@ -3,15 +3,14 @@
 ``swd``: multi-scale sliced Wasserstein distance on Laplacian-pyramid patches (Karras et al.
 2018, sec. 5 and appendix D). It needs no downloaded weights.
 
-``fid`` / ``kid``: Frechet and kernel Inception distances through torch-fidelity (optional extra
-``gankit[fid]``) with its InceptionV3 weights, which must already be on disk: gankit never
-downloads them, and says in one line what is missing.
+``fid``, ``kid``, ``precision-recall``, ``is``: on deep features through torch-fidelity (optional
+extra ``gankit[fid]``), in ``gan_kit.builtin.inception_metrics``; their weights must already be on
+disk: gankit never downloads them, and says in one line what is missing.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import attrs
 import numpy as np
@@ -21,15 +20,8 @@ import torch.nn.functional as F
 from gan_kit import Metric, StashKey, hookimpl, option
 from gan_kit.builtin.reporting import status
 from gan_kit.evaluate import evaluate
-from gan_kit.errors import GankitError
 
 _BLUR = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0]) / 16.0
-
-#: torch-fidelity's InceptionV3 weights (the TF FID network converted) and their file name in
-#: the torch hub cache (``torch.hub.get_dir()/checkpoints``).
-INCEPTION_URL = ("https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/"
-                 "weights-inception-2015-12-05-6726825d.pth")
-INCEPTION_FILE = INCEPTION_URL.rsplit("/", 1)[1]
 
 
 def _blur(x: torch.Tensor) -> torch.Tensor:
@@ -182,146 +174,31 @@ class SWD(_FromOptions):
         return {("Metrics/swd" if k == "avg" else f"Metrics/swd/{k}"): v for k, v in res.items()}
 
 
-# ------------------------------------------------------------------------------- fid / kid --
+# --------------------------------------------------------- fid / kid / precision-recall / is --
+
+# The feature-space metrics live in gan_kit.builtin.inception_metrics (which imports this module);
+# their names stay importable from here.
+_MOVED = {"FID": "inception_metrics", "KID": "inception_metrics", "INCEPTION_URL": "feature_extractors",
+          "INCEPTION_FILE": "feature_extractors"}
 
 
-def inception_weights_path(weights: str | None = None) -> Path:
-    """Where the InceptionV3 weights are looked for: ``weights`` if given, else torch-fidelity's
-    file in the torch hub cache (``$TORCH_HOME/hub/checkpoints``)."""
-    if weights:
-        return Path(weights).expanduser()
-    return Path(torch.hub.get_dir()) / "checkpoints" / INCEPTION_FILE
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
 
-
-def inception_problem(name: str, weights: str | None = None) -> str | None:
-    """One line naming what ``fid`` / ``kid`` lack (the torch-fidelity package, the weights file,
-    or both), or None when both are there. Never downloads anything."""
-    import importlib.util
-
-    missing = []
-    try:
-        has_pkg = importlib.util.find_spec("torch_fidelity") is not None
-    except (ImportError, ValueError):
-        has_pkg = False
-    if not has_pkg:
-        missing.append("the torch-fidelity package (pip install 'gankit[fid]')")
-    path = inception_weights_path(weights)
-    if not path.is_file():
-        fix = f"fetch {INCEPTION_URL} to that path" + ("" if weights else ", or set the metric's weights option")
-        missing.append(f"the InceptionV3 weights file {path} (gankit never downloads it: {fix}; "
-                       f"or use swd, which needs no weights)")
-    if not missing:
-        return None
-    return f"{name} needs " + " and ".join(missing)
-
-
-class _InceptionMetric(_FromOptions):
-    """Shared by fid and kid: InceptionV3 pool features (2048-d) of both image sets."""
-
-    metric_name = ""
-
-    @attrs.frozen
-    class Options:
-        num_images: int = option(10000, min=2, max=2**20, help="Images from G_ema and from the data (capped at the data's size); "
-                                             "FID is biased upwards for small counts.",)
-        seed: int = option(0, help="Seed of the latents and the real-image choice.",
-                           min=0, max=2**32 - 1, max_exclusive=True)
-        weights: str | None = option(None, help="Local InceptionV3 weights file (torch-fidelity's; relative to the "
-                                                "recipe file that sets it); None = the torch hub cache. Nothing is "
-                                                "ever downloaded.", path=True)
-        batch_size: int = option(64, help="Images per Inception forward pass.", min=1, max=2**16)
-
-    def __init__(self, options=None, context=None):
-        super().__init__(options, context)
-        msg = inception_problem(self.metric_name, self.options.weights)
-        if msg:
-            raise GankitError(msg)
-
-    @classmethod
-    def problems(cls, options, recipe):
-        if recipe is not None and not Path(recipe.path).is_file():
-            return []  # a recipe read back from a checkpoint: checked when the metric is built
-        msg = inception_problem(cls.metric_name, options.weights)
-        return [("weights" if options.weights else "name", msg)] if msg else []
-
-    def _extractor(self, device):
-        from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
-
-        path = inception_weights_path(self.options.weights)
-        try:
-            fe = FeatureExtractorInceptionV3("inception-v3-compat", ["2048"],
-                                             feature_extractor_weights_path=str(path))
-        except Exception as e:  # a damaged or foreign weights file
-            raise GankitError(f"{self.metric_name}: cannot load the Inception weights {path} "
-                              f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}); "
-                              f"delete the file and fetch {INCEPTION_URL} again") from None
-        return fe.to(device).eval()
-
-    @torch.no_grad()
-    def features(self, images: torch.Tensor, device, fe=None) -> torch.Tensor:
-        """``[N,C,H,W]`` in [-1, 1] (C = 1 or 3) -> pool features ``[N, 2048]`` (float64, CPU).
-        Images are quantised to uint8 like saved PNGs; grey images are repeated to RGB."""
-        fe = fe or self._extractor(device)
-        out = []
-        for i in range(0, images.shape[0], self.options.batch_size):
-            x = images[i:i + self.options.batch_size].float()
-            if x.shape[1] == 1:
-                x = x.expand(-1, 3, -1, -1)
-            x = ((x.clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8)
-            out.append(fe(x.to(device))[0].double().cpu())
-        return torch.cat(out)
-
-    def compute(self, generate, reals, device):
-        n = min(self.options.num_images, reals.shape[0])
-        fe = self._extractor(device)
-        f_fake = self.features(generate(n), device, fe)
-        f_real = self.features(reals[:n], device, fe)
-        return self.from_features(f_fake, f_real)
-
-    def from_features(self, f_fake: torch.Tensor, f_real: torch.Tensor) -> dict[str, float]:
-        raise NotImplementedError
-
-
-class FID(_InceptionMetric):
-    """Frechet Inception distance (Heusel et al. 2017) via torch-fidelity; needs its InceptionV3 weights file."""
-
-    metric_name = "fid"
-
-    def from_features(self, f_fake, f_real):
-        from torch_fidelity.metric_fid import fid_features_to_statistics, fid_statistics_to_metric
-
-        value = fid_statistics_to_metric(fid_features_to_statistics(f_fake), fid_features_to_statistics(f_real),
-                                         verbose=False)["frechet_inception_distance"]
-        return {"Metrics/fid": float(value)}
-
-
-class KID(_InceptionMetric):
-    """Kernel Inception distance (Binkowski et al. 2018) via torch-fidelity; needs its InceptionV3 weights file."""
-
-    metric_name = "kid"
-
-    @attrs.frozen
-    class Options(_InceptionMetric.Options):
-        subsets: int = option(100, help="Random subsets the unbiased MMD^2 is averaged over.", min=1, max=2**16)
-        subset_size: int = option(1000, help="Images per subset (capped at the number of images); the unbiased "
-                                             "MMD^2 needs 2.", min=2, max=2**20)
-
-    def from_features(self, f_fake, f_real):
-        from torch_fidelity.metric_kid import kid_features_to_metric
-
-        size = min(self.options.subset_size, f_fake.shape[0], f_real.shape[0])
-        res = kid_features_to_metric(f_fake, f_real, kid_subsets=self.options.subsets, kid_subset_size=size,
-                                     kid_kernel="poly", kid_kernel_poly_degree=3, kid_kernel_poly_gamma=None,
-                                     kid_kernel_poly_coef0=1, rng_seed=self.options.seed, verbose=False)
-        return {"Metrics/kid": float(res["kernel_inception_distance_mean"]),
-                "Metrics/kid/std": float(res["kernel_inception_distance_std"])}
+        return getattr(importlib.import_module(f"gan_kit.builtin.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @hookimpl
 def register_metrics(register):
+    from gan_kit.builtin.inception_metrics import FID, KID, InceptionScore, PrecisionRecall
+
     register("swd", SWD)
     register("fid", FID)
     register("kid", KID)
+    register("precision-recall", PrecisionRecall)
+    register("is", InceptionScore)
 
 
 #: Images shown at the previous tick, to find the ticks where ``every_kimg`` falls due.

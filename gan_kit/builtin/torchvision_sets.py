@@ -5,6 +5,7 @@ from its own on-disk layout under ``data.root``; ``download = true`` fetches it 
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 from typing import Literal
@@ -40,7 +41,12 @@ class _TorchvisionSet(DatasetFactory):
         xflip: bool = option(False, help=_XFLIP_HELP)
 
     def _root(self) -> Path:
-        return resolve_path(self.options.root, self.context.recipe, "data.root")
+        root = resolve_path(self.options.root, self.context.recipe, "data.root")
+        if root.is_file() and root.name.lower().endswith(".zip"):  # e.g. dataset_tool.py's cifar10.zip
+            raise GankitError(f"{_label(self.context.recipe)}data.root: {root} is a zip archive, not a folder; a zip "
+                              f"of images (stylegan2-ada-pytorch's dataset_tool.py layout) is read by "
+                              f"name = \"image-folder\" with path = {json.dumps(self.options.root)}")
+        return root
 
     def _download(self, root: Path, **kwargs) -> None:
         import torchvision.datasets as tvd

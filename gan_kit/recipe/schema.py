@@ -142,7 +142,7 @@ class ArchitectureSlot:
     conditional: bool = option(
         False, help="Class-conditional G and D on the data set's labels: G takes a learned class embedding with z, "
                     "D is a projection discriminator (Miyato & Koyama 2018). Needs a data set with labels and an "
-                    "architecture that supports it (pggan, dcgan).")
+                    "architecture that supports it (pggan, dcgan, stylegan2).")
 
 
 @attrs.frozen

@@ -247,9 +247,11 @@ def _cross_checks(recipe: Recipe, registry: Registry, problems: Problems) -> Non
     """Cross-option checks owned by each component (e.g. growth vs data.resolution)."""
     arch = registry.get("architecture", recipe.architecture.name).factory
     if recipe.architecture.slot.conditional and not getattr(arch, "supports_conditional", False):
+        able = [n for n in registry.names("architecture")
+                if getattr(registry.get("architecture", n).factory, "supports_conditional", False)]
         problems.add("architecture.conditional",
                      f"true, but architecture {recipe.architecture.name!r} has no class-conditional form "
-                     f"(use pggan or dcgan, or set conditional = false)")
+                     f"(use {' or '.join(able) or 'another'}, or set conditional = false)")
     for spec in (recipe.data, recipe.architecture, recipe.init, recipe.loss, *recipe.penalties,
                  recipe.update, recipe.growth, *recipe.metrics, recipe.augment):
         comp = registry.get(spec.kind, spec.name)

@@ -4,12 +4,14 @@ arXiv:1912.04958): the ``stylegan2`` architecture and the ``path-length`` G pena
 G = mapping network (z -> W, sec. 2 of StyleGAN, Karras et al. 2019) + skip-architecture
 synthesis network (StyleGAN2 sec. 4.1, fig. 7a) built from modulated 3x3 convolutions with
 weight demodulation (sec. 2.2, eq. 1-3) and per-pixel noise. D = residual network (sec. 4.1,
-fig. 7c) ending in minibatch standard deviation (PGGAN sec. 3) and two FC layers.
+fig. 7c) ending in minibatch standard deviation (PGGAN sec. 3) and two FC layers. Up- and
+downsampling use the [1, 3, 3, 1] FIR filter as the paper's code does (``fir``: upfirdn2d in
+plain PyTorch), or bilinear resampling (``resample = "bilinear"``). Class-conditional as
+stylegan2-ada-pytorch (Karras et al. 2020b): the label joined to z in the mapping network, D's
+logit projected on a label mapping.
 
 Choices that differ from the paper's code (all documented in docs/architectures.md):
 
-* Resampling is bilinear (``F.interpolate`` up, 2x2 box filter = bilinear at factor 1/2 down)
-  instead of the [1,3,3,1] FIR filter.
 * Every layer applies its equalized-learning-rate scale itself (PGGAN sec. 4.1; StyleGAN2 keeps
   it): the stored weight is N(0, 1) / lr_mult and the forward uses ``weight * lr_mult /
   sqrt(fan_in)``. The layers hold raw Parameters (not nn.Linear / nn.Conv2d), so a recipe

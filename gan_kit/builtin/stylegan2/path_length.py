@@ -8,9 +8,15 @@ import math
 import attrs
 import torch
 
-from gan_kit import GankitError, Penalty, option
+from gan_kit import GankitError, Penalty, batch_randn, option
 
 __all__ = ["PathLength"]
+
+# Inside the square root of the lengths, as the gradient penalty's per-sample norm has: at a zero
+# length (an image that does not depend on W) sqrt has an infinite derivative and the penalty's
+# gradient would be 0 * inf = NaN; with it the gradient is finite (0 there) and a length of 1e-3
+# moves by 5e-10.
+_EPS = 1e-12
 
 
 def _positive(v):
@@ -45,11 +51,17 @@ class PathLength(Penalty):
 
     def __call__(self, inputs, ctx) -> torch.Tensor:
         """Unweighted scalar ``mean_n (|J_w^T y|_n - a)^2`` on ``batch_size // batch_shrink``
-        fresh latents. ``J_w^T y`` is the gradient of ``sum(img * y)`` w.r.t. ws, with ``y``
-        N(0, 1) / sqrt(H * W); its length is ``sqrt(mean over the num_ws layers of the squared
-        norm)`` (official code). ``a`` is updated first, ``a <- lerp(a, mean length, decay)``,
-        and the penalty uses the updated ``a`` (gradient flows through it, as in the official
-        code). Not multiplied by the interval. Needs ``inputs.G.mapping`` / ``.synthesis``."""
+        fresh latents (and, in a class-conditional run, the first as many of ``inputs.labels``).
+        ``J_w^T y`` is the gradient of ``sum(img * y)`` w.r.t. ws, with ``y`` N(0, 1) / sqrt(H *
+        W); its length is ``sqrt(mean over the num_ws layers of the squared norm + 1e-12)``
+        (stylegan2-ada-pytorch's ``pl_lengths``, guarded at zero length like the gradient
+        penalty's norm). ``a`` is updated first, ``a <- lerp(a, mean length, decay)``, and the
+        penalty uses the updated ``a`` (gradient flows through it, as in the official code).
+        Under several processes the mean length is that of the global batch
+        (``ctx.mean_over_processes``), so every process keeps the same ``a`` - the one a single
+        process keeps - and a resume under any number of processes continues it exactly (the
+        official code keeps one ``a`` per process). Not multiplied by the interval. Needs
+        ``inputs.G.mapping`` / ``.synthesis``; raises GankitError otherwise."""
         G = inputs.G
         if not (hasattr(G, "mapping") and hasattr(G, "synthesis")):
             raise GankitError(
@@ -57,16 +69,22 @@ class PathLength(Penalty):
                 "one (stylegan2); under several processes set run.grad_sync = \"all-reduce\"")
         n = max(1, int(inputs.batch_size) // self.options.batch_shrink)
         z = ctx.latent(n)
+        # ctx.latent(n) gives this process sample i of the global batch where labels[:n] has it
+        # (both strided [rank::world_size]), so latents and labels pair as in one process.
+        labels = inputs.labels[:n] if getattr(inputs, "labels", None) is not None else None
+        extra = () if labels is None else (labels,)
         with ctx.autocast():
-            ws = G.mapping(z)
+            ws = G.mapping(z, *extra)
             if getattr(G, "training", False) and hasattr(G, "mix_styles") and getattr(G, "style_mixing_prob", 0) > 0:
-                ws = G.mix_styles(ws)
+                ws = G.mix_styles(ws, *extra)
             img = G.synthesis(ws)
         img = img.float()
-        y = torch.randn_like(img) / math.sqrt(img.shape[2] * img.shape[3])
+        # y per sample, drawn for the global batch (N processes train as one does).
+        y = batch_randn(n, *img.shape[1:], device=img.device) / math.sqrt(img.shape[2] * img.shape[3])
         grad = ctx.gradients((img * y).sum(), ws).float()
-        lengths = grad.square().sum(dim=2).mean(dim=1).sqrt()  # [n]
-        pl_mean = self.pl_mean.to(lengths.device).lerp(lengths.mean(), self.options.decay)
+        lengths = (grad.square().sum(dim=2).mean(dim=1) + _EPS).sqrt()  # [n]
+        mean_length = ctx.mean_over_processes(lengths.mean())
+        pl_mean = self.pl_mean.to(lengths.device).lerp(mean_length, self.options.decay)
         self.pl_mean = pl_mean.detach()
         return (lengths - pl_mean).square().mean()
 
