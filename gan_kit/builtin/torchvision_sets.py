@@ -16,7 +16,7 @@ import torch
 
 from gan_kit import DatasetFactory, option
 from gan_kit.builtin.datasets import (_XFLIP_HELP, _file_set, _label, list_images, reason, resize_uint8, resolve_path,
-                                      warn_upscaled)
+                                      warn_upscaled, written)
 from gan_kit.data import UInt8Images, mirrored
 from gan_kit.errors import GankitError
 
@@ -45,7 +45,8 @@ class _TorchvisionSet(DatasetFactory):
         if root.is_file() and root.name.lower().endswith(".zip"):  # e.g. dataset_tool.py's cifar10.zip
             raise GankitError(f"{_label(self.context.recipe)}data.root: {root} is a zip archive, not a folder; a zip "
                               f"of images (stylegan2-ada-pytorch's dataset_tool.py layout) is read by "
-                              f"name = \"image-folder\" with path = {json.dumps(self.options.root)}")
+                              f"name = \"image-folder\" with path = "
+                              f"{json.dumps(written(self.context.recipe, 'data.root', self.options.root))}")
         return root
 
     def _download(self, root: Path, **kwargs) -> None:
