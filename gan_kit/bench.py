@@ -411,7 +411,7 @@ def result_table(result: BenchResult):
     return table
 
 
-@click.command("bench")
+@click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--strategies", default="all", show_default=True,
               help="Strategies to time: all, or comma-separated names (e.g. d-then-g,shared-fake).")

@@ -23,7 +23,21 @@ from gan_kit.errors import GankitError
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """A click group whose command list shows each command's whole first sentence, wrapped,
+    where click cuts it at the terminal width with '...' (plugin commands included)."""
+
+    group_class = type  # `@cli.group()` sub-groups list their commands the same way
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, cmd.get_short_help_str(limit=10_000)) for name in self.list_commands(ctx)
+                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=lambda c, p, v: _version(c, v),
               help="Show the versions of gankit, torch and Python, and exit.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks for every command.")
@@ -63,11 +77,15 @@ def _warn_broken(plugins) -> None:
               help="Run directory (default: run.out_dir of the recipe).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a recipe value, e.g. --set run.total_kimg=2 --set loss.name=bce.")
-@click.option("--resume", "resume", is_flag=False, flag_value="", default=None, metavar="[RUN_DIR]",
-              help="Continue a run exactly from its checkpoints/latest.pt, with the recipe saved in it: "
-                   "`--resume runs/x` needs nothing else; with RECIPE, its run directory (or --out). "
-                   "A RECIPE or --set may change what can change mid-run (lr, betas, penalty weights, EMA, "
-                   "intervals, total_kimg).")
+@click.option("--resume", "resume", is_flag=False, flag_value="", default=None, metavar="[RUN_DIR|CHECKPOINT]",
+              help="Continue a run exactly from its checkpoints/latest.pt (or the checkpoint file given), with "
+                   "the recipe saved in it: `--resume runs/x` needs nothing else; with RECIPE, its run directory "
+                   "(or --out). A RECIPE or --set may change what can change mid-run (lr, betas, penalty weights, "
+                   "EMA, intervals, total_kimg).")
+@click.option("--init-from", "init_from", default=None, metavar="CHECKPOINT",
+              help="Start this new run from another run's G, D and G_ema weights (a checkpoint file, or a run "
+                   "directory for its latest.pt): fine-tuning on other data; optimizers and counters start "
+                   "fresh. The architecture, its options and data.resolution must match the checkpoint's.")
 @click.option("--overwrite", is_flag=True, help="Replace a run already in the run directory (its metrics, "
                                                 "samples and checkpoints are deleted).")
 @click.option("--dry-run", is_flag=True, help="Check the recipe, build every component, print the plan "
@@ -75,21 +93,30 @@ def _warn_broken(plugins) -> None:
 @click.option("--nproc", type=click.IntRange(min=1), default=None,
               help="Start N processes through torchrun (one per GPU).")
 @user_errors
-def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], resume: str | None, overwrite: bool,
-        dry_run: bool, nproc: int | None) -> None:
+def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], resume: str | None,
+        init_from: str | None, overwrite: bool, dry_run: bool, nproc: int | None) -> None:
     """Train the GAN described by RECIPE (or continue the run in RUN_DIR with --resume)."""
     from gan_kit.engine import Run, preflight, train
-    from gan_kit.launch import load_for_run
+    from gan_kit.launch import load_for_run, resume_source
 
     resuming = resume is not None
     if resuming and overwrite:
         raise GankitError("--resume and --overwrite contradict each other: --resume continues the run, "
                           "--overwrite deletes it (choose one)")
+    if resuming and init_from is not None:
+        raise GankitError("--resume and --init-from contradict each other: --resume continues a run with its "
+                          "optimizers and counters, --init-from starts a new one from its weights (choose one)")
+    source = resume_source(resume, out_dir) if resuming else None
     launcher = nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ
     if launcher and not dry_run:
         # Problems every process would hit are reported here, once, before torchrun starts.
         r, plugins, _ = load_for_run(recipe, out_dir, overrides, resume)
-        preflight(r, plugins, nproc, check_run_dir=not (resuming or overwrite), resume=resuming)
+        preflight(r, plugins, nproc, check_run_dir=not (resuming or overwrite), resume=resuming and source is None,
+                  check_lock=True)
+        if init_from is not None:
+            from gan_kit.resume import check_init_from
+
+            check_init_from(init_from, r)
         from gan_kit.distributed import launch
 
         sys.exit(launch(nproc, sys.argv[1:]))
@@ -104,13 +131,17 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         r, plugins, changes = load_for_run(recipe, out_dir, overrides, resume)
         _warn_broken(plugins)
         the_run = Run(r, plugins)
+        if init_from is not None:
+            from gan_kit.resume import init_from as load_weights
+
+            load_weights(the_run, init_from)
         if dry_run:
             if launcher:  # planned here, once; still check the batches for nproc processes
                 preflight(r, plugins, nproc, check_run_dir=False)
-            _print_plan(the_run, changes if resuming else None)
+            _print_plan(the_run, changes if resuming else None, source[1] if source else None)
             clean = True
             return
-        train(the_run, resume=resuming, overwrite=overwrite)
+        train(the_run, resume=source[1] if source else resuming, overwrite=overwrite)
         clean = True
     finally:
         if distributed is not None:
@@ -118,7 +149,7 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
             distributed.shutdown(clean=clean)
 
 
-def _print_plan(run, changes: list[str] | None = None) -> None:
+def _print_plan(run, changes: list[str] | None = None, checkpoint: Path | None = None) -> None:
     console = Console(soft_wrap=True)  # long paths stay on one line (logs, pipes)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     r = run.recipe
@@ -137,10 +168,13 @@ def _print_plan(run, changes: list[str] | None = None) -> None:
         from gan_kit.rundir import latest_checkpoint
         from gan_kit import checkpoint as ckpt
 
-        state = ckpt.load(latest_checkpoint(run.out_dir))
-        console.print(f"resume from {latest_checkpoint(run.out_dir)} at kimg {state['cur_nimg'] / 1000:g} "
+        checkpoint = checkpoint or latest_checkpoint(run.out_dir)
+        state = ckpt.load(checkpoint)
+        console.print(f"resume from {checkpoint} at kimg {state['cur_nimg'] / 1000:g} "
                       f"(step {state['step']}, tick {state['tick']})")
         console.print("recipe changes: " + ("; ".join(changes) if changes else "none"))
+    if run.initialized_from is not None:
+        console.print(f"G, D and G_ema start from the weights of {run.initialized_from}")
     console.print(f"total {run.total_nimg / 1000:g} kimg -> {run.out_dir}")
 
 
@@ -206,7 +240,7 @@ def list_plugins(kind: str | None, as_json: bool, verbose: bool) -> None:
     table.add_column("kind", no_wrap=True, min_width=6)
     table.add_column("name", no_wrap=True)
     table.add_column("plugin", no_wrap=True)
-    table.add_column("summary", no_wrap=True, overflow="ellipsis", max_width=100)
+    table.add_column("summary", overflow="fold")  # wrapped, never cut mid-sentence
     for c in comps:
         table.add_row(c.kind, c.name, c.plugin, c.summary)
     for b in plugins.broken:
@@ -324,7 +358,7 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
         # What the data set decides (a metric asking for more images than it holds, a data set
         # below a metric's minimum, labels for a conditional run) is known only once it is built.
         from gan_kit.components import BuildContext
-        from gan_kit.evaluate import metric_problem
+        from gan_kit.evaluate import metric_cap_note, metric_problem
 
         ctx = BuildContext(resolution=r.resolution, channels=0, recipe=r)
         data = plugins.registry.get("dataset", r.data.name).factory(r.data.options, ctx).build(r.resolution)
@@ -337,6 +371,9 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
             problem = metric_problem(spec, metric, len(data), r.data.name)
             if problem:
                 problems.append(f"{path}: {problem}")
+            note = None if problem else metric_cap_note(spec, metric, len(data), r.data.name)
+            if note:
+                click.echo(note, err=True)
         if problems:
             raise GankitError("\n".join(problems))
     click.echo(f"{path}: ok")

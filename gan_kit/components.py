@@ -106,9 +106,9 @@ class DInputs:
 
     D:           the discriminator to run extra forwards through (eager, so a double backward
                  works; it applies the run's augmentation, like every D the engine hands out).
-    real, fake:  ``[N,C,r,r]`` images of this D step, detached (no graph), in the dtype the data
-                 and G produce (float32; G's output dtype under autocast - cast as you need).
-                 ``fake`` is None in a lazy regularisation step (no fakes are made for it).
+    real, fake:  ``[N,C,r,r]`` images of this D step, detached (no graph), float32 under every
+                 ``run.precision``. ``fake`` is None in a lazy regularisation step (no fakes
+                 are made for it).
     real_logits, fake_logits: ``[N]`` float32 logits of ``D(real)`` and ``D(fake)`` from the D
                  objective, WITH their graph to D's weights: a penalty on them (a drift term)
                  needs no forward of its own. None in a lazy regularisation step, which runs no
@@ -132,7 +132,7 @@ class GInputs:
 
     G:           the generator (eager) to run its own forwards through.
     batch_size:  this process's batch size N of the G step.
-    fake:        the G step's images ``[N,C,r,r]`` with their graph to G, or None (a lazy
+    fake:        the G step's images ``[N,C,r,r]``, float32, with their graph to G, or None (a lazy
                  regularisation step, or a strategy that did not pass them).
     fake_logits: ``[N]`` float32 logits of D on ``fake``, with their graph, or None.
     labels:      ``[N]`` classes of ``fake`` in a class-conditional run (bound to ``G``: ``G(z)``
@@ -155,6 +155,13 @@ class Penalty(ComponentBase):
     ``ctx.batch_rand``, ``ctx.autocast``). The value is unweighted: the engine multiplies it by
     the recipe's ``weight``. Gradient norms should be taken per sample over all non-batch dims,
     in float32.
+
+    Precision: a penalty written in plain float32 PyTorch trains under every ``run.precision``.
+    Under bf16 / fp16 the networks it is handed (``inputs.D``, ``inputs.G``) run their forwards
+    under the run's autocast and return float32, and the images it is handed are float32, so its
+    own arithmetic (and a bare ``torch.autograd.grad``) runs in float32 outside autocast, as in
+    PyTorch's AMP gradient-penalty recipe. ``ctx.gradients`` / ``ctx.input_gradients`` add the
+    GradScaler's scaling, without which fp16 input gradients can underflow.
 
     Lazy regularisation (StyleGAN2, Karras et al. 2020, sec. 3.1): a penalty whose ``interval``
     is k > 1 is not part of the objective; every k-th iteration the engine runs it as a step of
@@ -271,6 +278,13 @@ class UpdateStrategy(ComponentBase):
     The strategy owns the order of zero_grad / forward / backward / optimizer.step for D and G.
     ``ctx.reals`` holds ``d_steps`` real batches; the strategy must use a fresh real batch and
     zeroed gradients for every D step.
+
+    Precision: ``ctx.G`` and ``ctx.D`` run at the run's precision whoever calls them (their
+    forwards under autocast under bf16 / fp16) and return float32, so a strategy written in
+    plain float32 PyTorch - direct ``ctx.D(x)`` calls, ``torch.lerp`` of reals and fakes, its
+    own losses - trains under fp32, bf16 and fp16 alike; ``ctx.autocast()`` blocks are allowed
+    and change nothing. The verbs ``backward``, ``gradients`` and ``opt_step`` run outside
+    autocast and own fp16's GradScaler.
     """
 
     @property
@@ -349,6 +363,11 @@ class Architecture(ComponentBase):
 
     #: True when ``build`` makes a class-conditional pair for ``context.num_classes`` > 0.
     supports_conditional: ClassVar[bool] = False
+
+    #: False when ``architecture.spectral_norm`` cannot apply: its layers are not torch conv /
+    #: linear layers (stylegan2's scale their weights themselves); the recipe is then refused
+    #: with one line that says to set ``spectral_norm = "none"``.
+    supports_spectral_norm: ClassVar[bool] = True
 
     #: True when G's forward takes ``truncation_psi`` (the truncation trick: StyleGAN, Karras et
     #: al. 2019, sec. 3.2 - W pulled toward its running average); ``gankit sample --truncation``

@@ -205,13 +205,19 @@ def wrap_ddp(module: torch.nn.Module, device: torch.device) -> DDP:
 
 def find_ddp(module: torch.nn.Module) -> DDP | None:
     """The ``DistributedDataParallel`` wrapper ``module`` is or holds (through ``torch.compile``'s
-    ``_orig_mod`` and the augmentation wrapper), else None."""
+    ``_orig_mod``, the augmentation wrapper and ``AtPrecision``), else None."""
     from gan_kit.components import AugmentedD
+    from gan_kit.networks import AtPrecision
 
     while module is not None:
         if isinstance(module, DDP):
             return module
-        module = module.net if isinstance(module, AugmentedD) else getattr(module, "_orig_mod", None)
+        if isinstance(module, AugmentedD):
+            module = module.net
+        elif isinstance(module, AtPrecision):
+            module = module.module
+        else:
+            module = getattr(module, "_orig_mod", None)
     return None
 
 

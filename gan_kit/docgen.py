@@ -45,6 +45,10 @@ recipes/x.toml: loss.name: unknown loss 'hing' (did you mean 'hinge'?); availabl
 - `plugins = ["my_package.gankit_plugin", "local_plugin.py"]`: extra plugin modules to load
   for this recipe, beside the installed `gankit` entry points: a module name, or a `.py` file
   relative to the recipe.
+- Paths (`plugins` files, `data.path`, `data.root`, a metric's `weights`): a relative one is
+  relative to the recipe file that sets it (an `extends` base resolves its own; `--set`: the
+  working directory) and is saved absolute in the run's `recipe.toml` and checkpoints, so
+  `gankit run --resume DIR` works from any working directory.
 - `--set KEY=VALUE` (on `gankit run`, `gankit recipe show`, `gankit recipe check`): override one
   value. KEY is dotted (`loss.name`, `growth.batch_size.16`, array items by number:
   `penalty.0.weight`); VALUE is a TOML value (`2`, `0.5`, `true`, `[0.0, 0.99]`, `{ 4 = 64 }`,

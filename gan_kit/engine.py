@@ -30,7 +30,8 @@ from gan_kit.phase import Phase, fade_real
 from gan_kit.randomness import sharded
 from gan_kit.resume import resume_run
 from gan_kit.run import Run, resolve_device
-from gan_kit.rundir import clear_run_dir, preflight, run_dir_problem, write_recipe
+from gan_kit.rundir import clear_run_dir, preflight, resume_command, run_dir_problem, write_recipe
+from gan_kit.runlock import RunLock, lock_run_dir
 from gan_kit.stash import StashKey
 from gan_kit.step import StepContext
 
@@ -44,12 +45,22 @@ def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None 
 
     ``resume``: continue from the run directory's latest checkpoint (or the given file) exactly.
     A fresh run refuses a run directory that already holds a run (``GankitError``) unless
-    ``overwrite`` removes that run's files first. SIGINT (Ctrl-C) and SIGTERM finish the current
-    iteration, write ``checkpoints/latest.pt`` and raise ``Interrupted``; a second Ctrl-C stops at
-    once. Returns the final tick's stats. Raises ``TrainingError`` when the non-finite policy
-    stops the run (no checkpoint is written after the last finite one).
+    ``overwrite`` removes that run's files first. While it trains, the run holds the directory's
+    lock (``gan_kit.runlock``): a second run there is refused in one line naming this process.
+    SIGINT (Ctrl-C) and SIGTERM finish the current iteration, write ``checkpoints/latest.pt`` and
+    raise ``Interrupted``; a second Ctrl-C stops at once. Returns the final tick's stats. Raises
+    ``TrainingError`` when the non-finite policy stops the run (no checkpoint is written after
+    the last finite one).
     """
-    _open_run_dir(run, resume, overwrite)
+    lock = _open_run_dir(run, resume, overwrite)
+    try:
+        return _train(run, max_steps)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
     loader = _real_loader(run)
     batches = iter(loader)  # make_loader's loader raises a worker's GankitError as its one line
     ticks = Ticks(run)
@@ -90,7 +101,7 @@ def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None 
         error = e
         where = f"the last checkpoint is {run.last_checkpoint}" if run.last_checkpoint else "no checkpoint was written"
         raise Interrupted(f"stopped at once by a second Ctrl-C (kimg {run.cur_nimg / 1000:.3f}); {where}; continue "
-                          f"with `gankit run --resume {run.out_dir}`", exit_code=130) from None
+                          f"with `{resume_command(run.out_dir)}`", exit_code=130) from None
     except BaseException as e:
         error = e
         raise
@@ -99,37 +110,49 @@ def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None 
         run.hook.run_teardown(run=run, error=error)
 
 
-def _open_run_dir(run: Run, resume: bool | str | Path, overwrite: bool) -> None:
-    """Resume (printing each recipe change) or check that a fresh run may use the directory;
-    then write ``recipe.toml``."""
-    if resume:
-        for change in resume_run(run, resume if isinstance(resume, (str, Path)) else None):
-            if run.is_main:
-                print(f"note: resuming with a changed recipe: {change}", file=sys.stderr)
-        if run.cur_nimg >= run.total_nimg:
-            raise GankitError(
-                f"--resume: the run is already at {run.cur_nimg / 1000:g} kimg >= run.total_kimg = "
-                f"{run.total_nimg / 1000:g}; raise it to train further (--set run.total_kimg=...)")
-        limit = run.recipe.run.max_minutes
-        if limit is not None and run.train_seconds >= limit * 60:
-            raise GankitError(
-                f"--resume: the run has trained {run.train_seconds / 60:.4g} minutes >= run.max_minutes = {limit:g}; "
-                f"raise it to train further (--set run.max_minutes=...)")
-    else:
-        # Rank 0 decides and tells the others, so every process stops with the same line
-        # (instead of the others failing later on a closed connection).
-        problem = run_dir_problem(run.out_dir) if run.is_main and not overwrite else None
+def _open_run_dir(run: Run, resume: bool | str | Path, overwrite: bool) -> RunLock | None:
+    """Take the run directory's lock (rank 0), resume (printing each recipe change) or check that
+    a fresh run may use the directory; then write ``recipe.toml``. Returns the lock (None on
+    other ranks), released here if anything fails."""
+    # Rank 0 decides and tells the others, so every process stops with the same line (instead
+    # of the others failing later on a closed connection); after that the folder exists for
+    # every process's hooks.
+    lock, problem = lock_run_dir(run.out_dir) if run.is_main else (None, None)
+    try:
+        if problem is None and run.is_main and not resume:
+            problem = None if overwrite else run_dir_problem(run.out_dir)
+            if overwrite and problem is None:
+                clear_run_dir(run.out_dir)
         if run.world_size > 1:
             from gan_kit.distributed import broadcast_object
 
             problem = broadcast_object(problem)
         if problem:
             raise GankitError(problem)
-        if overwrite and run.is_main:
-            clear_run_dir(run.out_dir)
-    if run.is_main:
-        write_recipe(run)
-    run.apply_optim_settings()
+        if lock is not None and lock.stale:
+            print(f"note: {run.out_dir}: the run lock was left by a run that ended without releasing it "
+                  f"({lock.stale}); taking it over", file=sys.stderr)
+        if resume:
+            for change in resume_run(run, resume if isinstance(resume, (str, Path)) else None):
+                if run.is_main:
+                    print(f"note: resuming with a changed recipe: {change}", file=sys.stderr)
+            if run.cur_nimg >= run.total_nimg:
+                raise GankitError(
+                    f"--resume: the run is already at {run.cur_nimg / 1000:g} kimg >= run.total_kimg = "
+                    f"{run.total_nimg / 1000:g}; raise it to train further (--set run.total_kimg=...)")
+            limit = run.recipe.run.max_minutes
+            if limit is not None and run.train_seconds >= limit * 60:
+                raise GankitError(
+                    f"--resume: the run has trained {run.train_seconds / 60:.4g} minutes >= run.max_minutes = "
+                    f"{limit:g}; raise it to train further (--set run.max_minutes=...)")
+        if run.is_main:
+            write_recipe(run)
+        run.apply_optim_settings()
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return lock
 
 
 def _real_loader(run: Run) -> GankitLoader:
@@ -442,4 +465,4 @@ def _stop_on_interrupt(run: Run, signal_name: str) -> None:
     code = 143 if signal_name == "SIGTERM" else 130
     raise Interrupted(
         f"interrupted by {signal_name or 'a signal'} at kimg {run.cur_nimg / 1000:.3f} (step {run.step}); "
-        f"checkpoint written to {path}; continue with `gankit run --resume {run.out_dir}`", exit_code=code)
+        f"checkpoint written to {path}; continue with `{resume_command(run.out_dir)}`", exit_code=code)

@@ -12,7 +12,57 @@ from torch import nn
 from gan_kit.components import AugmentedD
 from gan_kit.errors import GankitError
 
-__all__ = ["apply_spectral_norm", "training_views"]
+__all__ = ["apply_spectral_norm", "training_views", "AtPrecision", "at_precision"]
+
+
+class AtPrecision(nn.Module):
+    """``net`` at the run's precision, whoever calls it: its forward runs under the run's
+    autocast (bf16 / fp16) and floating-point outputs come back as float32.
+
+    What gankit hands strategies and penalties (``ctx.G``, ``ctx.D``, ``inputs.G``,
+    ``inputs.D``) under ``run.precision = "bf16"`` / ``"fp16"``, so plugin code written in plain
+    float32 PyTorch - no ``ctx.autocast()``, no ``.float()`` - trains unchanged: its own
+    arithmetic sees float32 tensors only, while the networks' convolutions and matmuls run in
+    the low precision. This is PyTorch's AMP recipe (forwards under autocast, losses and
+    ``torch.autograd.grad`` outside it; "Automatic Mixed Precision examples", gradient
+    penalty), applied at the network boundary. The float32 cast is exact, and a following
+    autocast conv casts back to the same bf16/fp16 values. Attributes the wrapper lacks
+    (``G.mapping``) are ``net``'s; calling such a sub-network directly runs it outside autocast
+    (float32), unless the caller enters ``ctx.autocast()``.
+    """
+
+    def __init__(self, net: nn.Module, autocast: Any):
+        super().__init__()
+        self.module = net  # `module`, as DDP names it: set_phase and find_ddp look through it
+        self._autocast = autocast
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self._autocast():
+            out = self.module(*args, **kwargs)
+        return _as_float32(out)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["module"], name)
+
+
+def at_precision(views: tuple[nn.Module, ...], autocast: Any) -> tuple[nn.Module, ...]:
+    """Each of ``views`` wrapped in ``AtPrecision``; a module that appears twice (G_train is
+    G_penalty when nothing is compiled) gets one wrapper, so identity checks still hold."""
+    wrapped = {id(v): AtPrecision(v, autocast) for v in views}
+    return tuple(wrapped[id(v)] for v in views)
+
+
+def _as_float32(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.float() if out.is_floating_point() else out
+    if isinstance(out, (tuple, list)):
+        return type(out)(_as_float32(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _as_float32(v) for k, v in out.items()}
+    return out
 
 
 def training_views(G: nn.Module, D: nn.Module, *, recipe: Any, device: torch.device, world_size: int,

@@ -30,7 +30,8 @@ _MISSING = attrs.NOTHING
 
 def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator: Any = None,
            min: float | None = None, max: float | None = None, min_exclusive: bool = False,
-           max_exclusive: bool = False, allow_inf: bool = False, hint: str | tuple[str, ...] | None = None):
+           max_exclusive: bool = False, allow_inf: bool = False, hint: str | tuple[str, ...] | None = None,
+           path: bool = False):
     """An attrs field with ``help`` text in its metadata (units, meaning of None).
 
     Use a ``factory`` for mutable defaults. ``validator(value) -> str | None`` may return a
@@ -44,6 +45,12 @@ def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator
     one per array item). A declared range
     is appended to ``help`` (``Allowed: > 0.``), so ``gankit list-plugins -v`` and docs/recipes.md
     show it.
+
+    ``path``: the option is a file or folder path (a string). A relative one is resolved once, when
+    the recipe is loaded, against the folder of the recipe file that sets it (an ``extends`` base
+    resolves its own), or against the working directory when typed with ``--set``; the recipe a
+    run saves holds the absolute path, so ``gankit run --resume`` works from any directory. ``~``
+    paths are kept as written.
     """
     rng = Range(min=min, max=max, min_exclusive=min_exclusive, max_exclusive=max_exclusive,
                 allow_inf=allow_inf, hint=hint)
@@ -52,6 +59,8 @@ def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator
         shown = f"Allowed: {text}" if text else "Allowed: any number"
         help = f"{help.rstrip()} {shown}{' (inf allowed)' if allow_inf else ''}."
     meta = {"help": help, "range": rng}
+    if path:
+        meta["path"] = True
     if validator is not None:
         meta["validator"] = validator
     if factory is not None:

@@ -41,8 +41,10 @@ class Component:
 
     @property
     def summary(self) -> str:
-        doc = inspect.getdoc(self.factory) or ""
-        return doc.strip().splitlines()[0] if doc.strip() else ""
+        """The docstring's first paragraph on one line (a first sentence wrapped over two
+        source lines is not cut after the first)."""
+        doc = (inspect.getdoc(self.factory) or "").strip()
+        return " ".join(doc.split("\n\n")[0].split())
 
 
 @attrs.frozen

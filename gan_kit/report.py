@@ -3,7 +3,8 @@
 Writes ``RUN_DIR/report.html`` and PNG plots under ``RUN_DIR/report/``:
 
 - ``losses.png``: D and G losses per tick (and D's mean logits on reals and fakes) over kimg,
-- ``penalties.png``: every ``Loss/D/<penalty>`` (unweighted values) over kimg,
+- ``penalties.png``: every ``Loss/D/<penalty>`` and ``Loss/G/<penalty>`` (unweighted values) and
+  the augmentation's ``Augment/*`` state (ADA's p) over kimg,
 - ``metrics.png``: every ``Metrics/<name>`` (and per-level values such as SWD's) over kimg, with
   the direction the metric declares (``higher_is_better``),
 - ``phases.png``: the sample grid of each finished phase side by side, then the final one.
@@ -191,8 +192,13 @@ def plot_losses(rows, spans, path: Path) -> bool:
     return True
 
 
+def _penalty_keys(keys) -> list[str]:
+    """The D and G penalties' and the augmentation's keys among ``keys``, in a fixed order."""
+    return sorted(k for k in keys if k.startswith(("Loss/D/", "Loss/G/", "Augment/")))
+
+
 def plot_penalties(rows, spans, path: Path) -> bool:
-    keys = sorted({k for r in rows for k in r if k.startswith("Loss/D/")})
+    keys = _penalty_keys({k for r in rows for k in r})
     keys = [k for k in keys if _series(rows, k)[0]]
     if not keys:
         return False
@@ -202,7 +208,10 @@ def plot_penalties(rows, spans, path: Path) -> bool:
         ax.plot(xs, ys, color="tab:brown", lw=1.4, marker="." if len(xs) < 60 else None, label=k)
         if all(y > 0 for y in ys) and max(ys) / max(min(ys), 1e-30) > 100:
             ax.set_yscale("log")
-        _finish_axes(ax, spans, "value (unweighted)", f"penalty {k.split('/', 2)[2]}")
+        if k.startswith("Augment/"):
+            _finish_axes(ax, spans, "value", f"augmentation {k.split('/', 1)[1]}")
+        else:
+            _finish_axes(ax, spans, "value (unweighted)", f"{k.split('/')[1]} penalty {k.split('/', 2)[2]}")
     fig.savefig(path)
     return True
 
@@ -366,7 +375,7 @@ def write_report(run_dir: str | Path) -> Path:
     ]
     if isinstance(last.get("Timing/img_per_s"), (int, float)):
         summary.append(("speed (last tick)", f"{last['Timing/img_per_s']:.0f} img/s"))
-    final_keys = ["Loss/D", "Loss/G"] + sorted(k for k in last if k.startswith("Loss/D/"))
+    final_keys = ["Loss/D", "Loss/G"] + _penalty_keys(last)
     directions = metric_directions() if made["metrics"] else {}
     latest_metric: dict[str, tuple[float, float]] = {}
     for r in rows:
@@ -409,7 +418,7 @@ def write_report(run_dir: str | Path) -> Path:
     parts.append("<h2>Losses</h2>" + '<p class="muted">In every plot over kimg, a dashed line marks where a '
                  "growth phase starts (its resolution on top) and the shaded span is its fade-in.</p>"
                  + img("losses", "loss values"))
-    parts.append("<h2>Penalties</h2>" + img("penalties", "penalty values"))
+    parts.append("<h2>Penalties and augmentation</h2>" + img("penalties", "penalty or augmentation values"))
     parts.append("<h2>Metrics</h2>" + img("metrics", "metric values"))
     recipe = run_dir / "recipe.toml"
     if recipe.is_file():

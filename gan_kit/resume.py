@@ -1,6 +1,7 @@
 """Resuming a run exactly: which recipe a resumed run uses, what may change, restoring the state.
 
-A run resumes from ``<out_dir>/checkpoints/latest.pt`` with the recipe saved in it. A recipe file
+A run resumes from ``<out_dir>/checkpoints/latest.pt`` (or a checkpoint file named) with the
+recipe saved in it; ``init_from`` starts a new run from another run's weights instead. A recipe file
 or ``--set`` given with ``--resume`` may change what can change mid-run (``MUTABLE``: the
 ``[run]`` table but its seed, learning rates, Adam's betas and eps, the EMA, penalty weights,
 metrics), and every such change takes effect (the run is built from the new recipe; optimizer
@@ -20,7 +21,8 @@ from gan_kit.errors import CheckpointError, GankitError
 from gan_kit.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
 
-__all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text"]
+__all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
+           "check_init_from", "init_from", "init_problem", "init_source"]
 
 #: Recipe keys (prefixes) that may change when a run resumes; every other change is refused:
 #: what shapes the networks, the data, the optimizer's state, the objective or the growth
@@ -99,11 +101,24 @@ def refused_override(overrides, run_dir: Path, saved_text: str = "") -> None:
         except ValueError:
             continue  # reported by the recipe loader with the other problems
         key = ".".join(map(str, keys))
-        if mutable(re.sub(r"\.(\d+)", r"[\1]", key)) or _lookup(saved, keys) == value:
+        before = _lookup(saved, keys)
+        if mutable(re.sub(r"\.(\d+)", r"[\1]", key)) or before == value or _same_components(value, before):
             continue
         raise CheckpointError(
             f"--resume: --set {key}: {key} cannot change in a resumed run (it may change: the [run] table but "
             f"run.seed, optim.lr/g_lr/d_lr/betas/eps, [ema], penalty weights, metrics); start a new run with --out")
+
+
+def _same_components(value: Any, saved: Any) -> bool:
+    """A table (or array of tables) given whole that names the same components as the saved one
+    (``--set 'augment={name="ada"}'``): its defaults are filled in only when the recipe loads, so
+    whether anything changed is left to ``recipe_changes``, which compares the resolved recipes
+    and refuses a real change in one line."""
+    if isinstance(value, dict) and isinstance(saved, dict):
+        return value.get("name") == saved.get("name")
+    if isinstance(value, list) and isinstance(saved, list) and len(value) == len(saved) and value:
+        return all(_same_components(v, b) for v, b in zip(value, saved))
+    return False
 
 
 def _lookup(table: Any, keys: list) -> Any:
@@ -163,3 +178,68 @@ def classes_problem(state: dict, run: Any) -> str | None:
         return (f"the data set's classes changed ({diff}), so each label would mean another class; "
                 f"restore the class folders or start a new run")
     return None
+
+
+def init_source(value: str | Path) -> Path:
+    """The checkpoint file ``--init-from`` names: the file itself, or a run folder's latest."""
+    from gan_kit.rundir import latest_checkpoint
+
+    path = Path(value)
+    return latest_checkpoint(path) if path.is_dir() else path
+
+
+def init_problem(state: dict, recipe: Recipe, channels: int | None = None) -> str | None:
+    """Why the checkpoint ``state``'s networks cannot start a run of ``recipe``, told before the
+    weights are tried: another architecture, final resolution or (``channels``, once the data
+    set is built) image channels. None when they may fit (the weights are then loaded strictly)."""
+    try:
+        saved = tomllib.loads(state["recipe"])
+    except (KeyError, tomllib.TOMLDecodeError):
+        return "it holds no readable recipe"
+    arch = saved.get("architecture", {}).get("name")
+    if arch != recipe.architecture.name:
+        return (f"its networks are architecture {toml_value(arch)}, this recipe builds "
+                f"{toml_value(recipe.architecture.name)} (set architecture.name = {toml_value(arch)} and its options)")
+    res = saved.get("data", {}).get("resolution")
+    if res != recipe.resolution:
+        return (f"it was trained at data.resolution = {res}, this recipe trains at {recipe.resolution} "
+                f"(set data.resolution = {res})")
+    if channels is not None and int(state.get("channels", channels)) != channels:
+        return (f"its G makes {state['channels']}-channel images, this data set has {channels} "
+                f"(convert the images: data.channels = {state['channels']} where the data set has that option)")
+    return None
+
+
+def check_init_from(value: str | Path, recipe: Recipe) -> None:
+    """``--init-from``'s file and architecture, checked once before torchrun starts N processes
+    (``CheckpointError``, one line)."""
+    path = init_source(value)
+    problem = init_problem(ckpt.load(path), recipe)
+    if problem:
+        raise CheckpointError(f"--init-from {path}: {problem}")
+
+
+def init_from(run: Any, value: str | Path) -> Path:
+    """Start ``run`` from another run's G, D and G_ema weights (fine-tuning, transfer learning;
+    stylegan2-ada-pytorch's ``--resume`` with a pretrained network): the optimizers, counters,
+    RNG and component state (ADA's p, path-length mean) stay fresh, as the recipe built them.
+
+    ``value``: a checkpoint file or a run folder (its ``latest.pt``). Raises ``CheckpointError``
+    in one line when the file is unreadable or its networks do not fit the recipe's (another
+    architecture, its options, resolution or channels). Returns the checkpoint's path.
+    """
+    path = init_source(value)
+    state = ckpt.load(path, map_location=run.device)  # CheckpointError names a missing or foreign file
+    problem = init_problem(state, run.recipe, run.channels)
+    if problem is None:
+        try:
+            for name in ("G", "D", "G_ema"):
+                getattr(run, name).load_state_dict(state[name])
+        except (RuntimeError, KeyError, ValueError) as e:
+            text = " ".join(str(e).split())
+            problem = (f"its {name} does not fit this recipe's (the architecture's options must match the "
+                       f"checkpoint's run: {text[:200]})")
+    if problem:
+        raise CheckpointError(f"--init-from {path}: {problem}")
+    run.initialized_from = path
+    return path

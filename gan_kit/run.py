@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +23,15 @@ from gan_kit import checkpoint as ckpt
 from gan_kit.allocator import retain_freed_memory
 from gan_kit.components import BuildContext, WeightedPenalty, set_phase
 from gan_kit.ema import make_ema, refresh_batchnorm
-from gan_kit.evaluate import metric_problem
-from gan_kit.networks import apply_spectral_norm, training_views
+from gan_kit.evaluate import metric_cap_note, metric_problem
+from gan_kit.networks import apply_spectral_norm, at_precision, training_views
 from gan_kit.errors import GankitError, TrainingError
 from gan_kit.phase import Phase
 from gan_kit.plugins import Plugins
 from gan_kit.randomness import batch_randn
 from gan_kit.recipe import ComponentSpec, Recipe, recipe_to_toml
 from gan_kit.stash import Stash
+from gan_kit.threads import set_threads
 from gan_kit.step import StepContext
 
 __all__ = ["Run", "resolve_device", "seed_everything"]
@@ -84,7 +86,8 @@ class Run:
     ``cur_nimg`` (real images shown), ``total_nimg``, ``step`` (iterations done), ``tick``
     (ticks done), ``is_main`` (rank 0), ``rank``, ``world_size``, ``metrics`` (``(spec, metric)``
     pairs), ``last_checkpoint``, ``resumed_from`` (the checkpoint a resumed run started from, else
-    None), and ``stash``: typed per-plugin state (``gan_kit.StashKey``).
+    None), ``initialized_from`` (the checkpoint a ``--init-from`` run took its weights from), and
+    ``stash``: typed per-plugin state (``gan_kit.StashKey``).
     Methods for hooks: ``generate(z)``, ``real_images(n)``, ``save_checkpoint(name)``, ``phases()``.
     """
 
@@ -117,9 +120,8 @@ class Run:
         self.previous_phase: Phase | None = None
         self.last_checkpoint: Path | None = None
         self.resumed_from: Path | None = None
-        if recipe.run.threads is not None:
-            # More threads than cores only adds contention (and torch's pool is process-wide).
-            torch.set_num_threads(min(recipe.run.threads, os.cpu_count() or 1))
+        self.initialized_from: Path | None = None  # --init-from: the checkpoint G, D, G_ema came from
+        set_threads(recipe.run.threads, self.device)  # unset: the cores free now (gan_kit/threads.py)
         seed_everything(recipe.run.seed)
         self._build_data()
         self._build_networks()
@@ -222,6 +224,9 @@ class Run:
             problem = metric_problem(spec, metric, len(self.dataset), r.data.name)
             if problem:
                 raise GankitError(f"{r.path}: {problem}")
+            note = metric_cap_note(spec, metric, len(self.dataset), r.data.name)
+            if note and self.is_main:
+                print(note, file=sys.stderr)
 
     def lazy_ratio(self, network: str) -> float:
         """k / (k + 1) for a network regularised lazily every k iterations, else 1: its optimizer
@@ -276,6 +281,10 @@ class Run:
             dtype = torch.bfloat16 if precision == "bf16" else torch.float16
             device_type = self.device.type
             self.autocast = lambda: torch.autocast(device_type, dtype=dtype)
+            # Plugin code sees float32 networks whose forwards run at the run's precision, so
+            # plain-PyTorch strategies and penalties train (gan_kit.networks.AtPrecision).
+            self.G_train, self.D_train, self.G_penalty, self.D_penalty = at_precision(
+                (self.G_train, self.D_train, self.G_penalty, self.D_penalty), self.autocast)
         else:
             self.autocast = contextlib.nullcontext
 

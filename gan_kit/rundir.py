@@ -17,10 +17,18 @@ from gan_kit.phase import Phase
 from gan_kit.recipe import Recipe, recipe_to_toml
 
 __all__ = ["RUN_FILES", "run_dir_problem", "clear_run_dir", "write_recipe", "batch_problem", "preflight",
-           "latest_checkpoint"]
+           "latest_checkpoint", "resume_command"]
 
 #: What a run writes into its directory (``--overwrite`` deletes exactly these).
 RUN_FILES = ("metrics.jsonl", "recipe.toml", "samples", "checkpoints", "events", "report", "report.html")
+
+
+def resume_command(out_dir: Path) -> str:
+    """``gankit run --resume DIR`` with DIR absolute, so the printed command works from any
+    working directory (the recipe's paths are saved absolute too)."""
+    import shlex
+
+    return f"gankit run --resume {shlex.quote(str(Path(out_dir).absolute()))}"
 
 
 def latest_checkpoint(out_dir: Path) -> Path:
@@ -56,6 +64,8 @@ def write_recipe(run: Any) -> None:
         if " " in source and not source.startswith("recipe plugin"):
             versions.append(source)
     header = "# resolved by gankit; versions: " + ", ".join(versions)
+    if getattr(run, "initialized_from", None) is not None:
+        header += f"\n# G, D and G_ema started from the weights of {Path(run.initialized_from).absolute()} (--init-from)"
     run.out_dir.mkdir(parents=True, exist_ok=True)
     (run.out_dir / "recipe.toml").write_text(recipe_to_toml(run.recipe, header), encoding="utf-8")
 
@@ -77,10 +87,11 @@ def batch_problem(recipe: Recipe, phases: list[Phase], arch: Any, world_size: in
 
 
 def preflight(recipe: Recipe, plugins: Any, world_size: int, *, check_run_dir: bool,
-              resume: bool = False) -> None:
+              resume: bool = False, check_lock: bool = False) -> None:
     """The checks ``gankit run --nproc N`` makes once, before starting N processes that would
     each report the same problem: the batches for N processes and (``check_run_dir``, a fresh
-    run) whether the run directory is free, or (``resume``) whether it has a checkpoint. Builds the
+    run) whether the run directory is free, or (``resume``) whether it has a checkpoint, and
+    (``check_lock``) that no other run is writing it. Builds the
     growth scheduler and the architecture component only (no networks, no data). Raises
     ``GankitError``."""
     def build(spec):
@@ -90,6 +101,10 @@ def preflight(recipe: Recipe, plugins: Any, world_size: int, *, check_run_dir: b
     total = int(round(recipe.run.total_kimg * 1000))
     problem = batch_problem(recipe, build(recipe.growth).phases(total), build(recipe.architecture), world_size)
     out_dir = Path(recipe.run.out_dir)
+    if problem is None and check_lock:  # another run writing there (gan_kit.runlock)
+        from gan_kit.runlock import lock_problem
+
+        problem = lock_problem(out_dir)
     if problem is None and check_run_dir:
         problem = run_dir_problem(out_dir)
     if problem is None and resume and not latest_checkpoint(out_dir).exists():

@@ -27,8 +27,11 @@ def interpolate_latents(pairs: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 def save_gif(frames: torch.Tensor, path: str | Path, ms_per_frame: int = 120) -> None:
-    """An animated GIF of ``frames[R, T, C, H, W]`` in [-1, 1]: frame t shows the R rows' t-th
-    images side by side (cells upscaled to at least 32 px), walking forth and back."""
+    """An animated GIF of ``frames[R, T, C, H, W]`` in [-1, 1]: frame t shows the R walks' t-th
+    images as a grid of ceil(sqrt(R)) a row (cells upscaled to at least 32 px; 64 walks make an
+    8 x 8 grid, not a 64-image strip), walking forth and back."""
+    import math
+
     import torchvision.utils as vutils
     from PIL import Image
 
@@ -39,7 +42,8 @@ def save_gif(frames: torch.Tensor, path: str | Path, ms_per_frame: int = 120) ->
     images = []
     for k in list(range(t)) + list(range(t - 2, 0, -1)):
         cells = torch.nn.functional.interpolate(frames[:, k].float(), size=size, mode="nearest")
-        grid = vutils.make_grid(cells.clamp(-1, 1), nrow=r, normalize=True, value_range=(-1, 1), padding=1)
+        grid = vutils.make_grid(cells.clamp(-1, 1), nrow=math.ceil(math.sqrt(r)), normalize=True,
+                                value_range=(-1, 1), padding=1)
         arr = (grid.mul(255).round().byte().permute(1, 2, 0).numpy())
         images.append(Image.fromarray(arr[..., 0] if arr.shape[-1] == 1 else arr))
     path = Path(path)

@@ -27,8 +27,14 @@ Verbs, each taking a network as ``"G"`` / ``"D"`` or as ``ctx.G`` / ``ctx.D``:
 ``ctx.discriminate(x, labels)``    ``D(x)``, or ``D(x, labels)`` likewise
 ``ctx.latent(n)``                  latents for this process; ``ctx.batch_rand(n, ...)`` likewise
 ``ctx.mean_over_processes(t)``     ``t`` averaged over all processes (identity with one); differentiable
-``ctx.autocast()``                 the precision context for forwards
+``ctx.autocast()``                 the precision context for forwards (optional: ``ctx.G`` and
+                                   ``ctx.D`` already run at the run's precision)
 =================================  ==============================================================
+
+Precision (docs/hooks.md, "Precision"): under bf16 / fp16 ``ctx.G`` / ``ctx.D`` and the
+penalties' networks run their forwards under autocast and return float32, and every image handed
+to a penalty is float32, so plugin code in plain float32 PyTorch trains unchanged; the verbs
+backpropagate and step outside autocast (PyTorch's AMP gradient-penalty recipe).
 """
 
 from __future__ import annotations
@@ -156,7 +162,8 @@ class StepContext:
             loss = self.scaler.scale(loss)
         params = [p for net in nets for p in self._params(self._name(net))]
         if params:
-            loss.backward(inputs=params, retain_graph=retain_graph)
+            with _outside_autocast(loss):  # AMP: backward passes do not run under autocast
+                loss.backward(inputs=params, retain_graph=retain_graph)
 
     def opt_step(self, net: Any) -> bool:
         """``net``'s optimizer step; returns False when the step was not taken.
@@ -186,11 +193,13 @@ class StepContext:
                 self._scaler_stepped.clear()
             self.scaler.step(opt)  # the scaler already skips steps with inf/NaN gradients
             self._scaler_stepped.add(id(opt))
+            _drop_autocast_cache()
             return True
         if self.check_nonfinite and not _all_finite(opt):
             self.nonfinite = name
             return False
         opt.step()
+        _drop_autocast_cache()
         return True
 
     @contextlib.contextmanager
@@ -229,7 +238,8 @@ class StepContext:
         out = output.float()
         if self.scaler is not None:
             out = self.scaler.scale(out)
-        grads = torch.autograd.grad(out, xs, create_graph=create_graph)
+        with _outside_autocast(out):  # as PyTorch's AMP gradient-penalty recipe
+            grads = torch.autograd.grad(out, xs, create_graph=create_graph)
         grads = tuple(g.float() for g in grads)
         if self.scaler is not None:
             inv = 1.0 / self.scaler.get_scale()
@@ -299,7 +309,7 @@ class StepContext:
             # Penalties take input gradients with create_graph; they run on the eager D when D is
             # compiled (torch.compile's AOTAutograd has no double backward).
             D = self.D_penalty if self.D_penalty is not None else self.D
-            inputs = DInputs(D=bind_labels(D, labels), real=real.detach(), fake=fake.detach(),
+            inputs = DInputs(D=bind_labels(D, labels), real=real.detach().float(), fake=fake.detach().float(),
                              real_logits=real_logits, fake_logits=fake_logits, labels=labels)
             for wp in self.penalties:
                 value = _scalar(wp.penalty(inputs, self), "penalty", wp.name)
@@ -325,7 +335,8 @@ class StepContext:
         total = loss
         if self.g_penalties:
             G = self.G_penalty if self.G_penalty is not None else self.G
-            inputs = GInputs(G=bind_labels(G, labels), batch_size=int(fake_logits.shape[0]), fake=fake,
+            inputs = GInputs(G=bind_labels(G, labels), batch_size=int(fake_logits.shape[0]),
+                             fake=fake.float() if fake is not None else None,
                              fake_logits=fake_logits, labels=labels)
             for wp in self.g_penalties:
                 value = _scalar(wp.penalty(inputs, self), "penalty", wp.name)
@@ -342,6 +353,25 @@ def _scalar(value: Any, kind: str, name: str) -> torch.Tensor:
 
     what = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
     raise GankitError(f"{kind} {name!r} returned {what}; it must return a scalar tensor (e.g. end with .mean())")
+
+
+def _outside_autocast(t: torch.Tensor) -> ContextManager:
+    """Autocast off for ``t``'s device while a verb backpropagates, even when a plugin called the
+    verb inside its own ``ctx.autocast()`` block."""
+    kind = t.device.type
+    try:
+        on = torch.is_autocast_enabled(kind)
+    except (TypeError, RuntimeError):  # a device type autocast does not know
+        return contextlib.nullcontext()
+    return torch.autocast(kind, enabled=False) if on else contextlib.nullcontext()
+
+
+def _drop_autocast_cache() -> None:
+    """Forget autocast's low-precision copies of the weights after an optimizer step. Inside an
+    autocast block autocast casts each weight once and reuses the copy until the outermost block
+    ends, so a plugin whose ``with ctx.autocast():`` spans a step would otherwise run the next
+    forward on the weights from before it."""
+    torch.clear_autocast_cache()
 
 
 def _all_finite(opt: torch.optim.Optimizer) -> bool:

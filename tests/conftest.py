@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -39,6 +40,9 @@ def tiny_recipe(tmp_path: Path, tiny_recipe_text: str, write_recipe) -> Path:
 # One intra-op thread: the tests use tiny tensors, where a second thread only adds
 # synchronisation (and, on a shared 2-core machine, contention between test processes).
 torch.set_num_threads(1)
+# ... and runs keep it: with OMP_NUM_THREADS set, a run whose recipe leaves run.threads unset does
+# not sample the free cores (gan_kit/threads.py), a quarter second per run.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)

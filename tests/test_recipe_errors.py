@@ -145,10 +145,10 @@ CASES = [
         'r.toml: ema.decay: must be in [0, 1], got 1.5 (0.999 is PGGAN\'s; 0 copies G every step; "none" = the half-life rule)',
     ]),
     case('image-folder-missing-path', {'r.toml': '[data]\nname = "image-folder"\nresolution = 8\n'}, 'check', [], [
-        'r.toml: data.path: missing: dataset \'image-folder\' needs it (add path = "..."; Folder of images or .zip archive of them (absolute, or relative to the recipe file\'s folder); a zip, e.g. from stylegan2-ada-pytorch\'s dataset_tool.py, is read lazily)',
+        'r.toml: data.path: missing: dataset \'image-folder\' needs it (add path = "..."; Folder of images or .zip archive of them (absolute, or relative to the folder of the recipe file that sets it; saved absolute); a zip, e.g. from stylegan2-ada-pytorch\'s dataset_tool.py, is read lazily)',
     ]),
     case('image-folder-path-not-found', {'r.toml': '[data]\nname = "image-folder"\npath = "no-such-folder"\nresolution = 8\n'}, 'check', [], [
-        "r.toml: data.path: folder 'no-such-folder' not found; set data.path to a folder of images or a zip archive of them (absolute, or relative to the recipe's folder)",
+        "r.toml: data.path: folder 'no-such-folder' (resolved to <cwd>/no-such-folder) not found; set data.path to a folder of images or a zip archive of them (absolute, or relative to the folder of the recipe file that sets it)",
     ]),
     case('plugins-not-array', {'r.toml': 'plugins = "my_plugin"\n'}, 'check', [], [
         'r.toml: plugins: expected an array of module names or .py paths, got string "my_plugin" (e.g. plugins = ["my_package.gankit_plugin", "local_plugin.py"])',
@@ -264,6 +264,7 @@ def test_malformed_recipe(in_tmp, available, files, command, sets, expected):
     result = CliRunner().invoke(cli, args)
     want = []
     for line in expected:
+        line = line.replace("<cwd>", str(in_tmp))  # a relative path is shown resolved too
         for placeholder, names in available.items():
             line = line.replace(placeholder, names)
         want.append(f"error: {line}")

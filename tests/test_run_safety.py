@@ -123,11 +123,28 @@ def test_a_failing_metric_leaves_the_final_checkpoint_and_grid(tmp_path, capsys)
                         "or NaNs (the run goes on without it; `gankit eval CHECKPOINT --metric failing` retries it)"]
 
 
-def test_a_metric_that_needs_more_images_than_the_data_holds_is_refused_before_training(tmp_path):
+def test_a_metric_asking_for_more_images_than_the_data_holds_is_capped_with_a_note(tmp_path, capsys):
+    """docs/recipes.md: num_images is capped at the data's size; the note spells the key as --set takes it."""
+    from gan_kit.evaluate import evaluate
+
+    run = make_run(tmp_path, overrides=["data.digits=[0]", "metric=[{name='swd', num_images=100000}]"])
+    err = capsys.readouterr().err.strip()
+    assert err == ("note: metric[0]: swd asks for num_images = 100000, the 'digits' data set holds 178; it uses 178 "
+                   "of each (say so with --set metric.0.num_images=178)")
+    run.set_phase(run.growth.phase_at(0))
+    seen = []
+    metric = run.metrics[0][1]
+    compute = metric.compute
+    metric.compute = lambda generate, reals, device: (seen.append(reals.shape[0]), compute(generate, reals, device))[1]
+    assert "Metrics/swd" in evaluate(run, metric)
+    assert seen == [178]
+
+
+def test_a_metric_the_data_cannot_feed_is_refused_before_training(tmp_path):
     with pytest.raises(GankitError) as e:
-        make_run(tmp_path, overrides=["data.digits=[0]", "metric=[{name='swd', num_images=100000}]"])
+        make_run(tmp_path, overrides=["data.digits=[0]", "data.max_images=1", "metric=[{name='swd'}]"])
     msg = str(e.value)
-    assert "metric[0]: swd asks for 100000 images, the 'digits' data set holds 178" in msg and "\n" not in msg
+    assert "metric[0]: swd needs at least" in msg and "\n" not in msg
 
 
 # Without the refresh this run's G_ema gap is ~0.14 per pixel (G's own eval/train gap ~0.015).
@@ -160,8 +177,12 @@ def test_recipe_check_refuses_a_metric_the_data_cannot_feed(tmp_path):
     from gan_kit.testing import write_tiny_recipe
 
     path = write_tiny_recipe(tmp_path, extra='\n[[metric]]\nname = "swd"\nnum_images = 500\n')
-    result = CliRunner().invoke(cli, ["recipe", "check", str(path), "--set", "data.max_images=100"])
+    result = CliRunner().invoke(cli, ["recipe", "check", str(path), "--set", "data.max_images=1"])
     assert result.exit_code == 2
-    assert result.output.strip() == (f"error: {path}: metric[0]: swd asks for 500 images, the 'digits' data set "
-                                     f"holds 100 (set metric[0].num_images = 100 or less)")
-    assert CliRunner().invoke(cli, ["recipe", "check", str(path)]).exit_code == 0
+    assert result.output.strip().startswith(f"error: {path}: metric[0]: swd needs at least")
+    result = CliRunner().invoke(cli, ["recipe", "check", str(path), "--set", "data.max_images=100"])
+    assert result.exit_code == 0  # capped, with the note naming the --set key
+    assert "--set metric.0.num_images=100)" in result.output
+    fixed = CliRunner().invoke(cli, ["recipe", "check", str(path), "--set", "data.max_images=100",
+                                     "--set", "metric.0.num_images=100"])
+    assert fixed.exit_code == 0 and "note" not in fixed.output

@@ -1,7 +1,8 @@
 """The checkpointer, built on the lifecycle hooks: ``checkpoints/latest.pt`` every
 ``run.snapshot_ticks`` ticks and at the end, ``checkpoints/phase-<i>-<res>px.pt`` for every
-finished phase, and - as the recipe asks - the last ``run.keep_snapshots`` snapshots and one every
-``run.keep_every_ticks`` ticks as ``snapshot-<kimg>.pt``. Writes are atomic
+finished phase (the last one as the run finishes), and - as the recipe asks - the last
+``run.keep_snapshots`` snapshots and one every ``run.keep_every_ticks`` ticks as
+``snapshot-<kimg>.pt``. Writes are atomic
 (``gan_kit.checkpoint.save_atomic``); a kept snapshot is a hard link to the ``latest.pt`` just
 written (a copy where links are not supported), so keeping costs no second write."""
 
@@ -25,12 +26,7 @@ def keep_snapshot(run, latest: Path, tick: int) -> None:
         return
     folder = latest.parent
     target = folder / f"snapshot-{run.cur_nimg // 1000:06d}-tick{tick}.pt"
-    tmp = folder / f".{target.name}.tmp"
-    try:
-        os.link(latest, tmp)
-    except OSError:
-        shutil.copyfile(latest, tmp)
-    os.replace(tmp, target)
+    _link(latest, target)
     kept = sorted((int(m.group(2)), p) for p in folder.iterdir() if (m := _SNAPSHOT.match(p.name)))
     recent = {t for t, _ in kept[-last:]} if last else set()
     for t, p in kept:
@@ -56,8 +52,22 @@ def phase_started(run, phase):
         run.save_checkpoint("latest")
 
 
+def _link(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (a copy where links are not supported), replaced
+    atomically."""
+    tmp = target.parent / f".{target.name}.tmp"
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
 @hookimpl(trylast=True)
 def run_finished(run, stats):
     path = run.save_checkpoint("latest")
     if path is not None:
+        # The last phase ends with the run: it gets its phase checkpoint like every other one
+        # (the same state as latest.pt, so a link, not a second write).
+        _link(path, path.parent / f"phase-{run.phase.index}-{run.phase.resolution}px.pt")
         keep_snapshot(run, path, stats["Progress/tick"])

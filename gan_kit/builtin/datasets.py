@@ -16,8 +16,9 @@ the labels it has (``gan_kit.data`` states the item contract: ``num_classes``, `
   torchvision; off by default).
 
 Every dataset has ``xflip``: the set doubled with left-right mirrored copies (labels kept).
-Relative paths (``path``, ``root``) are resolved against the folder of the recipe file; for a
-recipe read back from a checkpoint, against the working directory.
+Relative paths (``path``, ``root``: ``option(path=True)``) are resolved when the recipe is loaded,
+against the folder of the recipe file that sets them (``--set``: the working directory), and a
+run saves them absolute, so resuming works from any directory.
 """
 
 from __future__ import annotations
@@ -80,6 +81,18 @@ def resolve_path(value: str, recipe: Any, key: str = "data.path") -> Path:
     if recipe is not None and recipe.from_cli(key):
         return Path.cwd() / p
     return _base_dir(recipe) / p
+
+
+def warn_upscaled(native: int, resolution: int, what: str) -> None:
+    """One warning when ``data.resolution`` is above the images' own side ``native`` (pixels,
+    the shorter side): they are upscaled, so G learns blurred, interpolated images (rank 0 only
+    under several processes)."""
+    import os
+
+    if 0 < native < resolution and os.environ.get("RANK", "0") == "0":
+        log.warning("warning: data.resolution: %d is above the %dpx of %s: the images are upscaled %.3gx (G learns "
+                    "interpolated pixels); set data.resolution = %d, or use larger images", resolution, native, what,
+                    resolution / native, native)
 
 
 def _report_skipped(key: str, where: Path, skipped: list[tuple[str, str]], total: int) -> None:
@@ -186,6 +199,7 @@ class Digits(DatasetFactory):
             pick = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))[:self.options.max_images]
             images, labels = images[pick.sort().values], labels[pick.sort().values]
         x = images.unsqueeze(1)
+        warn_upscaled(8, resolution, "the digits' 8x8 images")
         if resolution != 8:
             mode = self.options.interpolation
             kwargs = {"align_corners": False} if mode != "nearest" else {}
@@ -197,12 +211,17 @@ class Digits(DatasetFactory):
 # --------------------------------------------------------------------------- image-folder --
 
 
+def written(recipe: Any, key: str, value: str) -> str:
+    """A path option as the recipe wrote it (before it was made absolute), for messages."""
+    return getattr(recipe, "written_paths", {}).get(key, value)
+
+
 def _folder_problem(value: str, folder: Path, recursive: bool) -> str | None:
     where = f"{value!r}" + (f" (resolved to {folder})" if str(folder) != value else "")
     if not folder.exists():
         what = "zip archive" if archive.is_zip(folder) else "folder"
         return (f"{what} {where} not found; set data.path to a folder of images or a zip archive of them "
-                f"(absolute, or relative to the recipe's folder)")
+                f"(absolute, or relative to the folder of the recipe file that sets it)")
     if folder.is_file() and archive.is_zip(folder):
         return archive.zip_problem(folder, recursive)
     if not folder.is_dir():
@@ -241,8 +260,9 @@ class ImageFolder(DatasetFactory):
 
     @attrs.frozen
     class Options:
-        path: str = option(help="Folder of images or .zip archive of them (absolute, or relative to the recipe file's "
-                                "folder); a zip, e.g. from stylegan2-ada-pytorch's dataset_tool.py, is read lazily.")
+        path: str = option(help="Folder of images or .zip archive of them (absolute, or relative to the folder of the "
+                                "recipe file that sets it; saved absolute); a zip, e.g. from stylegan2-ada-pytorch's "
+                                "dataset_tool.py, is read lazily.", path=True)
         channels: Literal[1, 3] = option(3, help="1 = grey (luma), 3 = RGB; transparency is composited over white.")
         recursive: bool = option(True, help="Also read images in sub-folders (hidden files and folders are ignored; "
                                             "symbolic links to folders and files are followed, each real one once).")
@@ -271,7 +291,7 @@ class ImageFolder(DatasetFactory):
         if not _from_file(recipe):  # a recipe read back from a checkpoint: checked when built
             return []
         path = resolve_path(options.path, recipe)
-        msg = _folder_problem(options.path, path, options.recursive)
+        msg = _folder_problem(written(recipe, "data.path", options.path), path, options.recursive)
         if msg:
             return [("path", msg)]
         if path.is_dir() and (options.labels == "none" or (options.labels == "auto" and
@@ -315,7 +335,7 @@ class ImageFolder(DatasetFactory):
         o, recipe = self.options, self.context.recipe
         prefix = _label(recipe)
         path = resolve_path(o.path, recipe)
-        msg = _folder_problem(o.path, path, o.recursive)
+        msg = _folder_problem(written(recipe, "data.path", o.path), path, o.recursive)
         if msg:
             raise GankitError(f"{prefix}data.path: {msg}")
         try:
@@ -323,7 +343,9 @@ class ImageFolder(DatasetFactory):
         except GankitError as e:
             raise GankitError(f"{prefix}data.labels: {e}") from None
         lazy = None
-        if zf is not None:
+        if zf is None:
+            warn_upscaled(_smallest_side(files[:32]), resolution, f"the smallest of the first images under {path}")
+        else:
             lazy = archive.ZipImages(path, files, resolution, o.channels, o.on_corrupt, "data.path", labels,
                                      num_classes)
             lazy._zip, lazy._pid = zf, os.getpid()  # the handle the listing opened serves this process
@@ -333,6 +355,18 @@ class ImageFolder(DatasetFactory):
             lazy.close()  # decoded into memory: the archive is not read again
         ds.classes = classes  # class names in label order ([] when unlabelled or numbered by dataset.json)
         return mirrored(ds, o.xflip)
+
+
+def _smallest_side(files: Sequence[Path]) -> int:
+    """The shortest image side among ``files`` (headers only; unreadable files left out), 0 if none."""
+    sides = []
+    for p in files:
+        try:
+            with open_image(p) as im:
+                sides.append(min(im.size))
+        except DECODE_ERRORS:
+            continue
+    return min(sides, default=0)
 
 
 _TORCHVISION_SETS = ("MNIST", "FashionMNIST", "CIFAR10", "CelebA", "celeba_face_box")

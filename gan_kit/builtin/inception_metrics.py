@@ -28,8 +28,9 @@ from gan_kit.errors import GankitError
 
 _NUM_HELP = ("Images from G_ema and from the data (capped at the data's size); figures depend on it, so "
              "compare runs at one count (StyleGAN2-ADA reports 50k).")
-_WEIGHTS_HELP = ("Local weights file of the feature extractor; None = torch-fidelity's file in the torch hub "
-                 "cache ($TORCH_HOME/hub/checkpoints). Nothing is ever downloaded.")
+_WEIGHTS_HELP = ("Local weights file of the feature extractor (relative to the recipe file that sets it); None = "
+                 "torch-fidelity's file in the torch hub cache ($TORCH_HOME/hub/checkpoints). Nothing is ever "
+                 "downloaded.")
 _CACHE_HELP = ("Keep the real images' features on disk (under $GANKIT_CACHE_DIR/metrics, else "
                "~/.cache/gankit/metrics), keyed by the exact images, so later runs and gankit eval skip them.")
 _STUB = ' "stub": a small fixed random network for tests and offline smoke runs (values not comparable).'
@@ -55,7 +56,7 @@ class FeatureMetric(_FromOptions):
         feature_extractor: Literal["inception-v3-compat", "stub"] = option(
             "inception-v3-compat",
             help="torch-fidelity's InceptionV3 (the TF FID network, 2048-d pool3 features)." + _STUB)
-        weights: str | None = option(None, help=_WEIGHTS_HELP)
+        weights: str | None = option(None, help=_WEIGHTS_HELP, path=True)
         batch_size: int = option(64, help="Images per feature extractor pass.", min=1, max=2**16)
         cache: bool = option(True, help=_CACHE_HELP)
 

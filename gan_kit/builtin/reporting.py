@@ -52,11 +52,18 @@ def run_started(run):
     if run.is_main and run.resumed_from is not None:
         drop_rows_after(run.out_dir / "metrics.jsonl", run.tick)
     st = run.stash[state_key] = {"console": Console(stderr=True, soft_wrap=True), "progress": None, "t0": time.perf_counter(),
-                            "last_t": time.perf_counter(), "last_nimg": run.cur_nimg, "img_s": 0.0}
+                            "last_t": time.perf_counter(), "last_nimg": run.cur_nimg, "img_s": 0.0,
+                            "start_nimg": run.cur_nimg}
     if run.is_main:
         (run.out_dir / "samples").mkdir(parents=True, exist_ok=True)
+        start = (f", resuming at kimg {run.cur_nimg / 1000:g}" if run.resumed_from is not None else
+                 f", from the weights of {run.initialized_from}" if getattr(run, "initialized_from", None) else "")
+        import torch
+
+        n = torch.get_num_threads()
+        threads = f", {n} thread{'s' if n != 1 else ''}" if run.device.type == "cpu" else ""
         st["console"].print(f"[bold]gankit[/] training {run.recipe.path} -> {run.out_dir} "
-                            f"on {run.device} ({run.precision}), {run.total_nimg / 1000:g} kimg")
+                            f"on {run.device} ({run.precision}{threads}), {run.total_nimg / 1000:g} kimg{start}")
     if run.is_main and run.options.progress:
         progress = Progress(
             TextColumn("[bold cyan]{task.fields[phase]}"),
@@ -90,6 +97,17 @@ def step_finished(run, stats):
         ips=f"{st['img_s']:.0f}")
 
 
+def tick_keys(stats) -> list[tuple[str, str]]:
+    """``(shown name, stat key)`` of what a tick line shows: the D and G losses, every D and G
+    penalty (``D/r1``, ``G/path-length``), the augmentation's state (``aug/p``, ADA's p) and the
+    metrics' main values."""
+    keys = ["Loss/D", "Loss/G"] + [k for k in stats if k.startswith(("Loss/D/", "Loss/G/"))]
+    out = [(k.split("/", 1)[1], k) for k in keys if k in stats]
+    out += [(f"aug/{k.split('/', 1)[1]}", k) for k in stats if k.startswith("Augment/")]
+    out += [(k.split("/")[-1], k) for k in stats if k.startswith("Metrics/") and k.count("/") == 1]
+    return out
+
+
 def _fmt(v):
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
@@ -102,10 +120,7 @@ def tick_finished(run, stats):
         f.write(json.dumps({k: v for k, v in stats.items()}, default=float) + "\n")
     st = run.stash.get(state_key, None)
     if st is not None:
-        keys = ["Loss/D", "Loss/G"] + [k for k in stats if k.startswith("Loss/D/")] + \
-               [k for k in stats if k.startswith("Metrics/") and k.count("/") == 1]
-        parts = " ".join(f"{k.split('/', 1)[1] if k.startswith('Loss/') else k.split('/')[-1]}={_fmt(stats[k])}"
-                         for k in keys if k in stats)
+        parts = " ".join(f"{name}={_fmt(stats[k])}" for name, k in tick_keys(stats))
         kimg = stats["Progress/kimg"]
         st["console"].print(f"tick {stats['Progress/tick']:<4} kimg {kimg:<8.{1 if run.total_nimg >= 10_000 else 3}f} "
                             f"{stats['Progress/resolution']}px alpha {stats['Progress/alpha']:.2f}  {parts}  "
@@ -150,7 +165,11 @@ def run_finished(run, stats):
         _stop_progress(st)
         elapsed = time.perf_counter() - st["t0"]
         if run.is_main:
-            st["console"].print(f"[bold green]done[/]: {run.cur_nimg / 1000:.1f} kimg in {elapsed:.0f} s; "
+            # This session's images: a resumed run's earlier kimg took time this clock never saw.
+            shown = run.cur_nimg - st.get("start_nimg", 0)
+            digits = 1 if run.total_nimg >= 10_000 else 3
+            total = f" (the run is at {run.cur_nimg / 1000:.{digits}f})" if shown != run.cur_nimg else ""
+            st["console"].print(f"[bold green]done[/]: {shown / 1000:.{digits}f} kimg in {elapsed:.0f} s{total}; "
                                 f"samples in {run.out_dir / 'samples'}, checkpoint in {run.out_dir / 'checkpoints'}")
 
 

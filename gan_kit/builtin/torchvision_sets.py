@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from gan_kit import DatasetFactory, option
-from gan_kit.builtin.datasets import _XFLIP_HELP, _file_set, _label, list_images, reason, resize_uint8, resolve_path
+from gan_kit.builtin.datasets import (_XFLIP_HELP, _file_set, _label, list_images, reason, resize_uint8, resolve_path,
+                                      warn_upscaled, written)
 from gan_kit.data import UInt8Images, mirrored
 from gan_kit.errors import GankitError
 
@@ -31,7 +32,8 @@ class _TorchvisionSet(DatasetFactory):
     @attrs.frozen
     class Options:
         root: str = option("~/.cache/gankit/datasets",
-                           help="Folder that holds the dataset's own folder (relative to the recipe's folder).")
+                           help="Folder that holds the dataset's own folder (relative to the folder of the recipe "
+                                "file that sets it; saved absolute).", path=True)
         download: bool = option(False, help="Download the set with torchvision when it is missing (needs internet).")
         split: Literal["train", "test", "all"] = option("train", help="Which part of the set to train on.")
         channels: int | None = option(None, help="1 or 3 to convert grey <-> RGB; None = the set's own channels.",
@@ -43,7 +45,8 @@ class _TorchvisionSet(DatasetFactory):
         if root.is_file() and root.name.lower().endswith(".zip"):  # e.g. dataset_tool.py's cifar10.zip
             raise GankitError(f"{_label(self.context.recipe)}data.root: {root} is a zip archive, not a folder; a zip "
                               f"of images (stylegan2-ada-pytorch's dataset_tool.py layout) is read by "
-                              f"name = \"image-folder\" with path = {json.dumps(self.options.root)}")
+                              f"name = \"image-folder\" with path = "
+                              f"{json.dumps(written(self.context.recipe, 'data.root', self.options.root))}")
         return root
 
     def _download(self, root: Path, **kwargs) -> None:
@@ -64,6 +67,7 @@ class _TorchvisionSet(DatasetFactory):
 
     def _finish(self, images: torch.Tensor, resolution: int, labels: torch.Tensor | None = None,
                 num_classes: int = 0):
+        warn_upscaled(min(images.shape[-2:]), resolution, f"{self.title}'s images")
         ds = UInt8Images(resize_uint8(images, resolution, self.options.channels), labels, num_classes)
         return mirrored(ds, self.options.xflip)
 

@@ -78,6 +78,7 @@ def _load_with_extends(path: Path, label: str, problems: Problems, chain: tuple[
     if data is None:
         return None
     chain = (*chain, (path.resolve(), label))
+    problems.dirs[label] = path.parent.absolute() if text is None else None
     parent = data.pop("extends", None)
     base = None
     if parent is not None:

@@ -34,6 +34,9 @@ class Problems:
         self.label = label
         self.lines: list[str] = []
         self.origin: dict[tuple, str] = {}
+        #: The folder each recipe file (by label) resolves its relative paths against; None for
+        #: text that came without a file (a checkpoint's recipe): the working directory.
+        self.dirs: dict[str, Any] = {}
 
     def where(self, key: str) -> str:
         parts = key_parts(key)

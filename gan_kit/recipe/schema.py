@@ -96,8 +96,8 @@ class RunOptions:
                     "all-reduce before each optimizer step, also for strategies that set .grad themselves.")
     progress: bool = option(True, help="Show the rich progress bar.")
     threads: int | None = option(
-        None, help="torch intra-op CPU threads (torch.set_num_threads); None = torch's default (one per core). "
-                   "On a shared or small CPU, 1 is often faster for small networks.", min=1, max=1024)
+        None, help="torch intra-op CPU threads (torch.set_num_threads); None = as many as the cores idle when a CPU "
+                   "run starts (or OMP_NUM_THREADS when set; see docs/performance.md, CPU threads).", min=1, max=1024)
 
 
 @attrs.frozen
@@ -217,6 +217,9 @@ class Recipe:
     raw: dict = attrs.field(eq=False, repr=False)
     disable_plugins: tuple[str, ...] = ()
     cli_keys: frozenset[str] = attrs.field(default=frozenset(), eq=False, repr=False)
+    #: Relative path options as written (dotted key -> value) before they were made absolute
+    #: (``option(path=True)``), for messages that name both.
+    written_paths: dict = attrs.field(factory=dict, eq=False, repr=False)
 
     @property
     def resolution(self) -> int:

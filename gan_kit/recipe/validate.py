@@ -217,7 +217,7 @@ def _parse_components(raw: dict, registry: Registry, problems: Problems, broken:
     return comps
 
 
-def _core_checks(recipe: Recipe, problems: Problems) -> None:
+def _core_checks(recipe: Recipe, registry: Registry, problems: Problems) -> None:
     """Checks across core slots and components."""
     backend = recipe.run.compile_backend
     if recipe.run.compile or backend != "inductor":
@@ -228,7 +228,15 @@ def _core_checks(recipe: Recipe, problems: Problems) -> None:
                          f"{backend!r} is not a torch.compile backend (use one of "
                          f"{', '.join(map(repr, list_backends()))})")
     sn = recipe.architecture.slot.spectral_norm
-    if sn != "none" and recipe.init.name == "equalized-lr":
+    arch = registry.get("architecture", recipe.architecture.name).factory
+    if sn != "none" and not getattr(arch, "supports_spectral_norm", True):
+        # Said first and alone: the init advice below would send the user to an initializer this
+        # architecture refuses, and back.
+        problems.add("architecture.spectral_norm",
+                     f"{sn!r}, but architecture {recipe.architecture.name!r} has no spectral-norm form: its layers are "
+                     f"not torch conv / linear layers (they apply the equalized learning rate themselves); set "
+                     f"spectral_norm = \"none\", or use pggan or dcgan for spectral normalisation")
+    elif sn != "none" and recipe.init.name == "equalized-lr":
         problems.add("architecture.spectral_norm",
                      f"{sn!r} with init 'equalized-lr' is meaningless: spectral normalisation divides each weight by its "
                      f"largest singular value, which cancels equalized lr's runtime scale (use init.name = \"normal\" or "
@@ -266,6 +274,32 @@ def _absolute_plugin(spec: str, path: Path) -> str:
     return spec
 
 
+def _resolve_paths(spec: ComponentSpec | None, problems: Problems, cli_keys: frozenset[str],
+                   written: dict) -> ComponentSpec | None:
+    """``spec`` with every relative path option (``option(path=True)``) made absolute: against
+    the working directory when typed with ``--set``, else against the folder of the recipe file
+    that set it (``Problems.dirs``; the working directory for a recipe without a file). The
+    values as written go into ``written`` (dotted key -> value)."""
+    if spec is None:
+        return None
+    import os
+
+    changed = {}
+    for f in option_fields(type(spec.options)):
+        value = getattr(spec.options, f.name)
+        if not f.metadata.get("path") or not isinstance(value, str) or not value:
+            continue
+        if value.startswith("~") or Path(value).is_absolute():
+            continue
+        dotted = f"{spec.key}.{f.name}"
+        parts = dotted.replace("[", ".").replace("]", "").split(".")
+        typed = any(".".join(parts[:n]) in cli_keys for n in range(1, len(parts) + 1))
+        base = None if typed else problems.dirs.get(problems.where(dotted))
+        changed[f.name] = os.path.normpath(os.path.join(base or os.getcwd(), value))
+        written[dotted] = value
+    return attrs.evolve(spec, options=attrs.evolve(spec.options, **changed)) if changed else spec
+
+
 def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, broken: list = (),
                  cli_keys: frozenset[str] = frozenset()) -> Recipe | None:
     """The validated ``Recipe`` of the merged table ``raw``, or None when ``problems`` holds any."""
@@ -274,6 +308,9 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
     comps = _parse_components(raw, registry, problems, broken)
     if any(v is None for v in comps.values()):
         return None  # cross-option checks need every component
+    written: dict[str, str] = {}
+    comps = {k: tuple(_resolve_paths(s, problems, cli_keys, written) for s in v) if isinstance(v, tuple)
+             else _resolve_paths(v, problems, cli_keys, written) for k, v in comps.items()}
     # Cross-option checks run even when a core table had problems (its defaults stand in), so
     # every problem of the file is reported at once.
     stand_in = {k: v if v is not None else CORE_TABLES[k]() for k, v in core.items()}
@@ -282,7 +319,8 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
         data=comps["data"], architecture=comps["architecture"], init=comps["init"], loss=comps["loss"],
         penalties=comps["penalty"], update=comps["update"], growth=comps["growth"], metrics=comps["metric"],
         augment=comps["augment"], raw=raw, cli_keys=cli_keys, disable_plugins=_check_disable(raw, problems),
+        written_paths=written,
     )
     _cross_checks(recipe, registry, problems)
-    _core_checks(recipe, problems)
+    _core_checks(recipe, registry, problems)
     return None if problems or any(v is None for v in core.values()) else recipe

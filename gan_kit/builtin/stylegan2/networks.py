@@ -293,6 +293,7 @@ class StyleGAN2(Architecture):
 
     supports_truncation = True
     supports_conditional = True
+    supports_spectral_norm = False  # its layers apply the equalized learning rate themselves
 
     @property
     def latent_dim(self) -> int:
