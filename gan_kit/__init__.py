@@ -10,14 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pluggy
-
-__version__ = "0.2.0"
-
-#: Decorator marking a plugin's hook implementations.
-hookimpl = pluggy.HookimplMarker("gankit")
-
-from gan_kit.components import (  # noqa: E402
+from gan_kit.components import (
     Architecture,
     Augment,
     BuildContext,
@@ -34,23 +27,25 @@ from gan_kit.components import (  # noqa: E402
     UpdateStrategy,
     WeightedPenalty,
 )
-from gan_kit.errors import CheckpointError, GankitError, PluginError, RecipeError, TrainingError  # noqa: E402
-from gan_kit.hookspecs import Register  # noqa: E402
-from gan_kit.layers import fan_in, init_gain, set_init_gain, weight_layers  # noqa: E402
-from gan_kit.options import option  # noqa: E402
-from gan_kit.phase import Phase  # noqa: E402
-from gan_kit.randomness import batch_rand, batch_randint, batch_randn  # noqa: E402
-from gan_kit.distributed import mean_over_processes  # noqa: E402
-from gan_kit.stash import Stash, StashKey  # noqa: E402
-from gan_kit.step import StepContext  # noqa: E402
+from gan_kit.errors import CheckpointError, GankitError, PluginError, RecipeError, TrainingError
+from gan_kit.hookspecs import Register, hookimpl
+from gan_kit.layers import fan_in, init_gain, set_init_gain, weight_layers
+from gan_kit.options import option
+from gan_kit.phase import Phase
+from gan_kit.randomness import batch_rand, batch_randint, batch_randn
+from gan_kit.distributed import mean_over_processes
+from gan_kit.stash import Stash, StashKey
+from gan_kit.step import StepContext
+from gan_kit.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from gan_kit.run import Run
 
 
 def __getattr__(name: str) -> Any:
-    # ``Run`` pulls in the recipe loader and the plugin manager, which import this package:
-    # loaded on first use to keep ``import gan_kit`` free of cycles.
+    # ``Run`` sits in the run layer (recipe loader, plugin manager, checkpoints; see the layers
+    # contract in pyproject.toml): loaded on first use, so importing the public API - what every
+    # plugin module does, built-in ones while the plugin manager loads them - stays light.
     if name == "Run":
         from gan_kit.run import Run
 

@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gan_kit import __version__
+from gan_kit.version import __version__
 from gan_kit.cli_errors import user_errors
 from gan_kit.errors import GankitError
 

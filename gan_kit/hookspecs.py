@@ -43,6 +43,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 hookspec = pluggy.HookspecMarker("gankit")
 
+#: Decorator marking a plugin's hook implementations (re-exported as ``gan_kit.hookimpl``).
+hookimpl = pluggy.HookimplMarker("gankit")
+
 #: The type of the callback given to every registration hook.
 Register = Callable[[str, type], None]
 

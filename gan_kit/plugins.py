@@ -98,7 +98,7 @@ class Plugins:
             plugin = self.pm.get_plugin(name)
             hooks = tuple(sorted(c.name for c in self.pm.get_hookcallers(plugin) or ()))
             if name in BUILTIN_PLUGINS:
-                from gan_kit import __version__
+                from gan_kit.version import __version__
 
                 version = f"gankit {__version__}"
             elif source.startswith("recipe plugin") or " " not in source:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gan_kit import __version__
+from gan_kit.version import __version__
 from gan_kit import checkpoint as ckpt
 from gan_kit.allocator import retain_freed_memory
 from gan_kit.components import BuildContext, WeightedPenalty, set_phase

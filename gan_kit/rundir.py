@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from gan_kit import __version__
+from gan_kit.version import __version__
 from gan_kit.components import BuildContext
 from gan_kit.errors import GankitError
 from gan_kit.phase import Phase
