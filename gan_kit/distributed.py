@@ -203,24 +203,6 @@ def wrap_ddp(module: torch.nn.Module, device: torch.device) -> DDP:
                forward_sync_buffers=False)
 
 
-def find_ddp(module: torch.nn.Module) -> DDP | None:
-    """The ``DistributedDataParallel`` wrapper ``module`` is or holds (through ``torch.compile``'s
-    ``_orig_mod``, the augmentation wrapper and ``AtPrecision``), else None."""
-    from gan_kit.components import AugmentedD
-    from gan_kit.networks import AtPrecision
-
-    while module is not None:
-        if isinstance(module, DDP):
-            return module
-        if isinstance(module, AugmentedD):
-            module = module.net
-        elif isinstance(module, AtPrecision):
-            module = module.module
-        else:
-            module = getattr(module, "_orig_mod", None)
-    return None
-
-
 def out_of_sync(modules: dict[str, torch.nn.Module], world_size: int) -> list[str]:
     """Names of the ``modules`` whose parameters differ across processes (a collective: every
     process must call it at the same point).

@@ -8,11 +8,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gan_kit.components import AugmentedD
 from gan_kit.errors import GankitError
 
-__all__ = ["apply_spectral_norm", "training_views", "AtPrecision", "at_precision"]
+__all__ = ["apply_spectral_norm", "training_views", "AtPrecision", "at_precision", "find_ddp"]
 
 
 class AtPrecision(nn.Module):
@@ -88,6 +89,22 @@ def training_views(G: nn.Module, D: nn.Module, *, recipe: Any, device: torch.dev
     if augment is not None:
         D_train, D_penalty = AugmentedD(D_train, augment), AugmentedD(D_penalty, augment)
     return G_train, D_train, G_penalty, D_penalty
+
+
+def find_ddp(module: nn.Module) -> DDP | None:
+    """The ``DistributedDataParallel`` wrapper ``module`` is or holds (through ``torch.compile``'s
+    ``_orig_mod``, the augmentation wrapper and ``AtPrecision``: the views ``training_views`` and
+    ``at_precision`` build), else None."""
+    while module is not None:
+        if isinstance(module, DDP):
+            return module
+        if isinstance(module, AugmentedD):
+            module = module.net
+        elif isinstance(module, AtPrecision):
+            module = module.module
+        else:
+            module = getattr(module, "_orig_mod", None)
+    return None
 
 
 def apply_spectral_norm(net: nn.Module, name: str, recipe: Any) -> None:

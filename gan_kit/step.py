@@ -208,7 +208,7 @@ class StepContext:
         computes input gradients only (no weight gradients, and no memory kept for them); a
         DistributedDataParallel network also skips its gradient sync (``no_sync``), since it
         takes no gradient there."""
-        from gan_kit.distributed import find_ddp
+        from gan_kit.networks import find_ddp
 
         name = self._name(net)
         module = self._net(name)
