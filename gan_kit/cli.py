@@ -358,12 +358,10 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
         # What the data set decides (a metric asking for more images than it holds, a data set
         # below a metric's minimum, labels for a conditional run) is known only once it is built.
         from gan_kit.components import BuildContext
-        from gan_kit.evaluate import metric_cap_note, metric_problem
+        from gan_kit.datachecks import labels_problem, metric_cap_note, metric_problem
 
         ctx = BuildContext(resolution=r.resolution, channels=0, recipe=r)
         data = plugins.registry.get("dataset", r.data.name).factory(r.data.options, ctx).build(r.resolution)
-        from gan_kit.run import labels_problem
-
         problem = labels_problem(r, data)
         problems = [f"{path}: {problem}"] if problem else []
         for spec in r.metrics:

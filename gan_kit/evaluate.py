@@ -21,28 +21,7 @@ import click
 
 from gan_kit.cli_errors import user_errors as _user_errors
 
-__all__ = ["eval_command", "evaluate_checkpoint", "evaluate", "metric_problem", "metric_cap_note"]
-
-
-def metric_problem(spec: Any, metric: Any, data_size: int, data_name: str) -> str | None:
-    """Why ``metric`` cannot run on a data set of ``data_size`` images, or None: the data holds
-    fewer than the metric's minimum. (More ``num_images`` than the data holds is capped: see
-    ``metric_cap_note``.)"""
-    if metric.min_images > data_size:
-        return (f"{spec.key}: {spec.name} needs at least {metric.min_images} real images, the {data_name!r} data "
-                f"set holds {data_size} (use more data, or another metric)")
-    return None
-
-
-def metric_cap_note(spec: Any, metric: Any, data_size: int, data_name: str) -> str | None:
-    """The one-line note for a metric asking for more images than the data set holds (it uses
-    them all, and as many generated ones, as docs/recipes.md says), or None. The fix is spelt
-    as ``--set`` takes it (``metric.0.num_images``)."""
-    if metric.num_images <= data_size:
-        return None
-    key = spec.key.replace("[", ".").replace("]", "")
-    return (f"note: {spec.key}: {spec.name} asks for num_images = {metric.num_images}, the {data_name!r} data set "
-            f"holds {data_size}; it uses {data_size} of each (say so with --set {key}.num_images={data_size})")
+__all__ = ["eval_command", "evaluate_checkpoint", "evaluate"]
 
 
 def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:

@@ -22,8 +22,8 @@ from gan_kit.version import __version__
 from gan_kit import checkpoint as ckpt
 from gan_kit.allocator import retain_freed_memory
 from gan_kit.components import BuildContext, WeightedPenalty, set_phase
+from gan_kit.datachecks import labels_problem, metric_cap_note, metric_problem
 from gan_kit.ema import make_ema, refresh_batchnorm
-from gan_kit.evaluate import metric_cap_note, metric_problem
 from gan_kit.networks import apply_spectral_norm, at_precision, training_views
 from gan_kit.errors import GankitError, TrainingError
 from gan_kit.phase import Phase
@@ -58,23 +58,6 @@ def _distributed() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return 0, 1
-
-
-def labels_problem(recipe: Recipe, dataset: Any) -> str | None:
-    """Why a class-conditional recipe cannot train on ``dataset`` (it has no labels), or None."""
-    if not recipe.architecture.slot.conditional:
-        return None
-    classes = int(getattr(dataset, "num_classes", 0) or 0)
-    if not classes:
-        return (f"architecture.conditional = true, but the {recipe.data.name!r} data set has no labels (digits, mnist, "
-                f"fashion-mnist and cifar10 have them, image-folder with labels = \"folders\" or a dataset.json; "
-                f"a plugin data set "
-                f"declares num_classes and labels); use a labelled set or set conditional = false")
-    labels = getattr(dataset, "labels", None)
-    if isinstance(labels, torch.Tensor) and labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= classes):
-        return (f"data: the {recipe.data.name!r} data set's labels lie in [{int(labels.min())}, {int(labels.max())}], "
-                f"outside [0, num_classes = {classes}); class labels must be 0 .. num_classes - 1")
-    return None
 
 
 class Run:

@@ -55,7 +55,7 @@ def data_checker(plugins: Any):
     import json
 
     from gan_kit.components import BuildContext
-    from gan_kit.evaluate import metric_problem
+    from gan_kit.datachecks import metric_problem
 
     sizes: dict[str, int | str] = {}
 
