@@ -119,7 +119,7 @@ def test_bad_spaces_are_one_line_each(items, expected):
     (["penalty.3.weight=[1, 2]"], "error: --param 'penalty.3.weight=[1, 2]': "),
     (["optim.lr=uniform(2e-3, 20)"], "error: --param 'optim.lr=uniform(2e-3, 20)': "),
     (["run.out_dir=[a, b]"], "error: --param 'run.out_dir=[a, b]': run.out_dir is set by the sweep"),
-    (["data.max_images=[10, 1797]"], "error: --param 'data.max_images=[10, 1797]': value 10 cannot train: "),  # the data
+    (["data.max_images=[1, 1797]"], "error: --param 'data.max_images=[1, 1797]': value 1 cannot train: "),  # the data
     (["loss.name=[hinge, wgan-gp]", 'penalty=[[], [{name = "gradient-penalty"}]]'],
      "error: configuration loss.name=wgan-gp, penalty=[{ name = \"gradient-penalty\" }] cannot train: "),
 ])
