@@ -1,4 +1,4 @@
-"""``gankit report RUN_DIR``: a run as pictures.
+"""A run as pictures (``gankit report RUN_DIR``; the command is ``gan_kit.cli.report``).
 
 Writes ``RUN_DIR/report.html`` and PNG plots under ``RUN_DIR/report/``:
 
@@ -26,11 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import click
 
-from gan_kit.cli_errors import user_errors as _user_errors
-
-__all__ = ["report", "write_report", "load_metrics", "phase_spans", "PhaseSpan"]
+__all__ = ["write_report", "load_metrics", "phase_spans", "PhaseSpan"]
 
 
 
@@ -428,13 +425,3 @@ def write_report(run_dir: str | Path) -> Path:
     path = run_dir / "report.html"
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
-
-
-@click.command("report")
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
-@_user_errors
-def report(run_dir: Path) -> None:
-    """Write RUN_DIR/report.html with PNG plots (losses, penalties, metrics, phase sample grids)."""
-    path = write_report(run_dir)
-    pngs = sorted(p.name for p in (run_dir / "report").glob("*.png"))
-    click.echo(f"wrote {path} and {len(pngs)} plots in {run_dir / 'report'}: {', '.join(pngs)}")

@@ -47,6 +47,8 @@ def test_bench_command_prints_every_strategy_and_ends_with_the_ratio(tiny_recipe
 
 
 def test_bench_rejects_an_unknown_strategy(tiny_recipe):
-    result = CliRunner().invoke(B.bench, [str(tiny_recipe), "--strategies", "d-then-g,shared-fak"])
+    from gan_kit.cli.bench import bench
+
+    result = CliRunner().invoke(bench, [str(tiny_recipe), "--strategies", "d-then-g,shared-fak"])
     assert result.exit_code == 2
     assert "shared-fak" in result.output and "did you mean 'shared-fake'" in result.output

@@ -6,6 +6,6 @@ run`` child process into its own run directory, and sweep and compare read runs 
 users read (recipe.toml, metrics.jsonl, checkpoints, and the trial's sweep.json). One job per
 module: ``spaces`` (``--param`` parsing and checking), ``study`` (storage, study, queue, stale
 trials), ``trials`` (a trial's child process and files), ``driver`` (the loop), ``setup`` (the
-command line turned into a sweep), ``compare`` (the statistics), ``page`` (compare.html),
-``commands`` (the click commands).
+command line turned into a sweep), ``compare`` (the statistics), ``page`` (compare.html); the
+click commands are ``gan_kit.cli.sweep``.
 """

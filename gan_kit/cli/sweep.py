@@ -1,5 +1,5 @@
-"""The ``gankit sweep`` and ``gankit compare`` commands (registered on the ``gankit`` group by
-``add_commands``). Heavy imports (torch, Optuna, scipy, matplotlib) happen inside the commands."""
+"""The ``gankit sweep`` and ``gankit compare`` commands (``gan_kit.sweep`` runs them). Heavy
+imports (torch, Optuna, scipy, matplotlib) happen inside the commands."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
-from gan_kit.cli_errors import user_errors
+from gan_kit.cli.errors import user_errors
 
-__all__ = ["add_commands", "sweep", "compare"]
+__all__ = ["sweep", "compare"]
 
 _PARAM_HELP = ("A recipe key and its values, e.g. update.name=[d-then-g,g-then-d,shared-fake], "
                "optim.lr=loguniform(1e-4,3e-3), penalty.0.weight=uniform(1,20), growth.batch_size=[{4=64},{4=32}], "
@@ -112,9 +112,3 @@ def compare(paths, metric, extras, as_json, html_out, no_html) -> None:
         target = html_out or result.default_html
         note = write_page(result, target)
         click.echo(f"wrote {target}" + (f" ({note})" if note else ""), err=as_json)
-
-
-def add_commands(cli: click.Group) -> None:
-    """Register ``sweep`` and ``compare`` on the ``gankit`` group."""
-    cli.add_command(sweep)
-    cli.add_command(compare)

@@ -1,0 +1,125 @@
+"""``gankit run``: train a recipe, continue a run (``--resume``), start from another run's
+weights (``--init-from``), print the plan (``--dry-run``), or start N processes (``--nproc``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gan_kit.cli.errors import user_errors
+from gan_kit.cli.group import warn_broken
+from gan_kit.errors import GankitError
+
+__all__ = ["run"]
+
+
+@click.command("run")
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path), required=False)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Run directory (default: run.out_dir of the recipe).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a recipe value, e.g. --set run.total_kimg=2 --set loss.name=bce.")
+@click.option("--resume", "resume", is_flag=False, flag_value="", default=None, metavar="[RUN_DIR|CHECKPOINT]",
+              help="Continue a run exactly from its checkpoints/latest.pt (or the checkpoint file given), with "
+                   "the recipe saved in it: `--resume runs/x` needs nothing else; with RECIPE, its run directory "
+                   "(or --out). A RECIPE or --set may change what can change mid-run (lr, betas, penalty weights, "
+                   "EMA, intervals, total_kimg).")
+@click.option("--init-from", "init_from", default=None, metavar="CHECKPOINT",
+              help="Start this new run from another run's G, D and G_ema weights (a checkpoint file, or a run "
+                   "directory for its latest.pt): fine-tuning on other data; optimizers and counters start "
+                   "fresh. The architecture, its options and data.resolution must match the checkpoint's.")
+@click.option("--overwrite", is_flag=True, help="Replace a run already in the run directory (its metrics, "
+                                                "samples and checkpoints are deleted).")
+@click.option("--dry-run", is_flag=True, help="Check the recipe, build every component, print the plan "
+                                              "(with --resume: the resume point and the recipe changes); no training.")
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help="Start N processes through torchrun (one per GPU).")
+@user_errors
+def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], resume: str | None,
+        init_from: str | None, overwrite: bool, dry_run: bool, nproc: int | None) -> None:
+    """Train the GAN described by RECIPE (or continue the run in RUN_DIR with --resume)."""
+    from gan_kit.engine import Run, preflight, train
+    from gan_kit.launch import load_for_run, resume_source
+
+    resuming = resume is not None
+    if resuming and overwrite:
+        raise GankitError("--resume and --overwrite contradict each other: --resume continues the run, "
+                          "--overwrite deletes it (choose one)")
+    if resuming and init_from is not None:
+        raise GankitError("--resume and --init-from contradict each other: --resume continues a run with its "
+                          "optimizers and counters, --init-from starts a new one from its weights (choose one)")
+    source = resume_source(resume, out_dir) if resuming else None
+    launcher = nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ
+    if launcher and not dry_run:
+        # Problems every process would hit are reported here, once, before torchrun starts.
+        r, plugins, _ = load_for_run(recipe, out_dir, overrides, resume)
+        preflight(r, plugins, nproc, check_run_dir=not (resuming or overwrite), resume=resuming and source is None,
+                  check_lock=True)
+        if init_from is not None:
+            from gan_kit.resume import check_init_from
+
+            check_init_from(init_from, r)
+        from gan_kit.distributed import launch
+
+        sys.exit(launch(nproc, sys.argv[1:]))
+
+    distributed = None
+    if "LOCAL_RANK" in os.environ:
+        from gan_kit import distributed
+
+        distributed.init()
+    clean = False
+    try:
+        r, plugins, changes = load_for_run(recipe, out_dir, overrides, resume)
+        warn_broken(plugins)
+        the_run = Run(r, plugins)
+        if init_from is not None:
+            from gan_kit.resume import init_from as load_weights
+
+            load_weights(the_run, init_from)
+        if dry_run:
+            if launcher:  # planned here, once; still check the batches for nproc processes
+                preflight(r, plugins, nproc, check_run_dir=False)
+            _print_plan(the_run, changes if resuming else None, source[1] if source else None)
+            clean = True
+            return
+        train(the_run, resume=source[1] if source else resuming, overwrite=overwrite)
+        clean = True
+    finally:
+        if distributed is not None:
+            the_run = None  # noqa: F841 - its DDP wrappers must go before the process group
+            distributed.shutdown(clean=clean)
+
+
+def _print_plan(run, changes: list[str] | None = None, checkpoint: Path | None = None) -> None:
+    console = Console(soft_wrap=True)  # long paths stay on one line (logs, pipes)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    r = run.recipe
+    console.print(f"recipe {r.path}: ok")
+    console.print(f"device {run.device} ({run.precision}); data {r.data.name}: {len(run.dataset)} images "
+                  f"{run.channels}x{r.resolution}x{r.resolution}")
+    console.print(f"G {r.architecture.name}: {count(run.G):,} parameters; D: {count(run.D):,} parameters")
+    console.print(f"loss {r.loss.name}; penalties {', '.join(f'{p.name} x{p.weight:g}' for p in run.penalties) or 'none'}; "
+                  f"update {r.update.name}; init {r.init.name}")
+    table = Table("phase", "resolution", "starts at kimg", "fade kimg", "batch", "lr scale")
+    for ph in run.phases():
+        table.add_row(str(ph.index), f"{ph.resolution}px", f"{ph.start_nimg / 1000:g}", f"{ph.fade_nimg / 1000:g}",
+                      str(ph.batch_size), f"{ph.lr_scale:g}")
+    console.print(table)
+    if changes is not None:
+        from gan_kit.rundir import latest_checkpoint
+        from gan_kit import checkpoint as ckpt
+
+        checkpoint = checkpoint or latest_checkpoint(run.out_dir)
+        state = ckpt.load(checkpoint)
+        console.print(f"resume from {checkpoint} at kimg {state['cur_nimg'] / 1000:g} "
+                      f"(step {state['step']}, tick {state['tick']})")
+        console.print("recipe changes: " + ("; ".join(changes) if changes else "none"))
+    if run.initialized_from is not None:
+        console.print(f"G, D and G_ema start from the weights of {run.initialized_from}")
+    console.print(f"total {run.total_nimg / 1000:g} kimg -> {run.out_dir}")
