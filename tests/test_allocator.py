@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-import gan_kit.run as run_module
+import gan_kit.run.build as run_module
 from gan_kit.testing import make_run
 
 PROGRAM = """
