@@ -5,26 +5,25 @@ checkpointers are built on.
 Per iteration (``train_step``): the phase's real batches, ``strategy.step(ctx)`` (the order of
 the D and G steps), the lazy regularisation steps that are due, the non-finite policy, then G_ema.
 Per tick (``Ticks.finish``): the weights are checked across processes, G_ema's BatchNorm
-statistics refreshed, and ``tick_finished`` fired. ``run_teardown`` fires from a ``finally``, on
-success, error and interrupt alike.
+statistics refreshed, and ``tick_finished`` fired (``gan_kit.engine.ticks``). SIGINT / SIGTERM
+finish the iteration and write a checkpoint (``gan_kit.engine.interrupts``). ``run_teardown``
+fires from a ``finally``, on success, error and interrupt alike.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from gan_kit.components import DInputs, GInputs, bind_labels
 from gan_kit.data import GankitLoader, PhaseBatchSampler, make_loader
 from gan_kit.ema import ema_beta, update_ema
+from gan_kit.engine.interrupts import interrupts, stop_on_interrupt
+from gan_kit.engine.ticks import Ticks, TrainClock
 from gan_kit.errors import GankitError, Interrupted, TrainingError
 from gan_kit.phase import Phase, fade_real
 from gan_kit.randomness import sharded
@@ -66,13 +65,13 @@ def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
     ticks = Ticks(run)
     error: BaseException | None = None
     try:
-        with _interrupts() as interrupt:
+        with interrupts() as interrupt:
             start = run.growth.phase_at(run.cur_nimg)
             run.set_phase(start)  # run_started hooks read run.phase
             run.hook.run_started(run=run)
             _enter_phase(run, start, first=True)
             steps = 0
-            clock = _TrainClock(run)
+            clock = TrainClock(run)
             timed_out = False
             while run.cur_nimg < run.total_nimg and not timed_out and (max_steps is None or steps < max_steps):
                 phase = run.growth.phase_at(run.cur_nimg)
@@ -91,7 +90,7 @@ def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
                 if ticks.due() and run.cur_nimg < run.total_nimg and not timed_out:
                     ticks.finish(final=False)  # a tick that ends at this step is written before stopping
                 if stop:
-                    _stop_on_interrupt(run, interrupt.signal_name)
+                    stop_on_interrupt(run, interrupt.signal_name)
             final = run.cur_nimg >= run.total_nimg or timed_out
             stats = ticks.finish(final=final)
             if final:
@@ -345,124 +344,3 @@ def _to_floats(stats: dict[str, Any]) -> dict[str, float]:
         values = torch.stack([stats[k].detach().float().reshape(()) for k in keys]).cpu().tolist()
         out.update(zip(keys, values))
     return out
-
-
-# --------------------------------------------------------------------------------- ticks --
-
-
-class Ticks:
-    """Per-tick averages of the step stats (each stat over the steps that reported it) and the
-    tick bookkeeping: ``tick_finished`` every ``run.tick_kimg`` thousand images."""
-
-    def __init__(self, run: Run):
-        self.run = run
-        # The running tick's sums live on the run, so a checkpoint written mid-tick (an
-        # interrupt) resumes with the steps it had already averaged.
-        self.sums, self.counts = run.tick_sums, run.tick_counts
-        self.start_time = time.perf_counter()
-        self.start_nimg = run.cur_nimg
-        self.next_nimg = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
-
-    def add(self, stats: dict[str, float]) -> None:
-        for k, v in stats.items():
-            if k.startswith("Interrupt/") or not math.isfinite(v):
-                continue
-            self.sums[k] = self.sums.get(k, 0.0) + v
-            self.counts[k] = self.counts.get(k, 0) + 1
-
-    def due(self) -> bool:
-        return self.run.cur_nimg >= self.next_nimg
-
-    def finish(self, final: bool) -> dict[str, Any]:
-        """Fire ``tick_finished`` with the tick's averages and progress; returns those stats.
-        ``run.tick`` counts the finished tick before the hooks run, so a checkpoint written by
-        them resumes with the next tick number."""
-        run = self.run
-        run.check_in_sync()  # before the tick's hooks write a checkpoint
-        run.refresh_G_ema()
-        elapsed = max(time.perf_counter() - self.start_time, 1e-9)
-        stats: dict[str, Any] = {k: v / self.counts[k] for k, v in self.sums.items()}
-        stats.update({
-            "Progress/tick": run.tick,
-            "Progress/kimg": run.cur_nimg / 1000.0,
-            "Progress/step": run.step,
-            "Progress/phase": run.phase.index,
-            "Progress/resolution": run.phase.resolution,
-            "Progress/alpha": run.phase.alpha,
-            "Progress/skipped_steps": run.skipped_steps,
-            "Progress/final": final,
-            "Timing/sec_per_tick": elapsed,
-            "Timing/img_per_s": (run.cur_nimg - self.start_nimg) / elapsed,
-            "Timing/train_s": run.train_seconds,
-        })
-        run.tick += 1
-        self.sums.clear()
-        self.counts.clear()
-        run.hook.tick_finished(run=run, stats=stats)
-        self.start_time, self.start_nimg = time.perf_counter(), run.cur_nimg
-        self.next_nimg = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
-        return stats
-
-
-class _TrainClock:
-    """``run.train_seconds``: the training loop's time, added to what the checkpoint had, and
-    whether ``run.max_minutes`` of it are spent."""
-
-    def __init__(self, run: Run):
-        self.run, self.base, self.start = run, run.train_seconds, time.perf_counter()
-        limit = run.recipe.run.max_minutes
-        self.limit = None if limit is None else limit * 60.0
-
-    def update(self) -> None:
-        self.run.train_seconds = self.base + (time.perf_counter() - self.start)
-
-    def out_of_time(self) -> bool:
-        return self.limit is not None and self.base + (time.perf_counter() - self.start) >= self.limit
-
-
-# ---------------------------------------------------------------------------- interrupts --
-
-
-class _Interrupt:
-    def __init__(self) -> None:
-        self.requested = False
-        self.signal_name = ""
-
-
-@contextlib.contextmanager
-def _interrupts() -> Iterator[_Interrupt]:
-    """SIGINT and SIGTERM ask the loop to stop after the current iteration (``requested``); a
-    second SIGINT raises ``KeyboardInterrupt`` at once. Handlers are installed only in the main
-    thread (Python's rule) and restored after."""
-    state = _Interrupt()
-    if threading.current_thread() is not threading.main_thread():
-        yield state
-        return
-
-    def handler(signum, frame):
-        if state.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        state.requested = True
-        state.signal_name = signal.Signals(signum).name
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield state
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-def _stop_on_interrupt(run: Run, signal_name: str) -> None:
-    """Write ``latest.pt`` at this iteration boundary and raise ``Interrupted``."""
-    run.check_in_sync()
-    run.refresh_G_ema()
-    path = run.save_checkpoint("latest")
-    if run.world_size > 1:
-        from gan_kit.distributed import broadcast_object
-
-        path = broadcast_object(path)
-    code = 143 if signal_name == "SIGTERM" else 130
-    raise Interrupted(
-        f"interrupted by {signal_name or 'a signal'} at kimg {run.cur_nimg / 1000:.3f} (step {run.step}); "
-        f"checkpoint written to {path}; continue with `{resume_command(run.out_dir)}`", exit_code=code)
