@@ -1,0 +1,89 @@
+"""The core in declared layers (issue 21, done-when 5).
+
+* The import-linter contracts in pyproject.toml are kept: a module imports only from its own
+  layer or below, siblings joined by ``|`` import nothing from each other, every module of
+  gan_kit has its place, and only the built-in plugins import the ``gan_kit`` facade. Imports
+  under ``if TYPE_CHECKING:`` are the only ones left out; no contract ignores an import.
+* No module under gan_kit/ is longer than 450 lines, no class longer than 250.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import gan_kit
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = Path(gan_kit.__file__).resolve().parent
+MAX_MODULE_LINES = 450
+MAX_CLASS_LINES = 250
+
+
+def _importlinter_config() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+
+
+def test_the_import_contracts_are_kept(capsys):
+    from importlinter.cli import lint_imports
+
+    assert PACKAGE == ROOT / "gan_kit", f"the tests import gan_kit from {PACKAGE}, not this checkout"
+    code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
+    report = capsys.readouterr().out
+    # import-linter's report names each broken contract and every offending import with its line
+    assert code == 0, "an import breaks the layers of pyproject.toml [tool.importlinter]:\n" + report
+    assert "gan_kit in layers KEPT" in report and "2 kept, 0 broken" in report, report
+
+
+def test_the_contracts_ignore_no_import_but_type_checking_ones():
+    config = _importlinter_config()
+    assert config["exclude_type_checking_imports"] is True
+    contracts = {c["id"]: c for c in config["contracts"]}
+    assert set(contracts) == {"layers", "facade"}
+    assert [c["id"] for c in contracts.values() if "ignore_imports" in c] == []
+    layers = contracts["layers"]
+    assert layers["containers"] == ["gan_kit"] and layers["exhaustive"] is True
+    assert "exhaustive_ignores" not in layers
+    # the package's top and bottom as the design page has them
+    assert layers["layers"][1] == "cli" and "errors" in layers["layers"][-1].split(" | ")
+
+
+def longest_parts(path: Path) -> tuple[int, list[tuple[str, int]]]:
+    """A Python file's line count and each class's length in lines (``(qualified name,
+    lines)``, decorators included, nested classes on their own as well)."""
+    text = path.read_text(encoding="utf-8")
+    classes: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                start = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                classes.append((prefix + child.name, child.end_lineno - start + 1))
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(text), "")
+    return len(text.splitlines()), classes
+
+
+def test_the_measure_counts_decorators_and_nested_classes(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import attrs\n\n\n@attrs.define\nclass A:\n    x: int\n\n    class B:\n        y = 1\n\n"
+                      "def f():\n    class C:\n        pass\n", encoding="utf-8")
+    assert longest_parts(source) == (13, [("A", 6), ("A.B", 2), ("C", 2)])
+
+
+def test_no_module_is_above_450_lines_and_no_class_above_250():
+    too_long = []
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) > 50 and PACKAGE / "run" / "__init__.py" in files
+    for path in files:
+        lines, classes = longest_parts(path)
+        name = path.relative_to(PACKAGE.parent).as_posix()
+        if lines > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {lines} lines (at most {MAX_MODULE_LINES}; split it by job)")
+        too_long += [f"{name}: class {cls} is {n} lines (at most {MAX_CLASS_LINES})"
+                     for cls, n in classes if n > MAX_CLASS_LINES]
+    assert too_long == []
