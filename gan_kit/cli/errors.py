@@ -1,6 +1,7 @@
-"""One-line user errors for every gankit command (shared by gan_kit.cli and the modules that add
-commands to it): ``GankitError`` prints as ``error: <line>`` per problem and exits with its code
-(2); ``--debug`` (on the command or the group) or ``GANKIT_DEBUG=1`` shows the traceback."""
+"""One-line user errors for every gankit command (each command module of ``gan_kit.cli`` wraps
+its commands in ``user_errors``): ``GankitError`` prints as ``error: <line>`` per problem and
+exits with its code (2); ``--debug`` (on the command or the group) or ``GANKIT_DEBUG=1`` shows
+the traceback."""
 
 from __future__ import annotations
 
