@@ -38,12 +38,12 @@ def _evaluate(run, metric, num_images: int | None) -> dict[str, float]:
     from gan_kit.phase import fade_real
 
     n = num_images or metric.num_images
-    reals = run.real_images(min(n, len(run.dataset)), seed=metric.seed)
+    reals = run.real_images(min(n, len(run.metric_dataset)), seed=metric.seed)
     reals = fade_real(reals, run.phase.resolution, run.phase.alpha)
     g = torch.Generator().manual_seed(metric.seed + 1)
     # A conditional G draws its classes with the data's frequencies (the labels of the data set,
     # drawn with replacement): the generated set then matches the real set class for class.
-    labels = getattr(run.dataset, "labels", None) if run.num_classes else None
+    labels = getattr(run.metric_dataset, "labels", None) if run.num_classes else None
 
     def generate(k: int) -> torch.Tensor:
         z = torch.randn(k, run.latent_dim, generator=g)
@@ -134,7 +134,7 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     if baselines:
         for name, metric in built.items():
             want = num or metric.num_images
-            n = max(2, min(want, len(run.dataset) // 2))
+            n = max(2, min(want, len(run.metric_dataset) // 2))
             metric = _metric(run, name, n)
             built[name] = metric
             seed = metric.seed
@@ -165,6 +165,6 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
         "kimg": int(state["cur_nimg"]) / 1000.0,
         "phase": {"index": phase.index, "resolution": phase.resolution, "alpha": phase.alpha},
         "dataset": recipe.data.name,
-        "dataset_size": len(run.dataset),
+        "dataset_size": len(run.metric_dataset),
         "results": results,
     }

@@ -172,6 +172,10 @@ def _file_set(files: Sequence[Path], labels: torch.Tensor | None, num_classes: i
 # --------------------------------------------------------------------------------- digits --
 
 
+#: Seed of data.max_images's fixed choice of images.
+_SUBSET_SEED = 20_260_512
+
+
 class Digits(DatasetFactory):
     """UCI handwritten digits bundled with scikit-learn: 1797 real 8x8 images (labels 0-9) resized to data.resolution, in [-1, 1]."""
 
@@ -196,7 +200,10 @@ class Digits(DatasetFactory):
             keep = torch.isin(labels, torch.tensor(self.options.digits))
             images, labels = images[keep], labels[keep]
         if self.options.max_images is not None:
-            pick = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))[:self.options.max_images]
+            # A stream of its own: seed 0 is also the metrics' draw of real images (randperm of the
+            # whole set), so the subset would be the first images every full-set metric draws.
+            pick = torch.randperm(len(images), generator=torch.Generator().manual_seed(_SUBSET_SEED))
+            pick = pick[:self.options.max_images]
             images, labels = images[pick.sort().values], labels[pick.sort().values]
         x = images.unsqueeze(1)
         warn_upscaled(8, resolution, "the digits' 8x8 images")

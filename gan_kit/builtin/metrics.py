@@ -224,7 +224,7 @@ def tick_finished(run, stats):
         due = bool(stats.get("Progress/final")) or (every > 0 and now // every > prev // every)
         if not (due and run.is_main):
             continue
-        status(run, f"computing {spec.name} on {min(metric.num_images, len(run.dataset))} images")
+        status(run, f"computing {spec.name} on {min(metric.num_images, len(run.metric_dataset))} images")
         try:
             stats.update(evaluate(run, metric))
         except Exception as e:  # noqa: BLE001 - any failure of a metric must not end the run

@@ -137,6 +137,10 @@ class EmaOptions:
 class DataSlot:
     resolution: int = option(32, help="Final image side in pixels (a power of two, >= 4).",
                              validator=_power_of_two)
+    metric_reals: Literal["train", "full"] = option(
+        "train", help='Where metrics draw their real images: "train" = the training set; "full" = the same data set '
+                      "without its max_images subset, so a limited-data run (data.max_images) is measured against the "
+                      "whole distribution it samples rather than the few images D may have memorised.")
 
 
 @attrs.frozen

@@ -9,6 +9,7 @@ import contextlib
 import sys
 from typing import Any
 
+import attrs
 import torch
 from torch import nn
 
@@ -56,6 +57,16 @@ class RunBuilding:
         self.num_classes = int(getattr(self.dataset, "num_classes", 0) or 0) if r.architecture.slot.conditional else 0
         #: Class names in label order where the data set has them (image-folder's sub-folders).
         self.class_names = [str(c) for c in getattr(self.dataset, "classes", None) or []] if self.num_classes else []
+        #: The data set metrics (and ``real_images``) draw from: the training set, or with
+        #: ``data.metric_reals = "full"`` the same data without its ``max_images`` subset.
+        self.metric_dataset = self.dataset
+        if r.data.slot is not None and r.data.slot.metric_reals == "full":
+            if not hasattr(r.data.options, "max_images"):
+                raise GankitError(f'{r.path}: data.metric_reals: "full" needs a data set with a max_images option, and '
+                                  f'{r.data.name!r} has none (it always trains on all its images); remove the key')
+            if r.data.options.max_images is not None:
+                full = attrs.evolve(r.data, options=attrs.evolve(r.data.options, max_images=None))
+                self.metric_dataset = self.build(full).build(r.resolution)
 
     def _build_networks(self) -> None:
         r = self.recipe
@@ -105,10 +116,10 @@ class RunBuilding:
         self.strategy = self.build(r.update)
         self.metrics = [(s, self.build(s)) for s in r.metrics]
         for spec, metric in self.metrics:
-            problem = metric_problem(spec, metric, len(self.dataset), r.data.name)
+            problem = metric_problem(spec, metric, len(self.metric_dataset), r.data.name)
             if problem:
                 raise GankitError(f"{r.path}: {problem}")
-            note = metric_cap_note(spec, metric, len(self.dataset), r.data.name)
+            note = metric_cap_note(spec, metric, len(self.metric_dataset), r.data.name)
             if note and self.is_main:
                 print(note, file=sys.stderr)
 

@@ -44,16 +44,19 @@ class RunImages:
         return torch.cat(out)
 
     def _real_draw(self, n: int, seed: int) -> torch.Tensor:
-        """The data set indices ``[n]`` that ``real_images`` and ``real_labels`` take for ``seed``."""
-        return torch.randperm(len(self.dataset), generator=torch.Generator().manual_seed(seed))[:n]
+        """The indices ``[n]`` into ``metric_dataset`` that ``real_images`` and ``real_labels``
+        take for ``seed``."""
+        return torch.randperm(len(self.metric_dataset), generator=torch.Generator().manual_seed(seed))[:n]
 
     def real_labels(self, n: int, seed: int = 0) -> torch.Tensor | None:
         """The class labels ``[n]`` of ``real_images(n, seed)`` (same draw), or None when the
         data set has no labels."""
-        labels = getattr(self.dataset, "labels", None)
+        labels = getattr(self.metric_dataset, "labels", None)
         return None if labels is None else labels[self._real_draw(n, seed)]
 
     def real_images(self, n: int, seed: int = 0) -> torch.Tensor:
-        """``n`` real images at the final resolution, drawn without replacement with ``seed``."""
-        items = [self.dataset[i] for i in self._real_draw(n, seed).tolist()]
+        """``n`` real images at the final resolution, drawn without replacement with ``seed``
+        from the data set metrics use (``metric_dataset``: the training set unless
+        ``data.metric_reals = "full"``)."""
+        items = [self.metric_dataset[i] for i in self._real_draw(n, seed).tolist()]
         return torch.stack([it[0] if isinstance(it, (tuple, list)) else it for it in items])
