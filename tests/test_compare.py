@@ -112,3 +112,17 @@ def test_not_a_run_is_one_line(tmp_path):
     assert result.exit_code == 2
     assert result.output.strip() == f"error: {tmp_path / 'empty'}: holds no run (no metrics.jsonl, recipe.toml or " \
                                     f"sweep.json here or in its sub-folders)"
+
+
+def test_an_option_added_since_a_run_was_written_reads_as_its_default(tmp_path):
+    # An older gankit wrote no data.metric_reals; a newer one writes its default: one configuration.
+    # A run that set it otherwise is another configuration.
+    old = fake_run(tmp_path, "hinge", 0, [30.0])
+    new = fake_run(tmp_path, "hinge", 1, [34.0])
+    other = fake_run(tmp_path, "hinge", 2, [50.0])
+    for d, value in ((new, "train"), (other, "full")):
+        (d / "recipe.toml").write_text((d / "recipe.toml").read_text() + f'[data]\nmetric_reals = "{value}"\n')
+    assert "metric_reals" not in (old / "recipe.toml").read_text()
+    c = compare_runs([tmp_path])
+    assert sorted(g.n for g in c.groups) == [1, 2]
+    assert c.groups[0].mean == pytest.approx(32.0) and c.groups[1].mean == pytest.approx(50.0)

@@ -126,6 +126,22 @@ def _flatten(table: dict, prefix: str = "") -> dict:
     return out
 
 
+def _with_current_defaults(path: Path, saved: dict) -> dict:
+    """``saved`` (a run's recipe.toml) resolved again by this gankit, so an option added since the
+    run was written reads as its default in every run, instead of splitting one configuration
+    into "runs that have the key" and "runs that do not"; ``saved`` as it is when it no longer
+    loads (a plugin not installed here, an option since removed)."""
+    if not saved:
+        return saved
+    from gan_kit.recipe import load_recipe
+    from gan_kit.recipe.dump import recipe_to_dict
+
+    try:
+        return recipe_to_dict(load_recipe(path)[0])
+    except Exception:  # noqa: BLE001 - any failure leaves the recipe as saved
+        return saved
+
+
 def _number(v: Any) -> float | None:
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     return float(v) if ok else None
@@ -138,6 +154,7 @@ def _read_run(path: Path, key: str, higher: bool, extras: list[str]) -> RunInfo:
         recipe = tomllib.loads((path / "recipe.toml").read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError):
         recipe = {}
+    recipe = _with_current_defaults(path / "recipe.toml", recipe)
     rows, sweep = read_rows(path), read_state(path)
     last = rows[-1] if rows else {}
     finished = bool(last.get("Progress/final"))
