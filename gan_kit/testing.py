@@ -27,6 +27,7 @@ TINY_RECIPE = """\
 [run]
 seed = 0
 device = "cpu"
+precision = "fp32"
 out_dir = "{out_dir}"
 total_kimg = 0.2
 tick_kimg = 0.1

@@ -87,6 +87,7 @@ BN_CHECKER = CHECKER.replace("list(run.G.parameters()) + list(run.D.parameters()
 DCGAN_TINY = """
 [run]
 device = "cpu"
+precision = "fp32"
 total_kimg = 0.064
 tick_kimg = 1
 progress = false
