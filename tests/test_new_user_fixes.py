@@ -79,6 +79,21 @@ def test_a_resolution_above_the_images_own_size_warns_that_they_are_upscaled(tmp
     assert "32 is above the 12px" in caplog.text  # the smallest image names the upscaling
 
 
+def test_a_recipe_that_names_the_interpolation_upscales_the_digits_on_purpose(tmp_path, caplog):
+    from gan_kit.builtin.datasets import Digits
+    from gan_kit.components import BuildContext
+
+    tiny = write_tiny_recipe(tmp_path)
+    for sets, warned in (([], True), (["data.interpolation=bicubic"], False)):
+        recipe, _ = load_recipe(tiny, ["data.resolution=16", *sets])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="gankit.data"):
+            Digits(recipe.data.options, BuildContext(16, 1, recipe)).build(16)
+        assert ("upscaled 2x" in caplog.text) is warned, sets
+        if warned:
+            assert 'or name data.interpolation (e.g. "bicubic") to upscale on purpose' in caplog.text
+
+
 def test_ada_p_and_every_penalty_are_in_the_tick_line_and_the_report(tmp_path, capsys):
     from gan_kit.builtin.reporting import tick_keys
 

@@ -83,16 +83,16 @@ def resolve_path(value: str, recipe: Any, key: str = "data.path") -> Path:
     return _base_dir(recipe) / p
 
 
-def warn_upscaled(native: int, resolution: int, what: str) -> None:
+def warn_upscaled(native: int, resolution: int, what: str, other_fix: str = "or use larger images") -> None:
     """One warning when ``data.resolution`` is above the images' own side ``native`` (pixels,
     the shorter side): they are upscaled, so G learns blurred, interpolated images (rank 0 only
-    under several processes)."""
+    under several processes). ``other_fix`` ends the message after "set data.resolution = N, "."""
     import os
 
     if 0 < native < resolution and os.environ.get("RANK", "0") == "0":
         log.warning("warning: data.resolution: %d is above the %dpx of %s: the images are upscaled %.3gx (G learns "
-                    "interpolated pixels); set data.resolution = %d, or use larger images", resolution, native, what,
-                    resolution / native, native)
+                    "interpolated pixels); set data.resolution = %d, %s", resolution, native, what,
+                    resolution / native, native, other_fix)
 
 
 def _report_skipped(key: str, where: Path, skipped: list[tuple[str, str]], total: int) -> None:
@@ -206,7 +206,13 @@ class Digits(DatasetFactory):
             pick = pick[:self.options.max_images]
             images, labels = images[pick.sort().values], labels[pick.sort().values]
         x = images.unsqueeze(1)
-        warn_upscaled(8, resolution, "the digits' 8x8 images")
+        # A recipe that names data.interpolation upscales on purpose (the main recipe grows to
+        # 16x16 to show two growth steps): no warning for a choice the recipe states.
+        recipe = self.context.recipe
+        chosen = recipe is not None and "interpolation" in ((getattr(recipe, "raw", None) or {}).get("data") or {})
+        if not chosen:
+            warn_upscaled(8, resolution, "the digits' 8x8 images", 'or name data.interpolation (e.g. "bicubic") '
+                                                                   "to upscale on purpose")
         if resolution != 8:
             mode = self.options.interpolation
             kwargs = {"align_corners": False} if mode != "nearest" else {}
