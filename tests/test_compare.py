@@ -126,3 +126,13 @@ def test_an_option_added_since_a_run_was_written_reads_as_its_default(tmp_path):
     c = compare_runs([tmp_path])
     assert sorted(g.n for g in c.groups) == [1, 2]
     assert c.groups[0].mean == pytest.approx(32.0) and c.groups[1].mean == pytest.approx(50.0)
+
+
+def test_a_trial_that_has_not_written_its_recipe_yet_joins_its_configuration(tmp_path):
+    for s, v in enumerate([30.0, 34.0]):
+        fake_run(tmp_path, "hinge", s, [v], state="complete")
+        fake_run(tmp_path, "bce", s, [50.0 + v], state="complete")
+    starting = fake_run(tmp_path, "hinge", 2, [90.0], final=False, state="running")
+    (starting / "recipe.toml").unlink()
+    c = compare_runs([tmp_path])
+    assert sorted((g.label, len(g.runs), g.n) for g in c.groups) == [("loss.name=bce", 2, 2), ("loss.name=hinge", 3, 2)]

@@ -221,8 +221,10 @@ def _labels(groups: list[Group]) -> None:
     which the configurations differ."""
     from gan_kit.sweep.spaces import config_label
 
-    keys = set().union(*(g.runs[0].recipe for g in groups)) if groups else set()
-    differ = sorted(k for k in keys - IGNORED if len({json.dumps(g.runs[0].recipe.get(k)) for g in groups}) > 1)
+    known = [g for g in groups if g.runs[0].recipe]  # a trial without its recipe.toml yet differs in nothing
+    keys = set().union(*(g.runs[0].recipe for g in known)) if known else set()
+    differ = sorted(k for k in keys - IGNORED if len({json.dumps(g.runs[0].recipe.get(k), default=str)
+                                                      for g in known}) > 1)
 
     def diff_label(g: Group) -> str:
         return ", ".join(f"{k}={g.runs[0].recipe.get(k)}" for k in differ) or g.runs[0].path.parent.name
@@ -290,8 +292,13 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
     extra_keys += [k for k in found if k not in extra_keys]
     infos = [_read_run(p, key, higher, extra_keys) for p in runs] if found else infos
     by_key: dict[str, Group] = {}
-    for info in infos:
-        ident = {k: v for k, v in info.recipe.items() if k not in IGNORED} if info.recipe else {"path": str(info.path)}
+    for info in sorted(infos, key=lambda i: not i.recipe):
+        if info.recipe:
+            ident = {k: v for k, v in info.recipe.items() if k not in IGNORED}
+        else:  # a trial that has not written its recipe.toml yet: its sweep configuration's group
+            mates = next((gk for gk, g in by_key.items() if info.params and g.runs[0].params == info.params), None)
+            ident = json.loads(mates) if mates else {"params": info.params or None, "path": None if info.params
+                                                     else str(info.path)}
         gk = json.dumps(ident, sort_keys=True, default=str)
         by_key.setdefault(gk, Group(gk, [])).runs.append(info)
     groups = list(by_key.values())
