@@ -155,6 +155,23 @@ def test_dry_run_lists_the_grid_and_the_trial_command(tmp_path, monkeypatch):
     assert not (tmp_path / "runs").exists()
 
 
+def test_dry_run_warns_of_a_pruner_without_every_kimg_in_a_syntax_set_takes(tmp_path, monkeypatch):
+    recipe = tiny(tmp_path)  # SWD without every_kimg: computed only at the end
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["sweep", str(recipe), "--param", "update.name=[d-then-g,g-then-d]", "--pruner",
+                                      "median", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "warning: metric.0.every_kimg is not set" in result.stderr
+    fix = result.stderr.split("(e.g. --set ", 1)[1].split(")")[0]
+    assert fix == "metric.0.every_kimg=4"
+    from gan_kit.recipe import load_recipe
+
+    assert load_recipe(recipe, [fix])[0].metrics[0].slot.every_kimg == 4  # the suggestion loads
+    assert "1 seed: no interval (compare needs --seeds 2 or more)" in result.output
+    assert "study tiny-sweep: new, in journal file runs/tiny-sweep/study.journal" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
 # ------------------------------------------------------------------ the loop, in-process --
 
 FAKE_CHILD = '''
@@ -180,8 +197,9 @@ for tick in range(start, ticks):
 '''
 
 
-def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=()):
-    """The in-process sweep over ``x=[values]``, its children the stand-in above."""
+def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=(), edit=None):
+    """The in-process sweep over ``x=[values]``, its children the stand-in above; ``edit(text)``
+    changes the recipe file."""
     from gan_kit.sweep import driver
     from gan_kit.sweep.setup import prepare
 
@@ -196,6 +214,8 @@ def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=()):
     monkeypatch.setattr(driver, "POLL_S", 0.05)
     monkeypatch.setattr(driver, "_checkpoint_progress", lambda p: (float(p.read_text()) / 10, 0.0))
     recipe = tiny(tmp_path, "const")
+    if edit is not None:
+        recipe.write_text(edit(recipe.read_text()))
     space = values if isinstance(values, str) else f"[{', '.join(map(str, values))}]"
     kwargs = dict(recipe=recipe, params=[f"metric.0.value={space}"], seeds=1, trials=None,
                   jobs=1, study_name="s", folder=tmp_path / "study", storage=None, sampler=None, pruner="none",
@@ -242,7 +262,8 @@ def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
     assert sorted(states(tmp_path / "study", "s")) == [("c000-s0", "FAIL"), ("c001-s0", "COMPLETE")]
     from gan_kit.errors import GankitError
 
-    with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(params: "):
+    with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(--param "
+                                          r"'metric.0.value=\[-1, 1\]' then, 'metric.0.value=\[-1, 1, 5\]' now\)"):
         fake_sweep(tmp_path, monkeypatch, [-1, 1, 5])  # the same study, other values: refused before training
 
 
@@ -260,6 +281,75 @@ def test_a_sampled_configuration_runs_with_every_seed(tmp_path, monkeypatch):
         assert s0.params == s1.params and 1 <= s0.params["metric.0.value"] <= 10
         assert s0.value == s1.value == pytest.approx(s0.params["metric.0.value"])
         assert tr.read_state(tmp_path / "study" / f"{c}-s1")["seed"] == 1
+
+
+def test_the_study_remembers_what_the_user_wrote_not_gankits_defaults(tmp_path, monkeypatch, capsys):
+    import re
+
+    import gan_kit.recipe
+    from gan_kit.errors import GankitError
+
+    fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0))  # starts the study; nothing trains
+    study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
+    record = study.user_attrs["gankit"]
+    assert record["budget_kimg"] == 4.0 and record["sets"] == [] and "run" in record["recipe_table"]
+    # a gankit update that adds an option with a default changes the resolved recipe, not the file
+    monkeypatch.setattr(gan_kit.recipe, "recipe_to_toml", lambda *a, **k: "[run]\nnew_option = 1\n")
+    assert fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0)) is not None
+    with pytest.raises(GankitError) as e:
+        fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=8.0))
+    assert "(--budget-kimg 4 then, 8 now)" in str(e.value)
+    recipe = tmp_path / "tiny.toml"
+    with pytest.raises(GankitError) as e:
+        fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=8.0, overrides=("run.threads=1",)),
+                   edit=lambda text: text.replace("every_kimg = 0.1", "every_kimg = 0.2"))
+    msg = str(e.value)
+    assert len(msg.splitlines()) == 1
+    assert ("(--set none then, 'run.threads=1' now; --budget-kimg 4 then, 8 now; the recipe file "
+            f"{recipe} (or a file it extends) changed since the study began: metric.0.every_kimg 0.1 then, "
+            "0.2 now)") in msg
+    assert not re.search(r"[0-9a-f]{16}", msg) and "run.total_kimg" not in msg  # no hash, no internal --set
+
+
+def test_the_start_line_says_the_threads_set_by_the_user(tmp_path, monkeypatch, capsys):
+    fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(overrides=("run.threads=1",), jobs=2))
+    assert "; 2 at once x 1 thread(s); " in capsys.readouterr().out
+
+
+def test_a_study_started_by_an_older_gankit_continues(tmp_path, monkeypatch, capsys):
+    from gan_kit.errors import GankitError
+
+    fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0))
+    study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
+    legacy = {"recipe": "tiny.toml", "recipe_digest": "fb10" * 4, "params": ["metric.0.value=[1, 2]"],
+              "sets": ["run.total_kimg=4.0"], "metric": "Metrics/const", "sampler": "grid"}
+    study.set_user_attr("gankit", legacy)  # the record an older gankit wrote: the resolved recipe's digest
+    with pytest.raises(GankitError, match=r"\(--budget-kimg 4 then, 8 now\)"):
+        fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=8.0))
+    capsys.readouterr()
+    assert fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0)) is not None
+    assert "cannot be told apart: continuing as the same study" in capsys.readouterr().err
+    study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
+    assert study.user_attrs["gankit"]["version"] == 2  # recorded anew, in the new form
+
+
+def test_dry_run_checks_the_study_as_the_real_run_does_and_says_what_is_left(tmp_path, monkeypatch, capsys):
+    from gan_kit.errors import GankitError
+
+    assert fake_sweep(tmp_path, monkeypatch, [-1, 1], ticks=1).run() == 1  # c000 failed, c001 complete
+    capsys.readouterr()
+    assert fake_sweep(tmp_path, monkeypatch, [-1, 1], extra=dict(dry_run=True, seeds=2)) is None
+    out = capsys.readouterr().out
+    assert f"study s exists in journal file {tmp_path / 'study' / 'study.journal'}: 1 of 4 trials finished " \
+           f"(1 complete)" in out
+    assert "failed, not run again (add --retry-failed to): c000-s0" in out and "to run: c000-s1, c001-s1" in out
+    fake_sweep(tmp_path, monkeypatch, [-1, 1], extra=dict(dry_run=True, retry_failed=True))
+    assert "1 of 2 trials finished (1 complete)\n  to run: c000-s0\n" in capsys.readouterr().out
+    with pytest.raises(GankitError, match=r"this study was started with other settings \(--param "):
+        fake_sweep(tmp_path, monkeypatch, [-1, 1, 5], extra=dict(dry_run=True))
+    fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(dry_run=True, study_name="other"))
+    assert "study other: new, in journal file" in capsys.readouterr().out
+    assert not (tmp_path / "study" / "other").exists()
 
 
 # ------------------------------------------------------------------ real sweep processes --
