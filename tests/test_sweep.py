@@ -105,6 +105,9 @@ def test_spaces_parse_lists_bundles_and_ranges():
     (["loss.name=[hinge,bce]", "loss.name=[wgan]"], "loss.name is already swept by --param 'loss.name=[hinge,bce]'"),
     (["loss.name=hinge"], "'hinge' is not a space"),
     (["loss.name=[hinge,hinge]"], '"hinge" is listed twice'),
+    (['loss.name=["hinge", bce'], "--param 'loss.name=[\"hinge\", bce': an unclosed list: '[\"hinge\", bce' has no "
+                                  "closing ']' (write --param 'loss.name=[a, b]')"),
+    (["optim.lr=uniform(1e-4, 3e-3"], "an unclosed range: 'uniform(1e-4, 3e-3' has no closing ')'"),
 ])
 def test_bad_spaces_are_one_line_each(items, expected):
     with pytest.raises(SpaceError) as e:
@@ -139,7 +142,29 @@ def test_budget_keys_belong_to_the_sweep(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, ["sweep", str(recipe), "--param", "run.total_kimg=[1, 2]", "--budget-kimg", "1"])
     assert result.exit_code == 2
-    assert "run.total_kimg is set by the sweep: --budget-kimg sets it" in result.output
+    assert "run.total_kimg is set by the sweep: --budget-kimg sets it; drop one of them" in result.output
+    result = CliRunner().invoke(cli, ["sweep", str(recipe), "--param", "loss.name=[hinge, bce]", "--budget-kimg", "1",
+                                      "--set", "run.total_kimg=2"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: --set 'run.total_kimg=2': run.total_kimg is set by the sweep: "
+                                     "--budget-kimg sets it; drop one of them")
+
+
+def test_a_param_typo_names_the_param_and_a_bad_storage_url_what_storage_takes(tmp_path, monkeypatch):
+    from gan_kit.errors import GankitError
+    from gan_kit.sweep.study import open_storage
+
+    recipe = tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["sweep", "tiny.toml", "--param", "loss.nme=[hinge,bce]", "--dry-run"])
+    assert result.exit_code == 2 and recipe.is_file()
+    assert result.output.strip() == ("error: --param 'loss.nme=[hinge,bce]': tiny.toml (--param): loss.nme: unknown "
+                                     "option (did you mean 'name'?)")
+    with pytest.raises(GankitError) as e:
+        open_storage("foo://bar", tmp_path)
+    assert str(e.value) == ("--storage foo://bar: unknown storage URL scheme 'foo://'; --storage takes a journal file "
+                            "path such as runs/study.journal, sqlite:///FILE.db, or another SQLAlchemy database URL "
+                            "Optuna can use: postgresql://USER:PASSWORD@HOST/DB, mysql://...")
 
 
 def test_dry_run_lists_the_grid_and_the_trial_command(tmp_path, monkeypatch):

@@ -100,6 +100,8 @@ def compare(paths, metric, extras, as_json, html_out, no_html) -> None:
     from gan_kit.sweep.compare import compare_runs, print_table, to_json
 
     result = compare_runs(list(paths), metric=metric, extras=list(extras))
+    for w in result.warnings:
+        click.echo(f"warning: {w}", err=True)
     if as_json:
         import json
 

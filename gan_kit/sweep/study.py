@@ -62,8 +62,8 @@ def _journal_path(url: str | None, folder: Path) -> Path | None:
     return None
 
 
-STORAGE_FORMS = ("--storage takes a journal file path (e.g. runs/study.journal), sqlite:///FILE.db, or another "
-                 "SQLAlchemy database URL Optuna can use (postgresql://USER:PASSWORD@HOST/DB, mysql://...)")
+STORAGE_FORMS = ("--storage takes a journal file path such as runs/study.journal, sqlite:///FILE.db, or another "
+                 "SQLAlchemy database URL Optuna can use: postgresql://USER:PASSWORD@HOST/DB, mysql://...")
 #: A database URL's scheme -> the driver package it needs.
 DRIVERS = {"postgresql": "psycopg2-binary", "postgres": "psycopg2-binary", "mysql": "pymysql",
            "mariadb": "pymysql", "redis": "redis"}
@@ -76,7 +76,7 @@ def _open_problem(url: str, e: Exception) -> str:
     scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
     if type(e).__name__ == "NoSuchModuleError" or "Can't load plugin" in first:
-        return f"--storage {shown}: unknown storage URL scheme {scheme + '://'!r} ({STORAGE_FORMS})"
+        return f"--storage {shown}: unknown storage URL scheme {scheme + '://'!r}; {STORAGE_FORMS}"
     if isinstance(e, ImportError) or "import" in first.lower():
         package = DRIVERS.get(scheme)
         fix = f"`pip install {package}`" if package else "install the database driver SQLAlchemy names"
