@@ -207,7 +207,7 @@ stop = []
 signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
 start = 0
 if os.path.exists(os.path.join(run_dir, "checkpoints", "latest.pt")):
-    start = int(open(os.path.join(run_dir, "checkpoints", "latest.pt")).read())
+    start = int(float(open(os.path.join(run_dir, "checkpoints", "latest.pt")).read()))
 if value < 0:
     print("error: a trial that cannot train"); sys.exit(2)
 for tick in range(start, ticks):
@@ -217,7 +217,8 @@ for tick in range(start, ticks):
         f.write(json.dumps(row) + "\\n")
     open(os.path.join(run_dir, "checkpoints", "latest.pt"), "w").write(str(tick + 1))
     time.sleep(0.15)
-    if stop:
+    if stop:  # as gankit run does: a checkpoint at the step it stops, between two ticks
+        open(os.path.join(run_dir, "checkpoints", "latest.pt"), "w").write(str(tick + 1.5))
         sys.exit(143)
 '''
 
@@ -266,7 +267,11 @@ def test_ctrl_c_stops_the_trials_and_the_same_sweep_continues_them(tmp_path, mon
         sweep.run()
     assert e.value.exit_code == 130 and "continue the study with `gankit" in str(e.value)
     first = tmp_path / "study" / "c000-s0"
-    assert tr.read_state(first)["state"] == "interrupted"
+    record = tr.read_state(first)
+    assert record["state"] == "interrupted" and record["exit_code"] == 143
+    stopped_at = float((first / "checkpoints" / "latest.pt").read_text()) / 10
+    assert record["kimg"] == pytest.approx(stopped_at)  # the checkpoint's, further than the last metrics row's
+    assert stopped_at > tr.read_rows(first)[-1]["Progress/kimg"]
     assert ("c000-s0", "WAITING") in states(tmp_path / "study", "s")  # queued again, same name
     assert not (tmp_path / "study" / "c001-s0").exists()  # nothing new started after Ctrl-C
     code = fake_sweep(tmp_path, monkeypatch, [1, 2], ticks=6).run()
@@ -276,6 +281,11 @@ def test_ctrl_c_stops_the_trials_and_the_same_sweep_continues_them(tmp_path, mon
     assert len(tr.read_state(first)["attempts"]) == 2
     done = states(tmp_path / "study", "s")
     assert done.count(("c000-s0", "COMPLETE")) == 1 and done.count(("c001-s0", "COMPLETE")) == 1
+
+
+def test_a_death_by_signal_is_recorded_as_the_shell_reports_it():
+    assert [tr.exit_status(rc) for rc in (-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL, 143, 2, 0)] == \
+        [143, 130, 137, 143, 2, 0]
 
 
 def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
