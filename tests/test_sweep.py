@@ -197,6 +197,65 @@ def test_dry_run_warns_of_a_pruner_without_every_kimg_in_a_syntax_set_takes(tmp_
     assert not (tmp_path / "runs").exists()
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def docs_examples() -> tuple[list[list[str]], list[str], list[str], list[str]]:
+    """docs/sweeps.md's ``gankit sweep`` commands (as argument lists), its other ``--param``
+    examples (the spaces table and the text), the table's ranges without a key, and its
+    ``error: --param`` lines."""
+    import re
+    import shlex
+
+    text = (ROOT / "docs" / "sweeps.md").read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.split("#", 1)[0] if line.lstrip().startswith(("gankit", "srun")) else ""
+            if "gankit sweep" in line:
+                commands.append(shlex.split(line.split("gankit ", 1)[1]))
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    params = re.findall(r"--param '([^']+)'", prose)
+    section = text.split("## Spaces", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(ln for ln in section.splitlines() if ln.startswith("| "))
+    spans = re.findall(r"`([^`]+)`", table)
+    params += [x for x in spans if re.match(r"[\w.\-]+=", x)]
+    ranges = [x for x in spans if re.fullmatch(r"(log)?(uniform|int)\(.*\)", x)]
+    errors = [ln for ln in text.splitlines() if ln.startswith("error: --param '")]
+    return commands, params, ranges, errors
+
+
+def test_every_example_of_the_sweeps_docs_checks_against_the_shipped_recipe(tmp_path, monkeypatch):
+    commands, params, ranges, errors = docs_examples()
+    assert len(commands) >= 4 and len(params) >= 8 and len(ranges) == 3 and len(errors) >= 5  # examples found
+    for r in ranges:  # the table's ranges without a key
+        assert parse_space(f"optim.lr={r}").kind in ("float", "int")
+    monkeypatch.chdir(ROOT)  # the docs name recipes/pggan.toml; --out keeps any study of this checkout out
+    for args in commands:
+        if "--storage" in args:  # a database server: not here
+            i = args.index("--storage")
+            args = args[:i] + args[i + 2:]
+        if "--out" in args:
+            i = args.index("--out")
+            args = args[:i] + args[i + 2:]
+        result = CliRunner().invoke(cli, [*args, "--dry-run", "--out", str(tmp_path / "study")])
+        assert result.exit_code == 0 and ": ok; " in result.output, (args, result.output)
+    for param in params:
+        result = CliRunner().invoke(cli, ["sweep", "recipes/pggan.toml", "--param", param, "--dry-run", "--out",
+                                          str(tmp_path / "study")])
+        assert result.exit_code == 0, (param, result.output)
+    for line in errors:
+        param = line[len("error: --param '"):].split("': ", 1)[0]
+        result = CliRunner().invoke(cli, ["sweep", "recipes/pggan.toml", "--param", param, "--dry-run", "--out",
+                                          str(tmp_path / "study")])
+        assert result.exit_code == 2 and result.stderr.strip() == line, (line, result.stderr)
+    from gan_kit.recipe import load_recipe
+
+    assert load_recipe(ROOT / "recipes" / "pggan.toml", ["metric.0.every_kimg=4"])[0].metrics[0].slot.every_kimg == 4
+    assert not (tmp_path / "study").exists()
+
+
 # ------------------------------------------------------------------ the loop, in-process --
 
 FAKE_CHILD = '''
@@ -341,7 +400,7 @@ def test_the_study_remembers_what_the_user_wrote_not_gankits_defaults(tmp_path, 
     msg = str(e.value)
     assert len(msg.splitlines()) == 1
     assert ("(--set none then, 'run.threads=1' now; --budget-kimg 4 then, 8 now; the recipe file "
-            f"{recipe} (or a file it extends) changed since the study began: metric.0.every_kimg 0.1 then, "
+            f"{recipe}, or a file it extends, changed since the study began: metric.0.every_kimg 0.1 then, "
             "0.2 now)") in msg
     assert not re.search(r"[0-9a-f]{16}", msg) and "run.total_kimg" not in msg  # no hash, no internal --set
 

@@ -137,7 +137,7 @@ def check_spec(name: str, saved: dict, now: dict, legacy_digest: Callable[[], st
     differ = _differences(then, now)
     warnings = []
     if not legacy and then.get("recipe_digest") != now["recipe_digest"]:
-        differ.append(f"the recipe file {now['recipe']} (or a file it extends) changed since the study began"
+        differ.append(f"the recipe file {now['recipe']}, or a file it extends, changed since the study began"
                       f"{_table_changes(then.get('recipe_table'), now['recipe_table'])}")
     elif legacy and saved.get("recipe_digest") != legacy_digest():
         warnings.append(f"--study {name} was started by an older gankit, which recorded the recipe with gankit's "
