@@ -369,7 +369,7 @@ def test_a_sampled_configuration_runs_with_every_seed(tmp_path, monkeypatch):
     by_name = {t.user_attrs["gankit:name"]: t for t in study.trials}
     assert len(by_name) == 4 and all(t.state.name == "COMPLETE" for t in study.trials)
     configs = sorted({n[:-3] for n in by_name})
-    assert len(configs) == 2
+    assert configs == ["c000", "c002"]  # the sampling trial's number: seed 1 of c000 took number 1 (docs: Trial names)
     for c in configs:  # both seeds of a configuration: the same sampled value, the value reported
         s0, s1 = by_name[f"{c}-s0"], by_name[f"{c}-s1"]
         assert s0.params == s1.params and 1 <= s0.params["metric.0.value"] <= 10
