@@ -136,3 +136,27 @@ def test_a_trial_that_has_not_written_its_recipe_yet_joins_its_configuration(tmp
     (starting / "recipe.toml").unlink()
     c = compare_runs([tmp_path])
     assert sorted((g.label, len(g.runs), g.n) for g in c.groups) == [("loss.name=bce", 2, 2), ("loss.name=hinge", 3, 2)]
+
+
+def test_a_metric_no_run_has_is_an_error_naming_those_they_have(study):
+    result = CliRunner().invoke(cli, ["compare", str(study), "--metric", "fid", "--no-html"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: --metric fid: no run has Metrics/fid; the runs have Metrics/swd (give " \
+                                    "--metric one of them)"
+    # a metric of the recipes that no row has yet (runs still training) is no typo
+    started = fake_run(study.parent / "started", "hinge", 0, [])  # recipe.toml, no metrics row yet
+    assert compare_runs([started], metric="swd").groups[0].mean is None
+
+
+def test_a_show_key_no_run_has_is_a_warning(study):
+    result = CliRunner().invoke(cli, ["compare", str(study), "--show", "Augment/q", "--no-html"])
+    assert result.exit_code == 0
+    assert result.stderr.strip() == "warning: --show Augment/q: no run has Augment/q in its metrics.jsonl; its " \
+                                    "column is empty (did you mean Augment/p?)"
+    assert "Augment/q" in result.stdout  # the column is there, empty
+
+
+def test_a_path_that_does_not_exist_says_so(tmp_path):
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "nothere")])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {tmp_path / 'nothere'}: does not exist; give run directories")
