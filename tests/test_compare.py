@@ -92,6 +92,7 @@ def test_json_and_html(study, tmp_path):
     assert first["p_vs_best"] is None and data["configurations"][2]["differs_from_best"] is True
     html = (study / "compare.html").read_text()
     assert "loss.name=hinge" in html and html.count("data:image/png;base64,") >= 2  # plots embedded
+    assert "<h2>Final values</h2>" in html  # every configuration's seeds with its mean and 95% CI
     table = CliRunner().invoke(cli, ["compare", str(study / "hinge-0"), str(study / "bce-0"), "--no-html"])
     assert table.exit_code == 0 and "loss.name=bce" in table.output and "Welch" in table.output
 
