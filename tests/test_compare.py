@@ -92,6 +92,7 @@ def test_json_and_html(study, tmp_path):
     assert first["p_vs_best"] is None and data["configurations"][2]["differs_from_best"] is True
     html = (study / "compare.html").read_text()
     assert "loss.name=hinge" in html and html.count("data:image/png;base64,") >= 2  # plots embedded
+    assert "<h2>Final values</h2>" in html  # every configuration's seeds with its mean and 95% CI
     table = CliRunner().invoke(cli, ["compare", str(study / "hinge-0"), str(study / "bce-0"), "--no-html"])
     assert table.exit_code == 0 and "loss.name=bce" in table.output and "Welch" in table.output
 
@@ -126,3 +127,37 @@ def test_an_option_added_since_a_run_was_written_reads_as_its_default(tmp_path):
     c = compare_runs([tmp_path])
     assert sorted(g.n for g in c.groups) == [1, 2]
     assert c.groups[0].mean == pytest.approx(32.0) and c.groups[1].mean == pytest.approx(50.0)
+
+
+def test_a_trial_that_has_not_written_its_recipe_yet_joins_its_configuration(tmp_path):
+    for s, v in enumerate([30.0, 34.0]):
+        fake_run(tmp_path, "hinge", s, [v], state="complete")
+        fake_run(tmp_path, "bce", s, [50.0 + v], state="complete")
+    starting = fake_run(tmp_path, "hinge", 2, [90.0], final=False, state="running")
+    (starting / "recipe.toml").unlink()
+    c = compare_runs([tmp_path])
+    assert sorted((g.label, len(g.runs), g.n) for g in c.groups) == [("loss.name=bce", 2, 2), ("loss.name=hinge", 3, 2)]
+
+
+def test_a_metric_no_run_has_is_an_error_naming_those_they_have(study):
+    result = CliRunner().invoke(cli, ["compare", str(study), "--metric", "fid", "--no-html"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: --metric fid: no run has Metrics/fid; the runs have Metrics/swd (give " \
+                                    "--metric one of them)"
+    # a metric of the recipes that no row has yet (runs still training) is no typo
+    started = fake_run(study.parent / "started", "hinge", 0, [])  # recipe.toml, no metrics row yet
+    assert compare_runs([started], metric="swd").groups[0].mean is None
+
+
+def test_a_show_key_no_run_has_is_a_warning(study):
+    result = CliRunner().invoke(cli, ["compare", str(study), "--show", "Augment/q", "--no-html"])
+    assert result.exit_code == 0
+    assert result.stderr.strip() == "warning: --show Augment/q: no run has Augment/q in its metrics.jsonl; its " \
+                                    "column is empty (did you mean Augment/p?)"
+    assert "Augment/q" in result.stdout  # the column is there, empty
+
+
+def test_a_path_that_does_not_exist_says_so(tmp_path):
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "nothere")])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {tmp_path / 'nothere'}: does not exist; give run directories")

@@ -105,6 +105,9 @@ def test_spaces_parse_lists_bundles_and_ranges():
     (["loss.name=[hinge,bce]", "loss.name=[wgan]"], "loss.name is already swept by --param 'loss.name=[hinge,bce]'"),
     (["loss.name=hinge"], "'hinge' is not a space"),
     (["loss.name=[hinge,hinge]"], '"hinge" is listed twice'),
+    (['loss.name=["hinge", bce'], "--param 'loss.name=[\"hinge\", bce': an unclosed list: '[\"hinge\", bce' has no "
+                                  "closing ']' (write --param 'loss.name=[a, b]')"),
+    (["optim.lr=uniform(1e-4, 3e-3"], "an unclosed range: 'uniform(1e-4, 3e-3' has no closing ')'"),
 ])
 def test_bad_spaces_are_one_line_each(items, expected):
     with pytest.raises(SpaceError) as e:
@@ -139,7 +142,29 @@ def test_budget_keys_belong_to_the_sweep(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, ["sweep", str(recipe), "--param", "run.total_kimg=[1, 2]", "--budget-kimg", "1"])
     assert result.exit_code == 2
-    assert "run.total_kimg is set by the sweep: --budget-kimg sets it" in result.output
+    assert "run.total_kimg is set by the sweep: --budget-kimg sets it; drop one of them" in result.output
+    result = CliRunner().invoke(cli, ["sweep", str(recipe), "--param", "loss.name=[hinge, bce]", "--budget-kimg", "1",
+                                      "--set", "run.total_kimg=2"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: --set 'run.total_kimg=2': run.total_kimg is set by the sweep: "
+                                     "--budget-kimg sets it; drop one of them")
+
+
+def test_a_param_typo_names_the_param_and_a_bad_storage_url_what_storage_takes(tmp_path, monkeypatch):
+    from gan_kit.errors import GankitError
+    from gan_kit.sweep.study import open_storage
+
+    recipe = tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["sweep", "tiny.toml", "--param", "loss.nme=[hinge,bce]", "--dry-run"])
+    assert result.exit_code == 2 and recipe.is_file()
+    assert result.output.strip() == ("error: --param 'loss.nme=[hinge,bce]': tiny.toml (--param): loss.nme: unknown "
+                                     "option (did you mean 'name'?)")
+    with pytest.raises(GankitError) as e:
+        open_storage("foo://bar", tmp_path)
+    assert str(e.value) == ("--storage foo://bar: unknown storage URL scheme 'foo://'; --storage takes a journal file "
+                            "path such as runs/study.journal, sqlite:///FILE.db, or another SQLAlchemy database URL "
+                            "Optuna can use: postgresql://USER:PASSWORD@HOST/DB, mysql://...")
 
 
 def test_dry_run_lists_the_grid_and_the_trial_command(tmp_path, monkeypatch):
@@ -155,6 +180,82 @@ def test_dry_run_lists_the_grid_and_the_trial_command(tmp_path, monkeypatch):
     assert not (tmp_path / "runs").exists()
 
 
+def test_dry_run_warns_of_a_pruner_without_every_kimg_in_a_syntax_set_takes(tmp_path, monkeypatch):
+    recipe = tiny(tmp_path)  # SWD without every_kimg: computed only at the end
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["sweep", str(recipe), "--param", "update.name=[d-then-g,g-then-d]", "--pruner",
+                                      "median", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "warning: metric.0.every_kimg is not set" in result.stderr
+    fix = result.stderr.split("(e.g. --set ", 1)[1].split(")")[0]
+    assert fix == "metric.0.every_kimg=4"
+    from gan_kit.recipe import load_recipe
+
+    assert load_recipe(recipe, [fix])[0].metrics[0].slot.every_kimg == 4  # the suggestion loads
+    assert "1 seed: no interval (compare needs --seeds 2 or more)" in result.output
+    assert "study tiny-sweep: new, in journal file runs/tiny-sweep/study.journal" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def docs_examples() -> tuple[list[list[str]], list[str], list[str], list[str]]:
+    """docs/sweeps.md's ``gankit sweep`` commands (as argument lists), its other ``--param``
+    examples (the spaces table and the text), the table's ranges without a key, and its
+    ``error: --param`` lines."""
+    import re
+    import shlex
+
+    text = (ROOT / "docs" / "sweeps.md").read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.split("#", 1)[0] if line.lstrip().startswith(("gankit", "srun")) else ""
+            if "gankit sweep" in line:
+                commands.append(shlex.split(line.split("gankit ", 1)[1]))
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    params = re.findall(r"--param '([^']+)'", prose)
+    section = text.split("## Spaces", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(ln for ln in section.splitlines() if ln.startswith("| "))
+    spans = re.findall(r"`([^`]+)`", table)
+    params += [x for x in spans if re.match(r"[\w.\-]+=", x)]
+    ranges = [x for x in spans if re.fullmatch(r"(log)?(uniform|int)\(.*\)", x)]
+    errors = [ln for ln in text.splitlines() if ln.startswith("error: --param '")]
+    return commands, params, ranges, errors
+
+
+def test_every_example_of_the_sweeps_docs_checks_against_the_shipped_recipe(tmp_path, monkeypatch):
+    commands, params, ranges, errors = docs_examples()
+    assert len(commands) >= 4 and len(params) >= 8 and len(ranges) == 3 and len(errors) >= 5  # examples found
+    for r in ranges:  # the table's ranges without a key
+        assert parse_space(f"optim.lr={r}").kind in ("float", "int")
+    monkeypatch.chdir(ROOT)  # the docs name recipes/pggan.toml; --out keeps any study of this checkout out
+    for args in commands:
+        if "--storage" in args:  # a database server: not here
+            i = args.index("--storage")
+            args = args[:i] + args[i + 2:]
+        if "--out" in args:
+            i = args.index("--out")
+            args = args[:i] + args[i + 2:]
+        result = CliRunner().invoke(cli, [*args, "--dry-run", "--out", str(tmp_path / "study")])
+        assert result.exit_code == 0 and ": ok; " in result.output, (args, result.output)
+    for param in params:
+        result = CliRunner().invoke(cli, ["sweep", "recipes/pggan.toml", "--param", param, "--dry-run", "--out",
+                                          str(tmp_path / "study")])
+        assert result.exit_code == 0, (param, result.output)
+    for line in errors:
+        param = line[len("error: --param '"):].split("': ", 1)[0]
+        result = CliRunner().invoke(cli, ["sweep", "recipes/pggan.toml", "--param", param, "--dry-run", "--out",
+                                          str(tmp_path / "study")])
+        assert result.exit_code == 2 and result.stderr.strip() == line, (line, result.stderr)
+    from gan_kit.recipe import load_recipe
+
+    assert load_recipe(ROOT / "recipes" / "pggan.toml", ["metric.0.every_kimg=4"])[0].metrics[0].slot.every_kimg == 4
+    assert not (tmp_path / "study").exists()
+
+
 # ------------------------------------------------------------------ the loop, in-process --
 
 FAKE_CHILD = '''
@@ -165,7 +266,7 @@ stop = []
 signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
 start = 0
 if os.path.exists(os.path.join(run_dir, "checkpoints", "latest.pt")):
-    start = int(open(os.path.join(run_dir, "checkpoints", "latest.pt")).read())
+    start = int(float(open(os.path.join(run_dir, "checkpoints", "latest.pt")).read()))
 if value < 0:
     print("error: a trial that cannot train"); sys.exit(2)
 for tick in range(start, ticks):
@@ -175,13 +276,15 @@ for tick in range(start, ticks):
         f.write(json.dumps(row) + "\\n")
     open(os.path.join(run_dir, "checkpoints", "latest.pt"), "w").write(str(tick + 1))
     time.sleep(0.15)
-    if stop:
+    if stop:  # as gankit run does: a checkpoint at the step it stops, between two ticks
+        open(os.path.join(run_dir, "checkpoints", "latest.pt"), "w").write(str(tick + 1.5))
         sys.exit(143)
 '''
 
 
-def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=()):
-    """The in-process sweep over ``x=[values]``, its children the stand-in above."""
+def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=(), edit=None):
+    """The in-process sweep over ``x=[values]``, its children the stand-in above; ``edit(text)``
+    changes the recipe file."""
     from gan_kit.sweep import driver
     from gan_kit.sweep.setup import prepare
 
@@ -196,6 +299,8 @@ def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=()):
     monkeypatch.setattr(driver, "POLL_S", 0.05)
     monkeypatch.setattr(driver, "_checkpoint_progress", lambda p: (float(p.read_text()) / 10, 0.0))
     recipe = tiny(tmp_path, "const")
+    if edit is not None:
+        recipe.write_text(edit(recipe.read_text()))
     space = values if isinstance(values, str) else f"[{', '.join(map(str, values))}]"
     kwargs = dict(recipe=recipe, params=[f"metric.0.value={space}"], seeds=1, trials=None,
                   jobs=1, study_name="s", folder=tmp_path / "study", storage=None, sampler=None, pruner="none",
@@ -221,7 +326,11 @@ def test_ctrl_c_stops_the_trials_and_the_same_sweep_continues_them(tmp_path, mon
         sweep.run()
     assert e.value.exit_code == 130 and "continue the study with `gankit" in str(e.value)
     first = tmp_path / "study" / "c000-s0"
-    assert tr.read_state(first)["state"] == "interrupted"
+    record = tr.read_state(first)
+    assert record["state"] == "interrupted" and record["exit_code"] == 143
+    stopped_at = float((first / "checkpoints" / "latest.pt").read_text()) / 10
+    assert record["kimg"] == pytest.approx(stopped_at)  # the checkpoint's, further than the last metrics row's
+    assert stopped_at > tr.read_rows(first)[-1]["Progress/kimg"]
     assert ("c000-s0", "WAITING") in states(tmp_path / "study", "s")  # queued again, same name
     assert not (tmp_path / "study" / "c001-s0").exists()  # nothing new started after Ctrl-C
     code = fake_sweep(tmp_path, monkeypatch, [1, 2], ticks=6).run()
@@ -233,6 +342,11 @@ def test_ctrl_c_stops_the_trials_and_the_same_sweep_continues_them(tmp_path, mon
     assert done.count(("c000-s0", "COMPLETE")) == 1 and done.count(("c001-s0", "COMPLETE")) == 1
 
 
+def test_a_death_by_signal_is_recorded_as_the_shell_reports_it():
+    assert [tr.exit_status(rc) for rc in (-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL, 143, 2, 0)] == \
+        [143, 130, 137, 143, 2, 0]
+
+
 def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
     code = fake_sweep(tmp_path, monkeypatch, [-1, 1]).run()
     assert code == 1  # a trial failed
@@ -242,7 +356,8 @@ def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
     assert sorted(states(tmp_path / "study", "s")) == [("c000-s0", "FAIL"), ("c001-s0", "COMPLETE")]
     from gan_kit.errors import GankitError
 
-    with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(params: "):
+    with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(--param "
+                                          r"'metric.0.value=\[-1, 1\]' then, 'metric.0.value=\[-1, 1, 5\]' now\)"):
         fake_sweep(tmp_path, monkeypatch, [-1, 1, 5])  # the same study, other values: refused before training
 
 
@@ -254,12 +369,81 @@ def test_a_sampled_configuration_runs_with_every_seed(tmp_path, monkeypatch):
     by_name = {t.user_attrs["gankit:name"]: t for t in study.trials}
     assert len(by_name) == 4 and all(t.state.name == "COMPLETE" for t in study.trials)
     configs = sorted({n[:-3] for n in by_name})
-    assert len(configs) == 2
+    assert configs == ["c000", "c002"]  # the sampling trial's number: seed 1 of c000 took number 1 (docs: Trial names)
     for c in configs:  # both seeds of a configuration: the same sampled value, the value reported
         s0, s1 = by_name[f"{c}-s0"], by_name[f"{c}-s1"]
         assert s0.params == s1.params and 1 <= s0.params["metric.0.value"] <= 10
         assert s0.value == s1.value == pytest.approx(s0.params["metric.0.value"])
         assert tr.read_state(tmp_path / "study" / f"{c}-s1")["seed"] == 1
+
+
+def test_the_study_remembers_what_the_user_wrote_not_gankits_defaults(tmp_path, monkeypatch, capsys):
+    import re
+
+    import gan_kit.recipe
+    from gan_kit.errors import GankitError
+
+    fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0))  # starts the study; nothing trains
+    study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
+    record = study.user_attrs["gankit"]
+    assert record["budget_kimg"] == 4.0 and record["sets"] == [] and "run" in record["recipe_table"]
+    # a gankit update that adds an option with a default changes the resolved recipe, not the file
+    monkeypatch.setattr(gan_kit.recipe, "recipe_to_toml", lambda *a, **k: "[run]\nnew_option = 1\n")
+    assert fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0)) is not None
+    with pytest.raises(GankitError) as e:
+        fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=8.0))
+    assert "(--budget-kimg 4 then, 8 now)" in str(e.value)
+    recipe = tmp_path / "tiny.toml"
+    with pytest.raises(GankitError) as e:
+        fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=8.0, overrides=("run.threads=1",)),
+                   edit=lambda text: text.replace("every_kimg = 0.1", "every_kimg = 0.2"))
+    msg = str(e.value)
+    assert len(msg.splitlines()) == 1
+    assert ("(--set none then, 'run.threads=1' now; --budget-kimg 4 then, 8 now; the recipe file "
+            f"{recipe}, or a file it extends, changed since the study began: metric.0.every_kimg 0.1 then, "
+            "0.2 now)") in msg
+    assert not re.search(r"[0-9a-f]{16}", msg) and "run.total_kimg" not in msg  # no hash, no internal --set
+
+
+def test_the_start_line_says_the_threads_set_by_the_user(tmp_path, monkeypatch, capsys):
+    fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(overrides=("run.threads=1",), jobs=2))
+    assert "; 2 at once x 1 thread(s); " in capsys.readouterr().out
+
+
+def test_a_study_started_by_an_older_gankit_continues(tmp_path, monkeypatch, capsys):
+    from gan_kit.errors import GankitError
+
+    fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0))
+    study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
+    legacy = {"recipe": "tiny.toml", "recipe_digest": "fb10" * 4, "params": ["metric.0.value=[1, 2]"],
+              "sets": ["run.total_kimg=4.0"], "metric": "Metrics/const", "sampler": "grid"}
+    study.set_user_attr("gankit", legacy)  # the record an older gankit wrote: the resolved recipe's digest
+    with pytest.raises(GankitError, match=r"\(--budget-kimg 4 then, 8 now\)"):
+        fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=8.0))
+    capsys.readouterr()
+    assert fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0)) is not None
+    assert "cannot be told apart: continuing as the same study" in capsys.readouterr().err
+    study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
+    assert study.user_attrs["gankit"]["version"] == 2  # recorded anew, in the new form
+
+
+def test_dry_run_checks_the_study_as_the_real_run_does_and_says_what_is_left(tmp_path, monkeypatch, capsys):
+    from gan_kit.errors import GankitError
+
+    assert fake_sweep(tmp_path, monkeypatch, [-1, 1], ticks=1).run() == 1  # c000 failed, c001 complete
+    capsys.readouterr()
+    assert fake_sweep(tmp_path, monkeypatch, [-1, 1], extra=dict(dry_run=True, seeds=2)) is None
+    out = capsys.readouterr().out
+    assert f"study s exists in journal file {tmp_path / 'study' / 'study.journal'}: 1 of 4 trials finished " \
+           f"(1 complete)" in out
+    assert "failed, not run again (add --retry-failed to): c000-s0" in out and "to run: c000-s1, c001-s1" in out
+    fake_sweep(tmp_path, monkeypatch, [-1, 1], extra=dict(dry_run=True, retry_failed=True))
+    assert "1 of 2 trials finished (1 complete)\n  to run: c000-s0\n" in capsys.readouterr().out
+    with pytest.raises(GankitError, match=r"this study was started with other settings \(--param "):
+        fake_sweep(tmp_path, monkeypatch, [-1, 1, 5], extra=dict(dry_run=True))
+    fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(dry_run=True, study_name="other"))
+    assert "study other: new, in journal file" in capsys.readouterr().out
+    assert not (tmp_path / "study" / "other").exists()
 
 
 # ------------------------------------------------------------------ real sweep processes --

@@ -13,7 +13,7 @@ from gan_kit.cli.errors import user_errors
 __all__ = ["sweep", "compare"]
 
 _PARAM_HELP = ("A recipe key and its values, e.g. update.name=[d-then-g,g-then-d,shared-fake], "
-               "optim.lr=loguniform(1e-4,3e-3), penalty.0.weight=uniform(1,20), growth.batch_size=[{4=64},{4=32}], "
+               "optim.lr=loguniform(1e-4,3e-3), penalty.0.weight=uniform(1,20), growth.batch_size=[{4=64,8=64,16=64},{4=32,8=32,16=32}], "
                "int(lo,hi); or a label and named bundles of keys that change together, e.g. "
                "'objective={hinge-gp={loss.name=\"hinge\"}, wgan-gp={loss.name=\"wgan-gp\", penalty=[]}}'. Repeat per key.")
 
@@ -22,7 +22,9 @@ _PARAM_HELP = ("A recipe key and its values, e.g. update.name=[d-then-g,g-then-d
 @click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--param", "params", multiple=True, metavar="KEY=SPACE", help=_PARAM_HELP)
 @click.option("--seeds", type=click.IntRange(1), default=1, show_default=True,
-              help="Seeds per configuration (run.seed = 0 .. N-1); every one is a trial of its own and is kept.")
+              help="Seeds per configuration (run.seed = 0 .. N-1); every one is a trial of its own and is kept. "
+                   "With 1 (the default) compare shows no confidence interval: it needs 2 or more; 3-5 show "
+                   "differences of the size GANs have.")
 @click.option("--trials", type=click.IntRange(1), default=None,
               help="random / tpe: configurations to sample (each runs with every seed; default 10). The grid "
                    "runs every configuration.")
@@ -33,10 +35,12 @@ _PARAM_HELP = ("A recipe key and its values, e.g. update.name=[d-then-g,g-then-d
 @click.option("--out", "folder", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Study folder: one run directory per trial, and the default storage (default: runs/<study>).")
 @click.option("--storage", default=None, metavar="URL",
-              help="Optuna storage shared by every process of the study: postgresql://..., mysql://..., "
-                   "sqlite:///..., or a journal file path (default: <study folder>/study.journal).")
+              help="Optuna storage shared by every process of the study: a journal file path, sqlite:///FILE.db, "
+                   "or another SQLAlchemy database URL such as postgresql://... or mysql://... (default: <study "
+                   "folder>/study.journal).")
 @click.option("--sampler", type=click.Choice(["grid", "random", "tpe"]), default=None,
-              help="How configurations are chosen (default: grid when every space is a list or int range, else tpe).")
+              help="How configurations are chosen (default: grid when every space is a list, named bundles or an "
+                   "int(lo, hi) range; else tpe).")
 @click.option("--pruner", type=click.Choice(["none", "median", "halving"]), default="none", show_default=True,
               help="Stop hopeless trials early on the objective metric's values during training (set the "
                    "metric's every_kimg): Optuna's MedianPruner or SuccessiveHalvingPruner.")
@@ -53,7 +57,8 @@ _PARAM_HELP = ("A recipe key and its values, e.g. update.name=[d-then-g,g-then-d
               help="Wall-clock length of every trial in minutes of training (sets run.max_minutes).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value in every trial.")
 @click.option("--retry-failed", is_flag=True, help="Run failed trials again (interrupted ones always continue).")
-@click.option("--dry-run", is_flag=True, help="Check the space and print the configurations; no training.")
+@click.option("--dry-run", is_flag=True, help="Check the space (and an existing study, as the run would), print the "
+                                               "configurations and the trials left; no training.")
 @user_errors
 def sweep(recipe: Path, params, seeds, trials, jobs, study_name, folder, storage, sampler, pruner, pruner_startup,
           pruner_warmup, metric, budget_kimg, budget_minutes, overrides, retry_failed, dry_run) -> None:
@@ -82,7 +87,7 @@ def sweep(recipe: Path, params, seeds, trials, jobs, study_name, folder, storage
                    "runs' first metric).")
 @click.option("--show", "extras", multiple=True, metavar="KEY",
               help="Also show the final value of this metrics.jsonl key (e.g. Augment/p); Augment/* are shown "
-                   "when present.")
+                   "when present. A key no run has is a warning.")
 @click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON instead of a table.")
 @click.option("--out", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where compare.html goes (default: the study folder, else the working directory).")
@@ -100,6 +105,8 @@ def compare(paths, metric, extras, as_json, html_out, no_html) -> None:
     from gan_kit.sweep.compare import compare_runs, print_table, to_json
 
     result = compare_runs(list(paths), metric=metric, extras=list(extras))
+    for w in result.warnings:
+        click.echo(f"warning: {w}", err=True)
     if as_json:
         import json
 

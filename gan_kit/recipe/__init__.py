@@ -12,7 +12,7 @@ as data and TOML), ``problems`` (the collector).
 from __future__ import annotations
 
 from gan_kit.recipe.dump import recipe_to_dict, recipe_to_toml
-from gan_kit.recipe.load import load_recipe, parse_set
+from gan_kit.recipe.load import load_recipe, parse_set, read_table
 from gan_kit.recipe.problems import Problems
 from gan_kit.recipe.schema import (COMPONENT_TABLES, CORE_TABLES, TOP_LEVEL, ComponentSpec, DataSlot, EmaOptions,
                                    MetricSlot, OptimOptions, PenaltySlot, Recipe, RunOptions)
@@ -32,6 +32,7 @@ __all__ = [
     "Recipe",
     "load_recipe",
     "parse_set",
+    "read_table",
     "parse_options",
     "build_recipe",
     "recipe_to_dict",

@@ -17,7 +17,7 @@ from gan_kit.errors import RecipeError
 from gan_kit.recipe.problems import Problems, describe as _describe
 from gan_kit.recipe.validate import build_recipe
 
-__all__ = ["load_recipe", "parse_set"]
+__all__ = ["load_recipe", "parse_set", "read_table"]
 
 _TOML_POS = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)$", re.S)
 
@@ -100,6 +100,18 @@ def _load_with_extends(path: Path, label: str, problems: Problems, chain: tuple[
                 base = _load_with_extends(parent_path, str(parent_path), problems, chain)
     problems.mark(data, label)
     return _merge(base, data) if base is not None else data
+
+
+def read_table(path: str | Path) -> dict:
+    """The merged TOML table of recipe file ``path`` after its ``extends`` chain: what the user
+    wrote, without ``--set`` and without the defaults gankit fills in (``extends`` itself
+    removed). Raises ``RecipeError`` when a file of the chain cannot be read or parsed."""
+    path = Path(path)
+    problems = Problems(str(path))
+    raw = _load_with_extends(path, str(path), problems)
+    if raw is None or problems:
+        raise RecipeError(problems.lines)
+    return raw
 
 
 _BARE = re.compile(r"^[A-Za-z0-9_.~/\-][A-Za-z0-9_.~/:\-]*$")

@@ -5,7 +5,8 @@ A sweep drives ordinary runs: every trial is one (configuration, seed), trained 
 run`` child process into its own run directory, and sweep and compare read runs through the files
 users read (recipe.toml, metrics.jsonl, checkpoints, and the trial's sweep.json). One job per
 module: ``spaces`` (``--param`` parsing and checking), ``study`` (storage, study, queue, stale
-trials), ``trials`` (a trial's child process and files), ``driver`` (the loop), ``setup`` (the
-command line turned into a sweep), ``compare`` (the statistics), ``page`` (compare.html); the
-click commands are ``gan_kit.cli.sweep``.
+trials), ``spec`` (what a study remembers of its command, and the check of a later one),
+``trials`` (a trial's child process and files), ``driver`` (the loop), ``setup`` (the command
+line turned into a sweep), ``compare`` (the statistics), ``page`` (compare.html); the click
+commands are ``gan_kit.cli.sweep``.
 """

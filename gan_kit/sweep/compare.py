@@ -92,6 +92,8 @@ class Comparison:
     extras: list
     default_html: Path
     direction_note: str = ""
+    #: Warnings for the terminal: a ``--show`` key that no run has.
+    warnings: tuple = ()
 
 
 def _is_run(path: Path) -> bool:
@@ -103,9 +105,12 @@ def find_runs(paths: list[Path]) -> tuple[list[Path], Path]:
     folder) and where compare.html goes by default."""
     runs: list[Path] = []
     for p in paths:
+        if not p.exists():
+            raise GankitError(f"{p}: does not exist; give run directories or a folder of them (a sweep's study "
+                              f"folder, e.g. runs/pggan-sweep)")
         if not p.is_dir():
-            raise GankitError(f"{p}: not a folder; give run directories or a folder of them (a sweep's study folder, "
-                              f"e.g. runs/pggan-sweep)")
+            raise GankitError(f"{p}: is a file, not a folder; give run directories or a folder of them (a sweep's "
+                              f"study folder, e.g. runs/pggan-sweep)")
         found = [p] if _is_run(p) else sorted(d for d in p.iterdir() if d.is_dir() and _is_run(d))
         if not found:
             raise GankitError(f"{p}: holds no run (no metrics.jsonl, recipe.toml or sweep.json here or in its "
@@ -221,8 +226,10 @@ def _labels(groups: list[Group]) -> None:
     which the configurations differ."""
     from gan_kit.sweep.spaces import config_label
 
-    keys = set().union(*(g.runs[0].recipe for g in groups)) if groups else set()
-    differ = sorted(k for k in keys - IGNORED if len({json.dumps(g.runs[0].recipe.get(k)) for g in groups}) > 1)
+    known = [g for g in groups if g.runs[0].recipe]  # a trial without its recipe.toml yet differs in nothing
+    keys = set().union(*(g.runs[0].recipe for g in known)) if known else set()
+    differ = sorted(k for k in keys - IGNORED if len({json.dumps(g.runs[0].recipe.get(k), default=str)
+                                                      for g in known}) > 1)
 
     def diff_label(g: Group) -> str:
         return ", ".join(f"{k}={g.runs[0].recipe.get(k)}" for k in differ) or g.runs[0].path.parent.name
@@ -286,12 +293,21 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
     key, higher, note = _metric_and_direction(runs, metric)
     extra_keys = list(extras)
     infos = [_read_run(p, key, higher, extra_keys) for p in runs]
-    found = sorted({k for i in infos for r in i.rows for k in r if k.startswith("Augment/")})
+    row_keys = {k for i in infos for r in i.rows for k in r}
+    if metric is not None:
+        _check_metric(metric, key, infos, row_keys)
+    warnings = tuple(_missing_extra(k, row_keys) for k in extras if k not in row_keys)
+    found = sorted(k for k in row_keys if k.startswith("Augment/"))
     extra_keys += [k for k in found if k not in extra_keys]
     infos = [_read_run(p, key, higher, extra_keys) for p in runs] if found else infos
     by_key: dict[str, Group] = {}
-    for info in infos:
-        ident = {k: v for k, v in info.recipe.items() if k not in IGNORED} if info.recipe else {"path": str(info.path)}
+    for info in sorted(infos, key=lambda i: not i.recipe):
+        if info.recipe:
+            ident = {k: v for k, v in info.recipe.items() if k not in IGNORED}
+        else:  # a trial that has not written its recipe.toml yet: its sweep configuration's group
+            mates = next((gk for gk, g in by_key.items() if info.params and g.runs[0].params == info.params), None)
+            ident = json.loads(mates) if mates else {"params": info.params or None, "path": None if info.params
+                                                     else str(info.path)}
         gk = json.dumps(ident, sort_keys=True, default=str)
         by_key.setdefault(gk, Group(gk, [])).runs.append(info)
     groups = list(by_key.values())
@@ -309,7 +325,27 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
             g.p_vs_best = welch_p(g.finals, best)
             g.differs = None if g.p_vs_best is None else g.p_vs_best < ALPHA
     return Comparison(metric=key, higher_is_better=higher, groups=groups, extras=extra_keys,
-                      default_html=default_html, direction_note=note)
+                      default_html=default_html, direction_note=note, warnings=warnings)
+
+
+def _check_metric(metric: str, key: str, infos: list[RunInfo], row_keys: set[str]) -> None:
+    """``--metric``: refuse a metric no run has - in its metrics.jsonl rows, or as a ``[[metric]]``
+    of its recipe (a run still training has no value yet) - naming those the runs have."""
+    computed = {f"Metrics/{m.get('name')}" for i in infos for m in (i.recipe.get("metric") or [])
+                if isinstance(m, dict)}
+    if key in row_keys or key in computed:
+        return
+    have = sorted(k for k in row_keys | computed if k.startswith("Metrics/"))
+    raise GankitError(f"--metric {metric}: no run has {key}; the runs have "
+                      f"{', '.join(have) if have else 'no Metrics/ key yet'} (give --metric one of them)")
+
+
+def _missing_extra(key: str, row_keys: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(row_keys), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"--show {key}: no run has {key} in its metrics.jsonl; its column is empty{hint}"
 
 
 def _clean(v: Any) -> Any:

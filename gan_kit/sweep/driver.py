@@ -266,6 +266,7 @@ class Sweep:
 
         if a in self.active:
             self.active.remove(a)
+        rc = tr.exit_status(rc)
         rows = tr.read_rows(a.run_dir)
         last = rows[-1] if rows else {}
         values = tr.metric_values(rows, self.s.objective.key)
@@ -274,6 +275,11 @@ class Sweep:
         timing = dict(kimg=last.get("Progress/kimg"), wall_s=round(wall, 3), train_s=last.get("Timing/train_s"),
                       overhead_s=round(wall - train, 3) if a.started and rows else None, exit_code=rc, child_pid=None)
         final = bool(last.get("Progress/final"))
+        checkpoint, checkpoint_kimg = a.run_dir / "checkpoints" / "latest.pt", None
+        if not (rc == 0 and final) and checkpoint.is_file():  # stopped between ticks: further than its last row
+            checkpoint_kimg = _checkpoint_progress(checkpoint)[0]
+            if checkpoint_kimg is not None and (timing["kimg"] is None or checkpoint_kimg > timing["kimg"]):
+                timing["kimg"] = checkpoint_kimg
         key = self.s.objective.key
         if rc == 0 and final and values:
             value = values[-1][1]
@@ -286,12 +292,12 @@ class Sweep:
             self.study.tell(a.trial, state=TrialState.PRUNED, skip_if_finished=True)
             tr.write_state(a.run_dir, state="pruned", pruned_at_tick=a.pruned_at,
                            value=values[-1][1] if values else None, **timing)
-        elif self.signal is not None and rc in (130, 143, -signal.SIGTERM, -signal.SIGINT):
+        elif self.signal is not None and rc in (128 + signal.SIGINT, 128 + signal.SIGTERM):
             _set_attr(a.trial, st.STATE, "interrupted")
             self.study.tell(a.trial, state=TrialState.FAIL, skip_if_finished=True)
             st.retry(self.study, st._storage(self.study).get_trial(a.trial._trial_id))
             tr.write_state(a.run_dir, state="interrupted", **timing)
-            kimg = _checkpoint_progress(a.run_dir / "checkpoints" / "latest.pt")[0]
+            kimg = checkpoint_kimg
             where = f"its checkpoint at kimg {kimg:g}" if kimg is not None else "the start (no checkpoint yet)"
             _echo(f"{a.name}: stopped; queued to continue from {where}")
         else:

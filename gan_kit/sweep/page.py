@@ -80,6 +80,13 @@ def _plot(c: Comparison, keys: list[tuple[str, str, str]]) -> str | None:
             xs, mean, lo, hi = curve(g, key, axis)
             if not xs:
                 continue
+            if all(len(curve(Group(g.key, [r]), key, axis)[0]) <= 1 for r in g.runs):
+                # one value per seed (a metric computed only at the end): dots, never a line that
+                # would join different seeds' end points as if they were one curve
+                pts = [curve(Group(g.key, [r]), key, axis) for r in g.runs]
+                ax.scatter([p[0][0] for p in pts if p[0]], [p[1][0] for p in pts if p[0]], color=color, s=14,
+                           label=label)
+                continue
             ax.plot(xs, mean, color=color, lw=1.5, marker="o" if len(xs) < 30 else None, ms=3, label=label)
             if len(g.runs) > 1 and len(xs) > 1:
                 ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
@@ -90,6 +97,32 @@ def _plot(c: Comparison, keys: list[tuple[str, str, str]]) -> str | None:
         ax.set_title(title, loc="left", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
+    return _png(fig)
+
+
+def _finals(c: Comparison) -> str | None:
+    """Each configuration's final values: one dot per seed, the mean with its 95% confidence
+    interval as a bar, configurations in rank order (the table's numbers, drawn)."""
+    from matplotlib.figure import Figure
+
+    shown = [g for g in c.groups if g.finals]
+    if not shown:
+        return None
+    fig = Figure(figsize=(9, 0.9 + 0.32 * len(shown)), dpi=100, layout="constrained")
+    ax = fig.subplots()
+    for i, g in enumerate(shown):
+        y = len(shown) - 1 - i
+        ax.scatter(g.finals, [y] * len(g.finals), color="C0", s=18, alpha=0.7, zorder=3,
+                   label="one seed" if i == 0 else None)
+        if g.ci95 is not None:
+            ax.errorbar([g.mean], [y], xerr=[[g.mean - g.ci95[0]], [g.ci95[1] - g.mean]], color="C3", capsize=4,
+                        lw=1.2, marker="|", ms=12, zorder=4, label="mean, 95% CI" if i == 0 else None)
+        elif g.mean is not None:
+            ax.plot([g.mean], [y], color="C3", marker="|", ms=12, zorder=4)
+    ax.set_yticks(range(len(shown)), [f"{g.rank}: {g.label}"[:60] for g in reversed(shown)], fontsize=8)
+    ax.set_xlabel(f"final {c.metric} ({'higher' if c.higher_is_better else 'lower'} is better)")
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(fontsize=7, loc="best")
     return _png(fig)
 
 
@@ -125,6 +158,7 @@ def write_page(c: Comparison, path: Path) -> str | None:
     else:
         metric = c.metric
         plots = [
+            ("Final values", _finals(c)),
             ("The metric", _plot(c, [(metric, "kimg", f"{metric} over kimg (line: mean over seeds; band: their range)"),
                                      (metric, "time", f"{metric} over training time (one line per seed)")])),
             ("Losses", _plot(c, [("Loss/D", "kimg", "D loss (tick mean)"), ("Loss/G", "kimg", "G loss (tick mean)")])),

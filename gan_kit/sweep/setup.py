@@ -106,26 +106,83 @@ def _pruner(kind: str, startup: int, warmup: int) -> Any:
     return optuna.pruners.NopPruner()
 
 
+def _dotted(key: str) -> str:
+    """``metric[0]`` -> ``metric.0``: a component's key as ``--set`` takes it."""
+    import re
+
+    return re.sub(r"\[(\d+)\]", r".\1", key)
+
+
+def _names_of(configs: dict[int, dict] | list, seeds: int) -> list[str]:
+    numbers = range(len(configs)) if isinstance(configs, list) else sorted(configs)
+    return [st.trial_name(i, s) for i in numbers for s in range(seeds)]
+
+
+def _listed(names: list[str], limit: int = 8) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def existing_study(storage: str | None, folder: Path, study_name: str, spec: dict, legacy_digest: Any,
+                   configs: list | None, seeds: int, trials: int | None, retry_failed: bool) -> list[str]:
+    """For ``--dry-run``: the study as the real run would find it, checked against ``spec`` as
+    the real run checks it (``GankitError`` when it would be refused), in lines: new, or how
+    many of its trials are finished and which remain. Creates nothing."""
+    from gan_kit.sweep.driver import _sampled_configs
+    from gan_kit.sweep.spec import ATTR, check_spec
+
+    store, where = st.open_storage(storage, folder, existing=True)
+    study = st.find_study(store, study_name) if store is not None else None
+    if study is None:
+        return [f"study {study_name}: new, in {where}"]
+    saved = study.user_attrs.get(ATTR)
+    for w in check_spec(study_name, saved, spec, legacy_digest) if saved else []:
+        click.echo(f"warning: {w}", err=True)
+    states = st.name_states(study)
+    sampled = _sampled_configs(study) if configs is None else {}
+    expected = _names_of(configs if configs is not None else sampled, seeds)
+    done = [n for n in expected if states.get(n) in ("complete", "pruned")]
+    failed = [n for n in expected if states.get(n) == "failed"]
+    running = [n for n in expected if states.get(n) == "running"]
+    left = [n for n in expected if n not in done and n not in running and (retry_failed or n not in failed)]
+    counts = ", ".join(f"{sum(states.get(n) == k for n in done)} {k}" for k in ("complete", "pruned")
+                       if any(states.get(n) == k for n in done))
+    lines = [f"study {study_name} exists in {where}: {len(done)} of {len(expected)} trials finished"
+             + (f" ({counts})" if counts else "")]
+    if configs is None:
+        lines[0] += f"; {len(sampled)} of {trials} configurations sampled so far"
+    if running:
+        lines.append(f"  running in another process: {_listed(running)}")
+    if failed and not retry_failed:
+        lines.append(f"  failed, not run again (add --retry-failed to): {_listed(failed)}")
+    to_sample = max(0, (trials or 0) - len(sampled)) if configs is None else 0
+    rest = [_listed(left)] if left else []
+    if to_sample:
+        rest.append(f"{to_sample} configuration(s) still to sample, each with {seeds} seed(s)")
+    lines.append(f"  to run: {'; '.join(rest)}" if rest else "  nothing left to run")
+    return lines
+
+
 def prepare(*, recipe: Path, params, seeds: int, trials: int | None, jobs: int, study_name: str | None,
             folder: Path | None, storage: str | None, sampler: str | None, pruner: str, pruner_startup: int,
             pruner_warmup: int, metric: str | None, budget_kimg: float | None, budget_minutes: float | None,
             overrides, retry_failed: bool, dry_run: bool) -> Sweep | None:
     """Check everything, open the study and queue its trials; returns the ``Sweep`` to run (None
     after ``dry_run``, which prints the plan instead)."""
-    from gan_kit.recipe import load_recipe, recipe_to_toml
+    from gan_kit.recipe import load_recipe, read_table, recipe_to_toml
+    from gan_kit.sweep.spec import study_spec
 
     owned, sets = {}, list(overrides)
     if budget_kimg is not None:
-        owned["run.total_kimg"] = "--budget-kimg sets it (drop one of them)"
+        owned["run.total_kimg"] = "--budget-kimg sets it; drop one of them"
         sets.append(f"run.total_kimg={budget_kimg!r}")
     if budget_minutes is not None:
-        owned["run.max_minutes"] = "--budget-minutes sets it (drop one of them)"
+        owned["run.max_minutes"] = "--budget-minutes sets it; drop one of them"
         sets.append(f"run.max_minutes={budget_minutes!r}")
     for s in overrides:
         key = s.partition("=")[0].strip()
         if key in owned or key in ("run.seed", "run.out_dir"):
             fix = owned.get(key) or ("use --seeds N" if key == "run.seed" else "choose the study folder with --out")
-            raise GankitError(f"--set {s!r}: {key} is set by the sweep ({fix})")
+            raise GankitError(f"--set {s!r}: {key} is set by the sweep: {fix}")
     spaces = parse_spaces(params, overrides, owned)
     base, plugins = load_recipe(recipe, sets)
     check_spaces(recipe, spaces, sets, plugins, extra=data_checker(plugins))
@@ -141,33 +198,48 @@ def prepare(*, recipe: Path, params, seeds: int, trials: int | None, jobs: int, 
     folder = folder or Path("runs") / study_name
     user_threads = any(s.partition("=")[0].strip() == "run.threads" for s in overrides)
     threads = None if user_threads else threads_per_job(jobs)
+    shown_threads = (base.run.threads or "auto") if user_threads else threads
     n_configs = len(configs) if configs is not None else trials
     what = (f"{n_configs} configuration{'s' * (n_configs != 1)} x {seeds} seed{'s' * (seeds != 1)} = "
             f"{n_configs * seeds} trial{'s' * (n_configs * seeds != 1)} ({sampler}), "
             f"objective {objective.key} ({'higher' if objective.higher_is_better else 'lower'} is better)")
+    if seeds == 1:
+        what += "; 1 seed: no interval (compare needs --seeds 2 or more)"
+    if pruner != "none" and spec.slot.every_kimg is None:
+        key = _dotted(spec.key)
+        click.echo(f"warning: {key}.every_kimg is not set, so {spec.name} is computed only at the end of each "
+                   f"trial and --pruner {pruner} cannot stop one early (e.g. --set {key}.every_kimg=4)", err=True)
+    spec_attrs = study_spec(recipe=recipe, table=read_table(recipe), params=params, overrides=overrides,
+                            budget_kimg=budget_kimg, budget_minutes=budget_minutes, metric=objective.key,
+                            sampler=sampler)
+
+    def legacy_digest() -> str:  # what a study started by an older gankit recorded
+        return st.recipe_digest(recipe_to_toml(base))
+
     if dry_run:
+        found = existing_study(storage, folder, study_name, spec_attrs, legacy_digest, configs, seeds, trials,
+                               retry_failed)
         click.echo(f"{recipe}: ok; {what}")
         for i, c in enumerate(configs or []):
             click.echo(f"  {st.trial_name(i, 0)[:-3]}: {config_label(c)}")
         if configs is None:
             for sp in spaces:
                 click.echo(f"  {sp.text}")
+        for line in found:
+            click.echo(line)
         first = configs[0] if configs else {sp.key: sp.probes()[0] for sp in spaces}
         items = [*sets, *(x for sp in spaces for x in sp.sets(first[sp.key])), "run.seed=0"]
         cmd = child_command(recipe, folder / st.trial_name(0, 0), items, resume=False, overwrite=False, threads=threads)
         click.echo("first trial: gankit " + " ".join(shlex.quote(c) for c in cmd[3:]))
         return None
-    if pruner != "none" and spec.slot.every_kimg is None:
-        click.echo(f"warning: {spec.key}.every_kimg is not set, so {spec.name} is computed only at the end of each "
-                   f"trial and --pruner {pruner} cannot stop one early (e.g. --set {spec.key}.every_kimg=4)", err=True)
     store, where = st.open_storage(storage, folder)
-    spec_attrs = {"recipe": str(recipe), "recipe_digest": st.recipe_digest(recipe_to_toml(base)), "params": list(params),
-                  "sets": sets, "metric": objective.key, "sampler": sampler}
-    study = st.open_study(store, study_name, objective.direction, _sampler(sampler, spaces),
-                          _pruner(pruner, pruner_startup, pruner_warmup), spec_attrs)
+    study, warnings = st.open_study(store, study_name, objective.direction, _sampler(sampler, spaces),
+                                    _pruner(pruner, pruner_startup, pruner_warmup), spec_attrs, legacy_digest)
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
     if configs is not None:
         st.enqueue_grid(study, configs, seeds, folder)
-    click.echo(f"study {study_name}: {what}; {jobs} at once x {threads or 'run.threads'} thread(s); storage {where}; "
+    click.echo(f"study {study_name}: {what}; {jobs} at once x {shown_threads} thread(s); storage {where}; "
                f"run directories {folder}/<trial>")
     settings = Settings(recipe=recipe, spaces=spaces, sets=sets, seeds=seeds, trials=trials, jobs=jobs,
                         threads=threads, sampler=sampler, folder=folder, study_name=study_name, objective=objective,

@@ -256,6 +256,38 @@ def _parse_bundles(key: str, item: str, text: str) -> Space:
     return Space(key, item, "bundle", bundles=bundles)
 
 
+_OPENERS = {"[": ("]", "an unclosed list", "KEY=[a, b]"),
+            "{": ("}", "unclosed named bundles", "KEY={name = {key = value}, ...}"),
+            "(": (")", "an unclosed range", "KEY=uniform(lo, hi)")}
+
+
+def _forms(key: str) -> str:
+    return f"write --param '{key}=[a, b]', '{key}=[\"a b\", c]' or '{key}=uniform(lo, hi)'"
+
+
+def _unclosed(text: str, key: str) -> str | None:
+    """What is wrong when a bracket, brace, parenthesis or quote of ``text`` is not closed (or
+    closed without being opened), with the expected form; None when they pair up."""
+    stack, quote = [], ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in _OPENERS:
+            stack.append(ch)
+        elif ch in "]})":
+            if not stack or _OPENERS[stack[-1]][0] != ch:
+                return f"a syntax error: {ch!r} closes nothing that was opened in {text!r} ({_forms(key)})"
+            stack.pop()
+    if quote:
+        return f"a syntax error: the quote {quote} in {text!r} is not closed ({_forms(key)})"
+    if stack:
+        closer, what, form = _OPENERS[stack[-1]]
+        return f"{what}: {text!r} has no closing {closer!r} (write --param '{form.replace('KEY', key)}')"
+    return None
+
+
 def parse_space(item: str) -> Space:
     """One ``--param KEY=SPACE`` item -> ``Space``; ``SpaceError`` (one line) when it is malformed."""
     if "=" not in item:
@@ -267,6 +299,9 @@ def parse_space(item: str) -> Space:
                          f"optim.lr or penalty.0.weight)")
     if key in OWNED_KEYS:
         raise SpaceError(f"--param {item!r}: {key} is set by the sweep: {OWNED_KEYS[key]}")
+    unclosed = _unclosed(text, key)
+    if unclosed:
+        raise SpaceError(f"--param {item!r}: {unclosed}")
     m = _RANGE.fullmatch(text)
     if m:
         return _parse_range(key, item, m["fn"], m["args"])
@@ -358,11 +393,18 @@ def check_spaces(recipe_path: Path, spaces: list[Space], sets: list[str], plugin
     named. Raises ``SpaceError``."""
     from gan_kit.recipe import load_recipe
 
+    swept = {k for sp in spaces for k in sp.keys()}
+    given = f"{recipe_path} (--set): "
+
     def problem(items: list[str]) -> str | None:
         try:
             recipe = load_recipe(recipe_path, [*sets, *items], plugins=plugins)[0]
         except RecipeError as e:
-            return e.problems[0] if e.problems else str(e)
+            msg = e.problems[0] if e.problems else str(e)
+            key = msg[len(given):].split(":", 1)[0] if msg.startswith(given) else ""
+            if any(key == k or key.startswith(k + ".") for k in swept):  # the loader calls every override --set
+                msg = f"{recipe_path} (--param): {msg[len(given):]}"
+            return msg
         return extra(recipe) if extra is not None else None
 
     probes = [sp.probes() for sp in spaces]

@@ -34,7 +34,7 @@ from gan_kit.errors import GankitError
 
 __all__ = ["HEARTBEAT_S", "GRACE_S", "open_storage", "open_study", "trial_name", "enqueue_grid", "ensure_seeds",
            "pop_waiting", "is_duplicate", "claim", "heartbeat", "recover_stale", "retry", "worker_alive", "names",
-           "requeue_failed", "count_states"]
+           "requeue_failed", "count_states", "name_states", "find_study", "STORAGE_FORMS"]
 
 #: A worker records each running trial's heartbeat this often (seconds) ...
 HEARTBEAT_S = 30
@@ -53,22 +53,59 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def open_storage(url: str | None, folder: Path) -> tuple[Any, str]:
+def _journal_path(url: str | None, folder: Path) -> Path | None:
+    """The journal file of ``--storage url`` (default: the one in ``folder``); None for a URL."""
+    if url is None:
+        return folder / "study.journal"
+    if "://" not in url and not url.startswith("sqlite:"):
+        return Path(url)
+    return None
+
+
+STORAGE_FORMS = ("--storage takes a journal file path such as runs/study.journal, sqlite:///FILE.db, or another "
+                 "SQLAlchemy database URL Optuna can use: postgresql://USER:PASSWORD@HOST/DB, mysql://...")
+#: A database URL's scheme -> the driver package it needs.
+DRIVERS = {"postgresql": "psycopg2-binary", "postgres": "psycopg2-binary", "mysql": "pymysql",
+           "mariadb": "pymysql", "redis": "redis"}
+
+
+def _open_problem(url: str, e: Exception) -> str:
+    """One line for a storage URL that cannot be opened: an unknown scheme, a missing driver, or
+    the database's own first line."""
+    shown = _hide_password(url)
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    if type(e).__name__ == "NoSuchModuleError" or "Can't load plugin" in first:
+        return f"--storage {shown}: unknown storage URL scheme {scheme + '://'!r}; {STORAGE_FORMS}"
+    if isinstance(e, ImportError) or "import" in first.lower():
+        package = DRIVERS.get(scheme)
+        fix = f"`pip install {package}`" if package else "install the database driver SQLAlchemy names"
+        return f"--storage {shown}: the {scheme} driver is not installed ({fix})"
+    return f"--storage {shown}: cannot open it: {first} (check the URL and that the server is reachable)"
+
+
+def open_storage(url: str | None, folder: Path, *, existing: bool = False) -> tuple[Any, str]:
     """``(storage, description)`` for ``--storage url`` (default: the journal file in ``folder``).
+    ``existing``: open only a storage that is already there (a journal or SQLite file that
+    exists, a database server); ``(None, description)`` otherwise - nothing is created.
 
     Raises ``GankitError`` (one line) when the storage cannot be opened."""
     from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
     from optuna.storages.journal import JournalFileBackend
 
     with _quiet():
-        if url is None or (("://" not in url) and not url.startswith("sqlite:")):
-            path = Path(url) if url else folder / "study.journal"
+        path = _journal_path(url, folder)
+        if path is not None:
+            if existing and not path.is_file():
+                return None, f"journal file {path}"
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 return JournalStorage(JournalFileBackend(str(path))), f"journal file {path}"
             except OSError as e:
                 raise GankitError(f"--storage {path}: cannot create the journal file: {e.strerror} "
                                   f"(check the folder and its permissions)") from None
+        if existing and url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+            return None, f"database {url}"
         try:
             if url.startswith("redis://"):
                 from optuna.storages.journal import JournalRedisBackend
@@ -78,10 +115,7 @@ def open_storage(url: str | None, folder: Path) -> tuple[Any, str]:
                                  heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback())
             return storage, f"database {_hide_password(url)}"
         except Exception as e:  # noqa: BLE001 - a driver missing, a server down, a bad URL: one line each
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-            raise GankitError(f"--storage {_hide_password(url)}: cannot open it: {first} (check the URL and that the "
-                              f"server is reachable; PostgreSQL needs `pip install psycopg2-binary`, MySQL "
-                              f"`pip install pymysql`, redis `pip install redis`)") from None
+            raise GankitError(_open_problem(url, e)) from None
 
 
 def _hide_password(url: str) -> str:
@@ -90,29 +124,45 @@ def _hide_password(url: str) -> str:
     return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
 
 
-def open_study(storage: Any, name: str, direction: str, sampler: Any, pruner: Any, spec: dict) -> Any:
-    """Create study ``name`` or load it; a study that exists must have been started with the same
-    ``spec`` (recipe, parameters, overrides, budget, objective, sampler), else ``GankitError``
-    naming what differs."""
+def open_study(storage: Any, name: str, direction: str, sampler: Any, pruner: Any, spec: dict,
+               legacy_digest: Any) -> tuple[Any, list[str]]:
+    """Create study ``name`` or load it; ``(study, warnings)``. A study that exists must have
+    been started with the same ``spec`` (``gan_kit.sweep.spec``), else ``GankitError`` naming
+    what differs; a legacy record is replaced by ``spec`` once accepted."""
     import optuna
+
+    from gan_kit.sweep.spec import ATTR, check_spec, upgrade_needed
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with _quiet():
         study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=sampler,
                                     pruner=pruner, load_if_exists=True)
-    saved = study.user_attrs.get("gankit")
+    saved = study.user_attrs.get(ATTR)
     if saved is None:
-        study.set_user_attr("gankit", spec)
-        return study
-    differ = [k for k in spec if k != "recipe" and saved.get(k) != spec[k]]  # the path may be spelled otherwise
-    if differ:
-        what = "; ".join(f"{k}: {saved.get(k)!r} then, {spec[k]!r} now" for k in differ)[:400]
-        raise GankitError(f"--study {name}: this study was started with other settings ({what}); continue it with "
-                          f"the same command, or start a new study with --study NEW_NAME")
-    return study
+        study.set_user_attr(ATTR, spec)
+        return study, []
+    warnings = check_spec(name, saved, spec, legacy_digest)
+    if upgrade_needed(saved):
+        study.set_user_attr(ATTR, spec)
+    return study, warnings
+
+
+def find_study(storage: Any, name: str) -> Any:
+    """Study ``name`` in ``storage`` if it exists (None otherwise); creates nothing."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return None
+    with _quiet():
+        return optuna.load_study(study_name=name, storage=storage)
 
 
 def recipe_digest(text: str) -> str:
+    """The digest an older gankit recorded: of the recipe resolved with every default (``spec``
+    reads such a study)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -339,3 +389,17 @@ def count_states(study: Any) -> dict[str, int]:
         counts[state] = counts.get(state, 0) + 1
     return counts
 
+
+
+def name_states(study: Any) -> dict[str, str]:
+    """Trial name -> ``complete``, ``pruned``, ``running``, ``waiting`` (queued, or failed in a
+    way that continues: interrupted, worker died) or ``failed`` (run again only with
+    ``--retry-failed``), by its most advanced trial."""
+    out = {}
+    for name, ts in names(study).items():
+        states = {t.state.name for t in ts}
+        state = next((s for s in ("COMPLETE", "PRUNED", "RUNNING", "WAITING") if s in states), None)
+        if state is None:
+            state = "WAITING" if ts[-1].user_attrs.get(STATE) in CONTINUED else "FAILED"
+        out[name] = state.lower()
+    return out

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["child_command", "spawn", "MetricsTail", "read_state", "write_state", "run_finished", "last_log_line",
-           "threads_per_job", "STATE_FILE", "LOG_FILE"]
+           "threads_per_job", "exit_status", "STATE_FILE", "LOG_FILE"]
 
 STATE_FILE = "sweep.json"
 LOG_FILE = "sweep.log"
@@ -34,6 +34,13 @@ def threads_per_job(jobs: int) -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return max(1, cores // jobs)
+
+
+def exit_status(returncode: int) -> int:
+    """A child's exit status as the shell reports it: a death by signal N (``Popen.returncode``
+    -N) is 128 + N, so a trial stopped by SIGTERM reads 143 whether its handler exited with 143
+    or the signal killed it."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def child_command(recipe: Path, run_dir: Path, sets: list[str], *, resume: bool, overwrite: bool,
