@@ -115,6 +115,8 @@ def config_from_recipe(recipe_path: Path, sets: list[str]) -> dict:
     batch = growth.batch_size
     batches = {int(k): int(v) for k, v in batch.items()} if isinstance(batch, dict) else None
     o = recipe.optim
+    from gan_kit.cpufeatures import auto_precision
+
     return {
         "resolution": recipe.resolution,
         "latent_dim": a.latent_dim,
@@ -132,8 +134,8 @@ def config_from_recipe(recipe_path: Path, sets: list[str]) -> dict:
         "ema_decay": recipe.ema.decay,
         "seed": recipe.run.seed,
         # bf16: the hand loops run their forwards under CPU bf16 autocast too, as a practitioner
-        # would; "auto" is fp32 on the CPU
-        "bf16": recipe.run.precision == "bf16",
+        # would; "auto" as gankit resolves it on the CPU
+        "bf16": recipe.run.precision == "bf16" or (recipe.run.precision == "auto" and auto_precision("cpu") == "bf16"),
     }
 
 

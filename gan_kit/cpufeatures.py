@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-__all__ = ["NATIVE_BF16_FLAGS", "native_bf16", "flags_have_native_bf16"]
+__all__ = ["NATIVE_BF16_FLAGS", "native_bf16", "flags_have_native_bf16", "auto_precision"]
 
 #: x86 feature flags (as /proc/cpuinfo spells them) that mean bf16 matrix/vector instructions.
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -36,3 +36,15 @@ def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
         return flags_have_native_bf16(Path(cpuinfo).read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return False
+
+
+def auto_precision(device_type: str, native: bool | None = None) -> str:
+    """What ``run.precision = "auto"`` means on ``device_type`` ("cuda", "cpu", ...): bf16 autocast
+    on CUDA and on a CPU with native bf16 (``native``, default ``native_bf16()``), else fp32. On
+    the CPU the choice rests on a measurement: the main recipe trained as well in bf16 as in fp32
+    at the same kimg, about twice as fast (docs/performance.md, "bf16 on the CPU")."""
+    if device_type == "cuda":
+        return "bf16"
+    if device_type == "cpu" and (native_bf16() if native is None else native):
+        return "bf16"
+    return "fp32"

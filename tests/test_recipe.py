@@ -133,4 +133,4 @@ def test_shipped_pggan_recipe_round_trips(tmp_path, plugins):
     path.write_text(recipe_to_toml(r), encoding="utf-8")
     again, _ = load_recipe(path, plugins=plugins)
     assert _same(again, r)
-    assert again.growth.options.batch_size == {4: 64, 8: 64, 16: 64}
+    assert again.growth.options.batch_size == {4: 32, 8: 32, 16: 32}

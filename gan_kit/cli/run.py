@@ -122,4 +122,6 @@ def _print_plan(run, changes: list[str] | None = None, checkpoint: Path | None =
         console.print("recipe changes: " + ("; ".join(changes) if changes else "none"))
     if run.initialized_from is not None:
         console.print(f"G, D and G_ema start from the weights of {run.initialized_from}")
-    console.print(f"total {run.total_nimg / 1000:g} kimg -> {run.out_dir}")
+    limit = r.run.max_minutes
+    until = f" or {limit:g} minutes of training, whichever comes first" if limit else ""
+    console.print(f"total {run.total_nimg / 1000:g} kimg{until} -> {run.out_dir}")

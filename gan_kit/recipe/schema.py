@@ -51,7 +51,8 @@ class RunOptions:
     device: str = option("auto", help='"auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N".',
                          validator=_device)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = option(
-        "auto", help='"auto" = bf16 autocast on CUDA and fp32 on the CPU; "fp16" adds a GradScaler.')
+        "auto", help='"auto" = bf16 autocast on CUDA and on a CPU with native bf16 (AVX512-BF16 or AMX), fp32 on '
+                    'other CPUs; "fp16" adds a GradScaler.')
     out_dir: str = option("runs/gankit", help="Run directory (relative to the working directory).")
     total_kimg: float = option(100.0, help="Length of training in thousands of real images shown.",
                                min=0, min_exclusive=True, max=KIMG_MAX)

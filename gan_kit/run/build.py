@@ -15,6 +15,7 @@ from torch import nn
 
 from gan_kit.allocator import retain_freed_memory
 from gan_kit.components import BuildContext, WeightedPenalty
+from gan_kit.cpufeatures import auto_precision
 from gan_kit.datachecks import labels_problem, metric_cap_note, metric_problem
 from gan_kit.ema import make_ema
 from gan_kit.errors import GankitError
@@ -169,7 +170,7 @@ class RunBuilding:
     def _build_precision(self) -> None:
         precision = self.recipe.run.precision
         if precision == "auto":
-            precision = "bf16" if self.device.type == "cuda" else "fp32"
+            precision = auto_precision(self.device.type)
         self.precision = precision
         self.scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
         if precision in ("bf16", "fp16"):

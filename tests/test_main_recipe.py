@@ -1,0 +1,37 @@
+"""The main recipe's plan, checked by a dry run (training it is measured, not tested: docs/main-recipe.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from gan_kit.cli import cli
+from gan_kit.cpufeatures import auto_precision
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_main_recipe_plans_what_docs_main_recipe_measured(tmp_path):
+    result = CliRunner().invoke(cli, ["run", str(ROOT / "recipes" / "pggan.toml"), "--dry-run",
+                                      "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "warning" not in out  # the digits are upscaled on purpose (data.interpolation is named)
+    assert f"device cpu ({auto_precision('cpu')}); data digits: 1797 images 1x16x16" in out
+    assert "loss wgan-gp; penalties gradient-penalty x10, drift x0.001; update d-then-g; init equalized-lr" in out
+    # phase, resolution, start kimg, fade kimg, batch, lr scale
+    rows = re.findall(r"│ (\d) +│ (\d+)px +│ ([\d.]+) +│ ([\d.]+) +│ (\d+) +│ ([\d.]+) +│", out)
+    assert rows == [("0", "4", "0", "0", "32", "1"), ("1", "8", "15", "15", "32", "1"), ("2", "16", "45", "15", "32", "1")]
+    assert re.search(r"total 400 kimg or 9 minutes of training, whichever comes first -> .*r\b", out)
+
+
+def test_the_main_recipe_measures_a_curve_and_one_critic_step():
+    from gan_kit.recipe import load_recipe
+
+    r, _ = load_recipe(ROOT / "recipes" / "pggan.toml")
+    assert r.update.options.d_steps == 1 and r.update.name == "d-then-g"
+    (swd,) = r.metrics
+    assert swd.name == "swd" and swd.options.num_images == 1024
+    assert r.run.total_kimg / swd.slot.every_kimg == 10  # ten points on the curve, the last at the end
