@@ -24,7 +24,7 @@ def test_the_main_recipe_plans_what_docs_main_recipe_measured(tmp_path):
     # phase, resolution, start kimg, fade kimg, batch, lr scale
     rows = re.findall(r"│ (\d) +│ (\d+)px +│ ([\d.]+) +│ ([\d.]+) +│ (\d+) +│ ([\d.]+) +│", out)
     assert rows == [("0", "4", "0", "0", "32", "1"), ("1", "8", "15", "15", "32", "1"), ("2", "16", "45", "15", "32", "1")]
-    assert re.search(r"total 400 kimg or 9 minutes of training, whichever comes first -> .*r\b", out)
+    assert re.search(r"total 250 kimg or 9 minutes of training, whichever comes first -> .*r\b", out)
 
 
 def test_the_main_recipe_measures_a_curve_and_one_critic_step():
