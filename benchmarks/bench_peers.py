@@ -135,7 +135,7 @@ def config_from_recipe(recipe_path: Path, sets: list[str]) -> dict:
         "seed": recipe.run.seed,
         # bf16: the hand loops run their forwards under CPU bf16 autocast too, as a practitioner
         # would; "auto" as gankit resolves it on the CPU
-        "bf16": recipe.run.precision == "bf16" or (recipe.run.precision == "auto" and auto_precision("cpu") == "bf16"),
+        "bf16": recipe.run.precision == "bf16" or (recipe.run.precision == "auto" and auto_precision("cpu", recipe.run.cpu_bf16) == "bf16"),
     }
 
 

@@ -38,13 +38,15 @@ def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
         return False
 
 
-def auto_precision(device_type: str, native: bool | None = None) -> str:
+def auto_precision(device_type: str, cpu_bf16: bool = False, native: bool | None = None) -> str:
     """What ``run.precision = "auto"`` means on ``device_type`` ("cuda", "cpu", ...): bf16 autocast
-    on CUDA and on a CPU with native bf16 (``native``, default ``native_bf16()``), else fp32. On
-    the CPU the choice rests on a measurement: the main recipe trained as well in bf16 as in fp32
-    at the same kimg, about twice as fast (docs/performance.md, "bf16 on the CPU")."""
+    on CUDA; on a CPU bf16 only when the recipe says its quality holds there (``cpu_bf16``, the
+    recipe's ``run.cpu_bf16``) and the CPU has native bf16 (``native``, default
+    ``native_bf16()``); else fp32. bf16 changes the math (8-bit mantissas), so a recipe keeps fp32
+    on the CPU until measured: the main recipe trained as well in bf16 as in fp32 at the same kimg,
+    1.6x faster (docs/performance.md, "bf16 on the CPU")."""
     if device_type == "cuda":
         return "bf16"
-    if device_type == "cpu" and (native_bf16() if native is None else native):
+    if device_type == "cpu" and cpu_bf16 and (native_bf16() if native is None else native):
         return "bf16"
     return "fp32"

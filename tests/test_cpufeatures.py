@@ -1,4 +1,5 @@
-"""``run.precision = "auto"``: bf16 on CUDA and on CPUs with native bf16 instructions, else fp32."""
+"""``run.precision = "auto"``: bf16 on CUDA; on the CPU fp32, or bf16 with ``run.cpu_bf16`` where the
+CPU has native bf16 instructions."""
 
 from __future__ import annotations
 
@@ -22,14 +23,17 @@ def test_an_unreadable_cpuinfo_is_no_native_bf16(tmp_path):
     assert native_bf16(str(tmp_path / "missing")) is False
 
 
-@pytest.mark.parametrize("device, native, expected", [("cuda", False, "bf16"), ("cpu", True, "bf16"),
-                                                      ("cpu", False, "fp32"), ("mps", True, "fp32")])
-def test_auto_precision(device, native, expected):
-    assert auto_precision(device, native) == expected
+@pytest.mark.parametrize("device, cpu_bf16, native, expected", [
+    ("cuda", False, False, "bf16"), ("cpu", True, True, "bf16"), ("cpu", False, True, "fp32"),
+    ("cpu", True, False, "fp32"), ("mps", True, True, "fp32")])
+def test_auto_precision(device, cpu_bf16, native, expected):
+    assert auto_precision(device, cpu_bf16, native) == expected
 
 
 def test_a_run_resolves_auto_as_auto_precision_says(tmp_path):
-    run = make_run(tmp_path, overrides=["run.precision=auto"])
-    assert run.precision == auto_precision("cpu")
-    pinned = make_run(tmp_path / "b", overrides=["run.precision=fp32"])
+    plain = make_run(tmp_path, overrides=["run.precision=auto"])
+    assert plain.precision == "fp32"  # a recipe keeps fp32 on the CPU unless it says cpu_bf16
+    opted = make_run(tmp_path / "b", overrides=["run.precision=auto", "run.cpu_bf16=true"])
+    assert opted.precision == ("bf16" if native_bf16() else "fp32")
+    pinned = make_run(tmp_path / "c", overrides=["run.precision=fp32", "run.cpu_bf16=true"])
     assert pinned.precision == "fp32"

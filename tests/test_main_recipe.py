@@ -19,7 +19,7 @@ def test_the_main_recipe_plans_what_docs_main_recipe_measured(tmp_path):
     assert result.exit_code == 0, result.output
     out = result.output
     assert "warning" not in out  # the digits are upscaled on purpose (data.interpolation is named)
-    assert f"device cpu ({auto_precision('cpu')}); data digits: 1797 images 1x16x16" in out
+    assert f"device cpu ({auto_precision('cpu', cpu_bf16=True)}); data digits: 1797 images 1x16x16" in out
     assert "loss wgan-gp; penalties gradient-penalty x10, drift x0.001; update d-then-g; init equalized-lr" in out
     # phase, resolution, start kimg, fade kimg, batch, lr scale
     rows = re.findall(r"│ (\d) +│ (\d+)px +│ ([\d.]+) +│ ([\d.]+) +│ (\d+) +│ ([\d.]+) +│", out)
@@ -32,6 +32,7 @@ def test_the_main_recipe_measures_a_curve_and_one_critic_step():
 
     r, _ = load_recipe(ROOT / "recipes" / "pggan.toml")
     assert r.update.options.d_steps == 1 and r.update.name == "d-then-g"
+    assert r.run.precision == "auto" and r.run.cpu_bf16  # bf16 on a CPU with native bf16: measured to hold
     (swd,) = r.metrics
     assert swd.name == "swd" and swd.options.num_images == 1024
     assert r.run.total_kimg / swd.slot.every_kimg == 10  # ten points on the curve, the last at the end

@@ -51,8 +51,13 @@ class RunOptions:
     device: str = option("auto", help='"auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N".',
                          validator=_device)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = option(
-        "auto", help='"auto" = bf16 autocast on CUDA and on a CPU with native bf16 (AVX512-BF16 or AMX), fp32 on '
-                    'other CPUs; "fp16" adds a GradScaler.')
+        "auto", help='"auto" = bf16 autocast on CUDA, fp32 on the CPU (bf16 there too with cpu_bf16 = true on a CPU '
+                    'with native bf16); "fp16" adds a GradScaler.')
+    cpu_bf16: bool = option(
+        False, help='With precision = "auto": bf16 autocast on a CPU with native bf16 instructions (AVX512-BF16 or '
+                    "AMX-BF16; fp32 on other CPUs, where bf16 is emulated and no faster). Set it in a recipe whose "
+                    "quality was measured to hold in bf16 (the main recipe: docs/performance.md, 'bf16 on the CPU'); "
+                    "bf16 changes the math, so runs compared to the last digit want fp32.")
     out_dir: str = option("runs/gankit", help="Run directory (relative to the working directory).")
     total_kimg: float = option(100.0, help="Length of training in thousands of real images shown.",
                                min=0, min_exclusive=True, max=KIMG_MAX)

@@ -170,7 +170,7 @@ class RunBuilding:
     def _build_precision(self) -> None:
         precision = self.recipe.run.precision
         if precision == "auto":
-            precision = auto_precision(self.device.type)
+            precision = auto_precision(self.device.type, cpu_bf16=self.recipe.run.cpu_bf16)
         self.precision = precision
         self.scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
         if precision in ("bf16", "fp16"):
