@@ -59,8 +59,12 @@ def test_spectral_norm_errors_do_not_send_the_user_in_a_circle(tmp_path):
     load_recipe(tiny, ["architecture.spectral_norm=D", "init.name=normal"])
 
 
-def test_a_resolution_above_the_images_own_size_warns_that_they_are_upscaled(tmp_path, caplog):
+def test_a_resolution_above_the_images_own_size_warns_that_they_are_upscaled(tmp_path, caplog, monkeypatch):
     from gan_kit.builtin.datasets import Digits, ImageFolder
+
+    # An Optuna SQLite storage opened earlier in this process runs alembic, whose logging.config
+    # call disables every logger that existed then (disable_existing_loggers): enable ours again.
+    monkeypatch.setattr(logging.getLogger("gankit.data"), "disabled", False)
 
     with caplog.at_level(logging.WARNING, logger="gankit.data"):
         Digits().build(8)
@@ -79,8 +83,10 @@ def test_a_resolution_above_the_images_own_size_warns_that_they_are_upscaled(tmp
     assert "32 is above the 12px" in caplog.text  # the smallest image names the upscaling
 
 
-def test_a_recipe_that_names_the_interpolation_upscales_the_digits_on_purpose(tmp_path, caplog):
+def test_a_recipe_that_names_the_interpolation_upscales_the_digits_on_purpose(tmp_path, caplog, monkeypatch):
     from gan_kit.builtin.datasets import Digits
+
+    monkeypatch.setattr(logging.getLogger("gankit.data"), "disabled", False)  # see the test above
     from gan_kit.components import BuildContext
 
     tiny = write_tiny_recipe(tmp_path)

@@ -13,7 +13,7 @@ from gan_kit.cli.errors import user_errors
 __all__ = ["sweep", "compare"]
 
 _PARAM_HELP = ("A recipe key and its values, e.g. update.name=[d-then-g,g-then-d,shared-fake], "
-               "optim.lr=loguniform(1e-4,3e-3), penalty.0.weight=uniform(1,20), growth.batch_size=[{4=64,8=64,16=64},{4=32,8=32,16=32}], "
+               "optim.lr=loguniform(1e-4,3e-3), loss.gp_weight=uniform(1,20), growth.batch_size=[{4=64,8=64,16=64},{4=32,8=32,16=32}], "
                "int(lo,hi); or a label and named bundles of keys that change together, e.g. "
                "'objective={hinge-gp={loss.name=\"hinge\"}, wgan-gp={loss.name=\"wgan-gp\", penalty=[]}}'. Repeat per key.")
 
