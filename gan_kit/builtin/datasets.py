@@ -203,8 +203,8 @@ class Digits(DatasetFactory):
             # A stream of its own: seed 0 is also the metrics' draw of real images (randperm of the
             # whole set), so the subset would be the first images every full-set metric draws.
             pick = torch.randperm(len(images), generator=torch.Generator().manual_seed(_SUBSET_SEED))
-            pick = pick[:self.options.max_images]
-            images, labels = images[pick.sort().values], labels[pick.sort().values]
+            pick = pick[:self.options.max_images].sort().values
+            images, labels = images[pick], labels[pick]
         x = images.unsqueeze(1)
         # A recipe that names data.interpolation upscales on purpose (the main recipe grows to
         # 16x16 to show two growth steps): no warning for a choice the recipe states.

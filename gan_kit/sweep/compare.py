@@ -173,15 +173,21 @@ def _read_run(path: Path, key: str, higher: bool, extras: list[str]) -> RunInfo:
     if train_s is None and rows:
         train_s = sum(_number(r.get("Timing/sec_per_tick")) or 0.0 for r in rows)
     seed = sweep.get("seed", recipe.get("run", {}).get("seed"))
-    extra = {}
-    for k in extras:
-        vals = [v for r in rows if (v := _number(r.get(k))) is not None]
-        if vals:
-            extra[k] = vals[-1]
     return RunInfo(path=path, seed=seed, state=state, final=final,
                    best=(max if higher else min)(values) if values else None, last=values[-1] if values else None,
                    kimg=kimg, train_s=train_s, img_per_s=kimg * 1000 / train_s if kimg and train_s else None,
-                   extras=extra, params=sweep.get("params"), recipe=_flatten(recipe), rows=rows)
+                   extras=_last_values(rows, extras), params=sweep.get("params"), recipe=_flatten(recipe),
+                   rows=rows)
+
+
+def _last_values(rows: list[dict], keys: list[str]) -> dict[str, float]:
+    """The last number each of ``keys`` has in ``rows`` (keys without one left out)."""
+    out = {}
+    for k in keys:
+        vals = [v for r in rows if (v := _number(r.get(k))) is not None]
+        if vals:
+            out[k] = vals[-1]
+    return out
 
 
 def _metric_and_direction(paths: list[Path], metric: str | None) -> tuple[str, bool, str]:
@@ -299,7 +305,8 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
     warnings = tuple(_missing_extra(k, row_keys) for k in extras if k not in row_keys)
     found = sorted(k for k in row_keys if k.startswith("Augment/"))
     extra_keys += [k for k in found if k not in extra_keys]
-    infos = [_read_run(p, key, higher, extra_keys) for p in runs] if found else infos
+    if found:  # the Augment/* columns, from the rows already read
+        infos = [attrs.evolve(i, extras=_last_values(i.rows, extra_keys)) for i in infos]
     by_key: dict[str, Group] = {}
     for info in sorted(infos, key=lambda i: not i.recipe):
         if info.recipe:

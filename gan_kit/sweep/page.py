@@ -80,10 +80,10 @@ def _plot(c: Comparison, keys: list[tuple[str, str, str]]) -> str | None:
             xs, mean, lo, hi = curve(g, key, axis)
             if not xs:
                 continue
-            if all(len(curve(Group(g.key, [r]), key, axis)[0]) <= 1 for r in g.runs):
+            pts = [curve(Group(g.key, [r]), key, axis) for r in g.runs]
+            if all(len(p[0]) <= 1 for p in pts):
                 # one value per seed (a metric computed only at the end): dots, never a line that
                 # would join different seeds' end points as if they were one curve
-                pts = [curve(Group(g.key, [r]), key, axis) for r in g.runs]
                 ax.scatter([p[0][0] for p in pts if p[0]], [p[1][0] for p in pts if p[0]], color=color, s=14,
                            label=label)
                 continue
