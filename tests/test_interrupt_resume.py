@@ -66,6 +66,9 @@ def test_a_signal_checkpoints_at_the_iteration_and_resume_is_bit_identical(tiny_
     # 15 iterations in all (8 images each); the signal comes after a random one of them
     at = random.Random(signum).randint(1, 13)
     run = build(tiny_recipe, tmp_path / "split", SHORT, extra=[SignalAt(at, signum)])
+    # what was installed before: Python's default_int_handler, or SIG_IGN in a process started in
+    # the background by a non-interactive shell (which ignores SIGINT for it)
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with pytest.raises(Interrupted) as e:
         train(run)
     assert e.value.exit_code == (130 if signum == signal.SIGINT else 143)
@@ -73,8 +76,8 @@ def test_a_signal_checkpoints_at_the_iteration_and_resume_is_bit_identical(tiny_
     assert f"continue with `gankit run --resume {tmp_path / 'split'}`" in str(e.value)
     saved = ckpt.load(tmp_path / "split" / "checkpoints" / "latest.pt")
     assert saved["step"] == at and saved["cur_nimg"] == at * 8
-    # the handlers are gone after train: the default SIGINT handler raises KeyboardInterrupt
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # train's handlers are gone after it: the ones from before are back
+    assert {s: signal.getsignal(s) for s in before} == before
     recipe, plugins, changes = load_for_run(None, None, (), str(tmp_path / "split"))
     assert changes == []
     resumed = Run(recipe, plugins)
