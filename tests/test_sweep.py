@@ -525,7 +525,7 @@ def test_kill_9_then_the_same_command_resumes_and_a_pruner_stops_a_worse_trial(t
 # ------------------------------------------------------------------- run.max_minutes --
 
 
-def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path):
+def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path, capsys):
     from gan_kit import checkpoint as ckpt
     from gan_kit.engine import Run, train
     from gan_kit.errors import GankitError
@@ -540,6 +540,9 @@ def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path):
     rows = tr.read_rows(tmp_path / "run")
     assert rows[-1]["Progress/final"] and rows[-1]["Timing/train_s"] == run.train_seconds >= 0.0006
     assert (tmp_path / "run" / "samples" / "final.png").is_file()
+    # the done line says why the run ended below the total_kimg its first line announced
+    err = capsys.readouterr().err
+    assert "done: 0.0 kimg in " in err and "stopped by run.max_minutes = 1e-05 before run.total_kimg = 50" in err
     state = ckpt.load(tmp_path / "run" / "checkpoints" / "latest.pt")
     assert state["train_seconds"] == run.train_seconds and state["cur_nimg"] == 8
     again = Run(recipe, plugins)
@@ -549,3 +552,4 @@ def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path):
     longer = Run(more, plugins)
     train(longer, resume=True)
     assert longer.step == 2 and longer.train_seconds > run.train_seconds  # one more step, time summed
+    assert "stopped by run.max_minutes" in capsys.readouterr().err

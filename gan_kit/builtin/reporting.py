@@ -169,6 +169,11 @@ def run_finished(run, stats):
             shown = run.cur_nimg - st.get("start_nimg", 0)
             digits = 1 if run.total_nimg >= 10_000 else 3
             total = f" (the run is at {run.cur_nimg / 1000:.{digits}f})" if shown != run.cur_nimg else ""
+            limit = run.recipe.run.max_minutes
+            if limit is not None and run.cur_nimg < run.total_nimg and run.train_seconds >= limit * 60:
+                # the first line promised total_kimg: say why the run ended short of it
+                total += (f", stopped by run.max_minutes = {limit:g} before run.total_kimg = "
+                          f"{run.total_nimg / 1000:g}")
             st["console"].print(f"[bold green]done[/]: {shown / 1000:.{digits}f} kimg in {elapsed:.0f} s{total}; "
                                 f"samples in {run.out_dir / 'samples'}, checkpoint in {run.out_dir / 'checkpoints'}")
 
