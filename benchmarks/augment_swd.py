@@ -30,7 +30,8 @@ def train_and_eval(name: str, sets: list[str], kimg: float, out: Path) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run_dir = out / name
     cmd = [sys.executable, "-m", "gan_kit", "run", str(ROOT / "recipes" / "pggan.toml"), "--out", str(run_dir),
-           "--overwrite", "--set", f"run.total_kimg={kimg}", "--set", "metric=[]", "--set", "run.progress=false"]
+           "--overwrite", "--set", f"run.total_kimg={kimg}", "--set", "run.max_minutes=none",  # kimg is the budget
+           "--set", "metric=[]", "--set", "run.progress=false"]
     for s in sets:
         cmd += ["--set", s]
     t0 = time.time()

@@ -125,7 +125,7 @@ def test_a_resumed_run_counts_this_sessions_kimg_and_takes_a_whole_unchanged_tab
     assert invoke("run", recipe, *ada, "--set", "run.total_kimg=0.016").exit_code == 0
     r = invoke("run", "--resume", tmp_path / "run", *ada, "--set", "run.total_kimg=0.04")
     assert r.exit_code == 0, r.output
-    assert re.search(r"done: 0\.024 kimg in \d+ s \(the run is at 0\.040\)", r.output), r.output
+    assert re.search(r"done: 0\.024 kimg in \d+ s \(the run is at 0\.040 kimg\)", r.output), r.output
     r = invoke("run", "--resume", tmp_path / "run", "--set", 'augment={name="ada", target=0.7}',
                "--set", "run.total_kimg=0.05")
     assert r.exit_code == 2 and "augment.target = 0.6, the recipe now says 0.7" in r.output  # a real change

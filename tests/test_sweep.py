@@ -540,6 +540,9 @@ def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path, cap
     rows = tr.read_rows(tmp_path / "run")
     assert rows[-1]["Progress/final"] and rows[-1]["Timing/train_s"] == run.train_seconds >= 0.0006
     assert (tmp_path / "run" / "samples" / "final.png").is_file()
+    # the 4px phase was cut short: no phase checkpoint or grid claims it finished
+    assert not list((tmp_path / "run" / "checkpoints").glob("phase-*"))
+    assert not list((tmp_path / "run" / "samples").glob("phase-*"))
     # the done line says why the run ended below the total_kimg its first line announced
     err = capsys.readouterr().err
     assert "done: 0.0 kimg in " in err and "stopped by run.max_minutes = 1e-05 before run.total_kimg = 50" in err

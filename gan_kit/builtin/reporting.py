@@ -159,7 +159,8 @@ def phase_started(run, phase):
 def run_finished(run, stats):
     st = run.stash.get(state_key, None)
     if run.is_main:
-        save_grid(run, run.out_dir / "samples" / f"phase-{run.phase.index}-{run.phase.resolution}px.png")
+        if run.cur_nimg >= min(run.phase.end_nimg, run.total_nimg):  # not a phase a time limit cut short
+            save_grid(run, run.out_dir / "samples" / f"phase-{run.phase.index}-{run.phase.resolution}px.png")
         save_grid(run, run.out_dir / "samples" / "final.png")
     if st is not None:
         _stop_progress(st)
@@ -168,7 +169,7 @@ def run_finished(run, stats):
             # This session's images: a resumed run's earlier kimg took time this clock never saw.
             shown = run.cur_nimg - st.get("start_nimg", 0)
             digits = 1 if run.total_nimg >= 10_000 else 3
-            total = f" (the run is at {run.cur_nimg / 1000:.{digits}f})" if shown != run.cur_nimg else ""
+            total = f" (the run is at {run.cur_nimg / 1000:.{digits}f} kimg)" if shown != run.cur_nimg else ""
             limit = run.recipe.run.max_minutes
             if limit is not None and run.cur_nimg < run.total_nimg and run.train_seconds >= limit * 60:
                 # the first line promised total_kimg: say why the run ended short of it
