@@ -196,7 +196,9 @@ def checkpoint_saved(run: "Run", path: "Path") -> None:
 
 @hookspec
 def run_finished(run: "Run", stats: Mapping[str, Any]) -> None:
-    """Called once when training reaches ``run.total_kimg``, with the final tick's stats."""
+    """Called once when training reaches ``run.total_kimg``, or ends early because
+    ``run.max_minutes`` of training time are spent (``run.cur_nimg < run.total_nimg`` then), with
+    the final tick's stats."""
 
 
 @hookspec

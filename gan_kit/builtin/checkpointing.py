@@ -52,11 +52,6 @@ def phase_started(run, phase):
         run.save_checkpoint("latest")
 
 
-def phase_finished(run) -> bool:
-    """Whether the run's current phase is over: its images shown, or the run's total reached."""
-    return run.cur_nimg >= min(run.phase.end_nimg, run.total_nimg)
-
-
 def _link(source: Path, target: Path) -> None:
     """``target`` as a hard link to ``source`` (a copy where links are not supported), replaced
     atomically."""
@@ -75,6 +70,6 @@ def run_finished(run, stats):
         # The last phase ends with the run: it gets its phase checkpoint like every other one
         # (the same state as latest.pt, so a link, not a second write). A run that ends inside a
         # phase (run.max_minutes) leaves it unfinished: no phase checkpoint for it.
-        if phase_finished(run):
+        if run.phase_finished:
             _link(path, path.parent / f"phase-{run.phase.index}-{run.phase.resolution}px.pt")
         keep_snapshot(run, path, stats["Progress/tick"])

@@ -159,7 +159,7 @@ def phase_started(run, phase):
 def run_finished(run, stats):
     st = run.stash.get(state_key, None)
     if run.is_main:
-        if run.cur_nimg >= min(run.phase.end_nimg, run.total_nimg):  # not a phase a time limit cut short
+        if run.phase_finished:  # not a phase a time limit cut short
             save_grid(run, run.out_dir / "samples" / f"phase-{run.phase.index}-{run.phase.resolution}px.png")
         save_grid(run, run.out_dir / "samples" / "final.png")
     if st is not None:
@@ -170,11 +170,11 @@ def run_finished(run, stats):
             shown = run.cur_nimg - st.get("start_nimg", 0)
             digits = 1 if run.total_nimg >= 10_000 else 3
             total = f" (the run is at {run.cur_nimg / 1000:.{digits}f} kimg)" if shown != run.cur_nimg else ""
-            limit = run.recipe.run.max_minutes
-            if limit is not None and run.cur_nimg < run.total_nimg and run.train_seconds >= limit * 60:
-                # the first line promised total_kimg: say why the run ended short of it
-                total += (f", stopped by run.max_minutes = {limit:g} before run.total_kimg = "
-                          f"{run.total_nimg / 1000:g}")
+            if run.cur_nimg < run.total_nimg:
+                # run_finished below total_kimg: the time limit ended it (the first line promised
+                # total_kimg, so say why the run stopped short of it)
+                total += (f", stopped by run.max_minutes = {run.recipe.run.max_minutes:g} before "
+                          f"run.total_kimg = {run.total_nimg / 1000:g}")
             st["console"].print(f"[bold green]done[/]: {shown / 1000:.{digits}f} kimg in {elapsed:.0f} s{total}; "
                                 f"samples in {run.out_dir / 'samples'}, checkpoint in {run.out_dir / 'checkpoints'}")
 

@@ -147,6 +147,12 @@ class Run(RunBuilding, RunImages, RunCheckpoints):
         sliced ``[rank::world_size]`` (see gan_kit.distributed)."""
         return batch_randn(n, self.latent_dim, device=self.device, rank=self.rank, world_size=self.world_size)
 
+    @property
+    def phase_finished(self) -> bool:
+        """Whether the current phase has shown all its images (the last phase: the run's total).
+        False when ``run.max_minutes`` ended the run inside the phase."""
+        return self.cur_nimg >= min(self.phase.end_nimg, self.total_nimg)
+
     def set_phase(self, phase: Phase) -> None:
         self.phase = phase
         for net in (self.G, self.D, self.G_ema):
