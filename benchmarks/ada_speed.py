@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from gan_kit.builtin.ada import AdaptiveAugment
+from gan_kit.builtin.augment.ada import AdaptiveAugment
 
 
 def per_call_ms(pipeline: str, p: float, x: torch.Tensor, calls: int = 20) -> float:

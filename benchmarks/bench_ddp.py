@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from gan_kit import distributed
-from gan_kit.engine import Run
-from gan_kit.phase import Phase, fade_real
+from gan_kit.training import distributed
+from gan_kit.runs.engine import Run
+from gan_kit.base.phase import Phase, fade_real
 from gan_kit.recipe import load_recipe
 
 

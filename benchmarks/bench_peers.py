@@ -5,7 +5,7 @@
 
 What one timed iteration is (d_steps = 1), for every system:
 
-* ``gankit``: ``gan_kit.engine.train`` on the recipe, exactly as ``gankit run`` trains - the
+* ``gankit``: ``gan_kit.runs.engine.train`` on the recipe, exactly as ``gankit run`` trains - the
   phase lookup, the DataLoader batch, the fade of the reals, the update strategy (D step, G step),
   the stats to floats, the finiteness check, the G_ema update and every plugin's
   ``step_finished`` hook. A timing plugin stamps the clock in ``step_finished``; one iteration is
@@ -76,8 +76,8 @@ def config_from_recipe(recipe_path: Path, sets: list[str]) -> dict:
     """The sizes and hyper-parameters the hand-written loop needs, read from the recipe (through
     gankit's loader, so overrides and defaults resolve as for ``gankit run``). Raises GankitError
     for a recipe this benchmark cannot mirror by hand."""
-    from gan_kit.components import BuildContext
-    from gan_kit.errors import GankitError
+    from gan_kit.plugin_api.components import BuildContext
+    from gan_kit.base.errors import GankitError
     from gan_kit.recipe import load_recipe
 
     recipe, plugins = load_recipe(recipe_path, list(sets))
@@ -115,7 +115,7 @@ def config_from_recipe(recipe_path: Path, sets: list[str]) -> dict:
     batch = growth.batch_size
     batches = {int(k): int(v) for k, v in batch.items()} if isinstance(batch, dict) else None
     o = recipe.optim
-    from gan_kit.cpufeatures import auto_precision
+    from gan_kit.base.cpufeatures import auto_precision
 
     return {
         "resolution": recipe.resolution,
@@ -363,7 +363,7 @@ class HandSystem:
 def phase_position(run, resolution: int, alpha: float) -> int:
     """``cur_nimg`` at which ``run``'s schedule is at ``resolution`` with fade weight ``alpha``
     (1.0 = the first image of its stabilisation). Raises GankitError if the schedule never is."""
-    from gan_kit.errors import GankitError
+    from gan_kit.base.errors import GankitError
 
     for ph in run.phases():
         if ph.resolution == resolution:
@@ -380,7 +380,7 @@ class GankitSystem:
 
     def __init__(self, recipe_path: Path, sets: list[str]):
         from gan_kit import hookimpl
-        from gan_kit.engine import Run
+        from gan_kit.runs.engine import Run
         from gan_kit.recipe import load_recipe
 
         stamps: list[float] = []
@@ -399,7 +399,7 @@ class GankitSystem:
         self.run = Run(recipe, plugins, out_dir=Path(self.tmp.name) / "run")
 
     def _train(self, phase: str, steps: int) -> None:
-        from gan_kit.engine import train
+        from gan_kit.runs.engine import train
 
         res, alpha = PHASES[phase]
         self.run.cur_nimg = phase_position(self.run, res, alpha)
@@ -610,7 +610,7 @@ def main(argv=None) -> int:
             cfg = config_from_recipe(args.recipe, args.sets)
             serve(lambda: HandSystem(cfg, args.worker))
         return 0
-    from gan_kit.errors import GankitError
+    from gan_kit.base.errors import GankitError
 
     try:
         config_from_recipe(args.recipe, args.sets)  # one clear line for a recipe the loop cannot mirror

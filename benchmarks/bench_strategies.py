@@ -4,7 +4,7 @@
 
 Default recipes: recipes/pggan.toml and, when present, recipes/dcgan.toml. For each recipe every
 strategy and the hand-written plain-PyTorch d-then-g loop are timed in one process, interleaved
-per iteration (see gan_kit/bench.py for exactly what is timed). Prints, per strategy and recipe,
+per iteration (see gan_kit/tools/bench.py for exactly what is timed). Prints, per strategy and recipe,
 the best ms per iteration and the throughput relative to the hand-written loop and to the
 engine's d-then-g, then one line per recipe: ``<recipe>: engine/hand-written throughput: X.XX``.
 """
@@ -21,7 +21,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gan_kit.bench import REFERENCE, result_table, run_bench  # noqa: E402
+from gan_kit.tools.bench import REFERENCE, result_table, run_bench  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -74,10 +74,10 @@ def main(argv: list[str] | None = None) -> None:
 
     import attrs
 
-    from gan_kit import checkpoint as ckpt
-    from gan_kit.checkpoint import load_generator
+    from gan_kit.runs import checkpoint as ckpt
+    from gan_kit.runs.checkpoint import load_generator
     from gan_kit.recipe import load_recipe
-    from gan_kit.run import Run
+    from gan_kit.runs.run import Run
 
     G, phase, recipe, arch = load_generator(args.checkpoint)
     classes = arch.context.num_classes

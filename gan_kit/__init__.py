@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gan_kit.components import (
+from gan_kit.plugin_api.components import (
     Architecture,
     Augment,
     BuildContext,
@@ -27,19 +27,19 @@ from gan_kit.components import (
     UpdateStrategy,
     WeightedPenalty,
 )
-from gan_kit.errors import CheckpointError, GankitError, PluginError, RecipeError, TrainingError
-from gan_kit.hookspecs import Register, hookimpl
-from gan_kit.layers import fan_in, init_gain, set_init_gain, weight_layers
-from gan_kit.options import option
-from gan_kit.phase import Phase
-from gan_kit.randomness import batch_rand, batch_randint, batch_randn
-from gan_kit.distributed import mean_over_processes
-from gan_kit.stash import Stash, StashKey
-from gan_kit.step import StepContext
-from gan_kit.version import __version__
+from gan_kit.base.errors import CheckpointError, GankitError, PluginError, RecipeError, TrainingError
+from gan_kit.plugin_api.hookspecs import Register, hookimpl
+from gan_kit.base.layers import fan_in, init_gain, set_init_gain, weight_layers
+from gan_kit.base.options import option
+from gan_kit.base.phase import Phase
+from gan_kit.base.randomness import batch_rand, batch_randint, batch_randn
+from gan_kit.training.distributed import mean_over_processes
+from gan_kit.base.stash import Stash, StashKey
+from gan_kit.training.step import StepContext
+from gan_kit.base.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gan_kit.run import Run
+    from gan_kit.runs.run import Run
 
 
 def __getattr__(name: str) -> Any:
@@ -47,7 +47,7 @@ def __getattr__(name: str) -> Any:
     # contract in pyproject.toml): loaded on first use, so importing the public API - what every
     # plugin module does, built-in ones while the plugin manager loads them - stays light.
     if name == "Run":
-        from gan_kit.run import Run
+        from gan_kit.runs.run import Run
 
         return Run
     raise AttributeError(f"module 'gan_kit' has no attribute {name!r}")

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable
 
-from gan_kit.run import Run
+from gan_kit.runs.run import Run
 
 __all__ = ["TINY_RECIPE", "write_tiny_recipe", "make_run", "train_steps"]
 
@@ -100,7 +100,7 @@ def make_run(folder: str | Path, *, plugins: Iterable[ModuleType | Any] = (), ov
 
 def train_steps(run: Run, steps: int, **kwargs: Any) -> dict[str, Any]:
     """Train ``run`` for ``steps`` iterations (or to its end) and return the last tick's stats;
-    keyword arguments go to ``gan_kit.engine.train`` (``resume=``, ``overwrite=``)."""
-    from gan_kit.engine import train
+    keyword arguments go to ``gan_kit.runs.engine.train`` (``resume=``, ``overwrite=``)."""
+    from gan_kit.runs.engine import train
 
     return train(run, max_steps=steps, **kwargs)

@@ -41,7 +41,7 @@ def tiny_recipe(tmp_path: Path, tiny_recipe_text: str, write_recipe) -> Path:
 # synchronisation (and, on a shared 2-core machine, contention between test processes).
 torch.set_num_threads(1)
 # ... and runs keep it: with OMP_NUM_THREADS set, a run whose recipe leaves run.threads unset does
-# not sample the free cores (gan_kit/threads.py), a quarter second per run.
+# not sample the free cores (gan_kit/base/threads.py), a quarter second per run.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

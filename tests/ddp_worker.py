@@ -16,9 +16,9 @@ from pathlib import Path
 import attrs
 import torch
 
-from gan_kit import distributed
-from gan_kit.engine import Run, train
-from gan_kit.errors import GankitError
+from gan_kit.training import distributed
+from gan_kit.runs.engine import Run, train
+from gan_kit.base.errors import GankitError
 from gan_kit.recipe import load_recipe
 
 

@@ -23,8 +23,8 @@ import torch
 from scipy.spatial.transform import Rotation
 
 from gan_kit import GankitError
-from gan_kit.builtin.ada import AdaptiveAugment
-from gan_kit.builtin.ada_pipeline import COLOUR, GEOMETRIC, PRESETS, SYM6, OfficialPipeline
+from gan_kit.builtin.augment.ada import AdaptiveAugment
+from gan_kit.builtin.augment.ada_pipeline import COLOUR, GEOMETRIC, PRESETS, SYM6, OfficialPipeline
 
 OPTIONS = AdaptiveAugment.Options()  # the official ranges
 TOL = 1e-9
@@ -381,7 +381,7 @@ def test_two_processes_augment_the_global_batch_as_one_process_does(monkeypatch)
     (scale_std 1) the two halves alone need different margins, and would then differ by ~6e-5.
     In float64: in float32 a batch of 8 and one of 16 take different vector paths on some CPUs
     (AVX2 against AVX-512), which alone differ by up to 1e-5."""
-    from gan_kit.randomness import sharded
+    from gan_kit.base.randomness import sharded
 
     aug = AdaptiveAugment(AdaptiveAugment.Options(p_init=1.0, scale_std=1.0))
     x = images(16, 3, 32, 32, seed=8, dtype=torch.float64)

@@ -1,5 +1,5 @@
 """run.retain_cpu_memory (issue 15): freed CPU tensor memory stays in the process, so repeated
-large allocations stop page-faulting (gan_kit/allocator.py)."""
+large allocations stop page-faulting (gan_kit/base/allocator.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-import gan_kit.run.build as run_module
+import gan_kit.runs.run.build as run_module
 from gan_kit.testing import make_run
 
 PROGRAM = """
 import resource, torch
-from gan_kit.allocator import ordinary_allocation, retain_freed_memory
+from gan_kit.base.allocator import ordinary_allocation, retain_freed_memory
 
 def faults():
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

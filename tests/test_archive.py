@@ -16,12 +16,12 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from gan_kit.builtin import archive
-from gan_kit.builtin.datasets import ImageFolder
+from gan_kit.builtin.data import archive
+from gan_kit.builtin.data.datasets import ImageFolder
 from gan_kit.cli import cli
-from gan_kit.components import BuildContext
-from gan_kit.engine import Run, train
-from gan_kit.errors import GankitError, RecipeError
+from gan_kit.plugin_api.components import BuildContext
+from gan_kit.runs.engine import Run, train
+from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
 
 COLOURS = [(250, 0, 0), (0, 250, 0), (0, 0, 250)]

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from gan_kit import GankitError
-from gan_kit.builtin.ada import AdaptiveAugment
-from gan_kit.builtin.ada import register_augmentations as register_ada
-from gan_kit.builtin.ada_subset import ADA_TRANSFORMS
+from gan_kit.builtin.augment.ada import AdaptiveAugment
+from gan_kit.builtin.augment.ada import register_augmentations as register_ada
+from gan_kit.builtin.augment.ada_subset import ADA_TRANSFORMS
 from gan_kit.builtin.augment import DiffAugment, register_augmentations
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gan_kit import Augment, hookimpl
-from gan_kit.engine import train
+from gan_kit.runs.engine import train
 from gan_kit.testing import make_run
 
 STRATEGIES = ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous"]
@@ -115,7 +115,7 @@ def test_ada_p_moves_per_real_image_shown_whatever_the_critic_steps(d_steps):
     """p can go 0 -> 1 in `kimg` thousand real images shown: with r_t above the target on every
     adjustment, 512 images at kimg = 1 give p = 0.512 with one and with two critic steps per
     iteration (the ada_speed_d_steps case: 0.256 with two before)."""
-    from gan_kit.builtin.ada import AdaptiveAugment
+    from gan_kit.builtin.augment.ada import AdaptiveAugment
 
     ada = AdaptiveAugment(AdaptiveAugment.Options(target=0.0, kimg=1.0, interval=4))
     for step in range(1, 32 // d_steps + 1):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from gan_kit import bench as B
+from gan_kit.tools import bench as B
 
 
 @pytest.mark.parametrize("overrides", [

@@ -8,9 +8,9 @@ import copy
 import pytest
 import torch
 
-from gan_kit.builtin.initializers import EqualizedLR
-from gan_kit.builtin.pggan import PGGAN
-from gan_kit.components import BuildContext
+from gan_kit.builtin.architectures.initializers import EqualizedLR
+from gan_kit.builtin.architectures.pggan import PGGAN
+from gan_kit.plugin_api.components import BuildContext
 
 
 @pytest.mark.parametrize("res,alpha", [(8, 0.3), (16, 1.0)])

@@ -12,9 +12,9 @@ import time
 import pytest
 import torch
 
-from gan_kit import checkpoint as ckpt
-from gan_kit.engine import Run, train
-from gan_kit.errors import CheckpointError
+from gan_kit.runs import checkpoint as ckpt
+from gan_kit.runs.engine import Run, train
+from gan_kit.base.errors import CheckpointError
 from gan_kit.recipe import load_recipe
 
 
@@ -58,8 +58,8 @@ def test_resume_is_bit_identical(tiny_recipe, tmp_path, stop_kimg):
 
 KILLER = textwrap.dedent("""
     import os, sys, time, torch
-    from gan_kit import checkpoint
-    from gan_kit.engine import Run, train
+    from gan_kit.runs import checkpoint
+    from gan_kit.runs.engine import Run, train
     from gan_kit.recipe import load_recipe
 
     real_save = torch.save
@@ -143,7 +143,7 @@ def test_checkpoint_holds_everything_for_an_exact_resume(tiny_recipe, tmp_path):
 
 
 def test_run_directory_safety_and_resume_checks(tiny_recipe, tmp_path, capsys):
-    from gan_kit.errors import GankitError
+    from gan_kit.base.errors import GankitError
 
     out = tmp_path / "safe"
     run_for(tiny_recipe, out, 0.016)
@@ -174,8 +174,8 @@ def test_a_phase_checkpoint_is_shown_at_the_phase_it_finished(tiny_recipe, tmp_p
     # phase-0-4px.pt is written as the 8px fade starts; it recorded that new phase, so `gankit
     # sample` / `eval` drew the 4px weights at 8px with an untrained block faded in. It records the
     # finished phase now, and a resume from it still continues from its cur_nimg.
-    from gan_kit.checkpoint import load_generator
-    from gan_kit.resume import resume_run
+    from gan_kit.runs.checkpoint import load_generator
+    from gan_kit.runs.resume import resume_run
 
     run_for(tiny_recipe, tmp_path / "r", 0.2)
     path = tmp_path / "r" / "checkpoints" / "phase-0-4px.pt"
@@ -183,7 +183,7 @@ def test_a_phase_checkpoint_is_shown_at_the_phase_it_finished(tiny_recipe, tmp_p
     assert (phase.index, phase.resolution, phase.alpha) == (0, 4, 1.0)
     state = ckpt.load(path)
     assert state["cur_nimg"] == 40  # the 4px phase's 40 images: the next phase starts here
-    from gan_kit.engine import Run
+    from gan_kit.runs.engine import Run
     from gan_kit.recipe import load_recipe
 
     recipe, plugins = load_recipe(tiny_recipe)

@@ -11,7 +11,7 @@ from PIL import Image
 
 from gan_kit import __version__
 from gan_kit.cli import cli
-from gan_kit.errors import RecipeError
+from gan_kit.base.errors import RecipeError
 from gan_kit.recipe import load_recipe, recipe_to_dict
 
 
@@ -46,7 +46,7 @@ def test_list_plugins_json_kind():
     items = json.loads(result.stdout)
     assert {i["kind"] for i in items} == {"loss"}
     hinge = next(i for i in items if i["name"] == "hinge")
-    assert hinge["plugin"] == "gan_kit.builtin.losses" and hinge["broken"] is False
+    assert hinge["plugin"] == "gan_kit.builtin.objectives.losses" and hinge["broken"] is False
     assert hinge["summary"].startswith("Hinge loss")
 
 
@@ -166,7 +166,7 @@ def test_resume_without_checkpoint_is_a_user_error(tiny_recipe, tmp_path):
 def test_sample_truncation_and_interpolation(tmp_path):
     """--truncation needs a mapping network (one line otherwise); --interpolate writes a strip
     of STEPS images a row, or an animated GIF."""
-    from gan_kit.engine import train
+    from gan_kit.runs.engine import train
     from gan_kit.testing import make_run
 
     sg2 = make_run(tmp_path / "sg2", overrides=[

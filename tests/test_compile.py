@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gan_kit.engine import Run, train
-from gan_kit.plugins import build_plugins
+from gan_kit.runs.engine import Run, train
+from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe
 
 STRATEGIES = build_plugins().registry.names("update")
@@ -86,7 +86,7 @@ def test_compiled_run_through_a_growth_matches_eager(tiny_recipe, tmp_path, stra
     """Ten steps through the 4 -> 8 px growth (recompile at the new phase, both paths while
     fading): compiled and eager end at the same weights. shared-fake backpropagates its G->D
     graph twice (retain_graph), which AOTAutograd's donated buffers would refuse."""
-    from gan_kit import checkpoint as ckpt
+    from gan_kit.runs import checkpoint as ckpt
 
     def final(compiled: bool) -> dict:
         torch._dynamo.reset()

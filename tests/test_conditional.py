@@ -11,12 +11,12 @@ import pytest
 import torch
 from PIL import Image
 
-from gan_kit import checkpoint as ckpt
-from gan_kit.builtin.dcgan import DCGANDiscriminator, DCGANGenerator
-from gan_kit.builtin.pggan import Discriminator, Generator
-from gan_kit.components import LabelBound
-from gan_kit.engine import train
-from gan_kit.errors import GankitError
+from gan_kit.runs import checkpoint as ckpt
+from gan_kit.builtin.architectures.dcgan import DCGANDiscriminator, DCGANGenerator
+from gan_kit.builtin.architectures.pggan import Discriminator, Generator
+from gan_kit.plugin_api.components import LabelBound
+from gan_kit.runs.engine import train
+from gan_kit.base.errors import GankitError
 from gan_kit.testing import make_run, train_steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ def test_every_strategy_and_penalty_passes_labels(strategy, tmp_path, monkeypatc
 
 
 def test_fakes_of_each_D_step_follow_its_real_labels(tmp_path, monkeypatch):
-    from gan_kit.builtin import strategies
+    from gan_kit.builtin.objectives import strategies
 
     calls = []
     critic = strategies.critic_step
@@ -217,7 +217,7 @@ def _record_generate_labels(run, monkeypatch) -> list:
 
 
 def test_metric_generates_with_the_data_class_frequencies(tmp_path, monkeypatch):
-    from gan_kit.evaluate import evaluate
+    from gan_kit.tools.evaluate import evaluate
 
     run = make_run(tmp_path, overrides=["architecture.conditional=true"])
     run.set_phase(run.growth.phase_at(0))
@@ -264,8 +264,8 @@ def _class_folders(root, names, per=8):
 
 
 def test_resume_and_eval_refuse_a_changed_set_of_classes_in_one_line(tmp_path):
-    from gan_kit.evaluate import evaluate_checkpoint
-    from gan_kit.resume import resume_run
+    from gan_kit.tools.evaluate import evaluate_checkpoint
+    from gan_kit.runs.resume import resume_run
 
     data = tmp_path / "imgs"
     _class_folders(data, ["cats", "dogs"])
@@ -292,7 +292,7 @@ def test_resume_and_eval_refuse_a_changed_set_of_classes_in_one_line(tmp_path):
 
 
 def test_gankit_bench_times_a_conditional_recipe(tmp_path):
-    from gan_kit.bench import run_bench
+    from gan_kit.tools.bench import run_bench
     from gan_kit.testing import write_tiny_recipe
 
     recipe = write_tiny_recipe(tmp_path)
@@ -309,7 +309,7 @@ def test_label_bound_names_a_sub_batch():
 
 def test_labels_outside_num_classes_are_refused_in_one_line(tmp_path):
     import gan_kit
-    from gan_kit.data import TensorImages
+    from gan_kit.training.data import TensorImages
 
     class BadLabels(gan_kit.DatasetFactory):
         def build(self, resolution):
@@ -328,7 +328,7 @@ def test_labels_outside_num_classes_are_refused_in_one_line(tmp_path):
 
 
 def test_per_class_swd_compares_each_class_with_its_own_fakes(tmp_path, monkeypatch):
-    from gan_kit.evaluate import evaluate
+    from gan_kit.tools.evaluate import evaluate
 
     run = make_run(tmp_path, overrides=["architecture.conditional=true", "run.total_kimg=0.016",
                                         "metric=[{name='swd', num_images=300, per_class=true, patches_per_image=8, "

@@ -18,11 +18,11 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from gan_kit import checkpoint as ckpt
+from gan_kit.runs import checkpoint as ckpt
 from gan_kit.cli import cli
-from gan_kit.errors import RecipeError
+from gan_kit.base.errors import RecipeError
 from gan_kit.recipe import load_recipe
-from gan_kit.runlock import LOCK_NAME, lock_run_dir
+from gan_kit.runs.lock import LOCK_NAME, lock_run_dir
 from gan_kit.testing import TINY_RECIPE
 
 PLUGIN = textwrap.dedent('''
@@ -156,8 +156,8 @@ SG2 = textwrap.dedent("""
 def test_init_from_fine_tunes_a_stylegan2_run_on_another_data_set(tmp_path):
     """stylegan2 trained on digits, then ``--init-from`` its checkpoint onto an image folder: the
     new run starts from its G, D and G_ema, with fresh optimizers and counters."""
-    from gan_kit.resume import init_from
-    from gan_kit.run import Run
+    from gan_kit.runs.resume import init_from
+    from gan_kit.runs.run import Run
 
     (tmp_path / "sg2.toml").write_text(SG2, encoding="utf-8")
     assert invoke("run", tmp_path / "sg2.toml", "--out", tmp_path / "digits").exit_code == 0
@@ -211,7 +211,7 @@ def test_a_run_directory_is_locked_while_a_run_writes_it(tmp_path, tiny_recipe):
 
     # A run killed while holding the lock (SIGKILL: no cleanup) leaves the file; the kernel
     # dropped the lock, so the next run takes it over and names the dead holder.
-    code = f"from gan_kit.runlock import lock_run_dir; import os; lock_run_dir({str(out)!r}); os._exit(0)"
+    code = f"from gan_kit.runs.lock import lock_run_dir; import os; lock_run_dir({str(out)!r}); os._exit(0)"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ})
     assert (out / LOCK_NAME).read_text().startswith("pid ")
     r = invoke("run", tiny_recipe, "--out", out, "--overwrite", "--set", "run.total_kimg=0.008")

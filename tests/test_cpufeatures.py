@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gan_kit.cpufeatures import auto_precision, flags_have_native_bf16, native_bf16
+from gan_kit.base.cpufeatures import auto_precision, flags_have_native_bf16, native_bf16
 from gan_kit.testing import make_run
 
 ZEN4 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_bf16 avx512vl\n"

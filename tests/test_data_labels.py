@@ -13,11 +13,11 @@ import pytest
 import torch
 from PIL import Image
 
-from gan_kit.builtin.datasets import Digits, ImageFolder
-from gan_kit.components import BuildContext
-from gan_kit.data import (PhaseBatchSampler, TensorImages, XFlip, collate_images, collate_images_labels,
+from gan_kit.builtin.data.datasets import Digits, ImageFolder
+from gan_kit.plugin_api.components import BuildContext
+from gan_kit.training.data import (PhaseBatchSampler, TensorImages, XFlip, collate_images, collate_images_labels,
                           make_loader)
-from gan_kit.errors import GankitError, RecipeError
+from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
 
 

@@ -13,9 +13,9 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from gan_kit.data import PhaseBatchSampler, iter_batches, make_loader
-from gan_kit.engine import Run, train
-from gan_kit.errors import GankitError, RecipeError
+from gan_kit.training.data import PhaseBatchSampler, iter_batches, make_loader
+from gan_kit.runs.engine import Run, train
+from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
 
 MESSAGE = "data.path: cannot read image /x/img07.png (truncated); remove the file or set on_corrupt = \"skip\""
@@ -108,7 +108,7 @@ def test_a_process_whose_run_failed_with_workers_exits(tmp_path, tiny_recipe_tex
     recipe = _truncated_folder_recipe(tmp_path, tiny_recipe_text, write_recipe)
     script = (
         "import sys\n"
-        "from gan_kit.engine import Run, train\n"
+        "from gan_kit.runs.engine import Run, train\n"
         "from gan_kit.recipe import load_recipe\n"
         f"recipe, plugins = load_recipe({str(recipe)!r}, ['run.num_workers=2'])\n"
         "try:\n"
@@ -157,7 +157,7 @@ def test_a_process_whose_loader_died_in_a_reference_cycle_exits(tmp_path):
         "import gc, multiprocessing, sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from test_data_loader import FailsAt\n"
-        "from gan_kit.data import PhaseBatchSampler, make_loader\n"
+        "from gan_kit.training.data import PhaseBatchSampler, make_loader\n"
         "for round in range(2):\n"
         "    sampler = PhaseBatchSampler(8, seed=0, start=0, batch_for=lambda position: (4, 1))\n"
         "    holder = {'loader': make_loader(FailsAt(bad=-1), sampler, num_workers=1, pin_memory=False)}\n"

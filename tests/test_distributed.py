@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from gan_kit import checkpoint as ckpt
-from gan_kit.data import PhaseBatchSampler
+from gan_kit.runs import checkpoint as ckpt
+from gan_kit.training.data import PhaseBatchSampler
 
 CHECKER = textwrap.dedent('''
     """Test plugin: after every step, all ranks must hold bit-identical G and D."""
@@ -192,7 +192,7 @@ NAN_ON_RANK_1 = textwrap.dedent('''
     """Test plugin: the hinge loss, but D's loss is NaN on process 1 from its third call on."""
     import torch.distributed as dist
     from gan_kit import hookimpl
-    from gan_kit.builtin.losses import Hinge
+    from gan_kit.builtin.objectives.losses import Hinge
 
 
     class NanOnRank1(Hinge):
@@ -227,7 +227,7 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
     class-conditional one with both penalties in the step's objectives) ends within the same 1e-5
     of one process, with the same path-length running mean; stopped at 0.048 kimg and resumed
     under two processes it ends bit-identical to the uninterrupted two-process run."""
-    from gan_kit.engine import Run, train
+    from gan_kit.runs.engine import Run, train
     from gan_kit.recipe import load_recipe
 
     plugin = tmp_path / "assign_grads.py"
@@ -247,7 +247,7 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
                               "run.grad_sync='all-reduce'"],
         "assign-ddp": [f"plugins=['{plugin.as_posix()}']", "update.name='assign-grads'"],
         "nan-on-rank-1": [f"plugins=['{nan_plugin.as_posix()}']", "loss.name='nan-on-rank-1'"],
-        # augmentation: every per-sample draw made for the global batch and sliced (gan_kit.randomness)
+        # augmentation: every per-sample draw made for the global batch and sliced (gan_kit.base.randomness)
         "diffaugment": ["augment={name='diffaugment'}"],
         "ada": ["augment={name='ada', p_init=0.5, interval=1, kimg=0.5}", "update.d_steps=2"],
         # class-conditional: every strategy with labels (d_steps 2: each D step's own labels)

@@ -16,10 +16,11 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
-from gan_kit import hookimpl, hookspecs
-from gan_kit.engine import Run, train
-from gan_kit.options import option_fields
-from gan_kit.plugins import build_plugins
+from gan_kit import hookimpl
+from gan_kit.plugin_api import hookspecs
+from gan_kit.runs.engine import Run, train
+from gan_kit.base.options import option_fields
+from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import CORE_TABLES, COMPONENT_TABLES, load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,10 +92,10 @@ def test_every_hook_is_exercised(tiny_recipe):
 
 
 def test_recipes_md_is_generated_from_the_current_options():
-    from gan_kit import docgen
+    from gan_kit.tools import docgen
 
     current = (DOCS / "recipes.md").read_text(encoding="utf-8")
-    assert current == docgen.generate(), "docs/recipes.md is out of date: run python -m gan_kit.docgen"
+    assert current == docgen.generate(), "docs/recipes.md is out of date: run python -m gan_kit.tools.docgen"
 
 
 def test_recipes_md_names_every_table_and_option():

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from gan_kit import Loss, hookimpl
-from gan_kit.ema import update_ema
-from gan_kit.engine import Run, train
-from gan_kit.errors import TrainingError
+from gan_kit.training.ema import update_ema
+from gan_kit.runs.engine import Run, train
+from gan_kit.base.errors import TrainingError
 from gan_kit.recipe import load_recipe
 
 
@@ -176,7 +176,7 @@ def test_nonfinite_skip_counts_keeps_weights_finite_and_is_bounded(tiny_recipe):
 
 
 def test_ema_half_life_with_rampup_follows_stylegan2():
-    from gan_kit.ema import ema_beta
+    from gan_kit.training.ema import ema_beta
 
     assert ema_beta(0.999, None, None, 64, 10**6) == 0.999
     assert ema_beta(0.999, 10.0, 0.05, 64, 10**6) == 0.999  # a fixed decay, when set, wins
@@ -190,7 +190,7 @@ def test_ema_half_life_with_rampup_follows_stylegan2():
 
 
 def test_group_size_that_does_not_divide_the_batch_is_a_recipe_error(tiny_recipe):
-    from gan_kit.errors import RecipeError
+    from gan_kit.base.errors import RecipeError
 
     with pytest.raises(RecipeError) as e:
         load_recipe(tiny_recipe, ["growth.batch_size=6"])
@@ -199,7 +199,7 @@ def test_group_size_that_does_not_divide_the_batch_is_a_recipe_error(tiny_recipe
 
 
 def test_penalties_never_touch_the_fade_state(tiny_recipe):
-    from gan_kit.phase import Phase, fade_real
+    from gan_kit.base.phase import Phase, fade_real
 
     run = build(tiny_recipe)
     phase = Phase(index=1, resolution=8, alpha=0.37, batch_size=8)
@@ -220,7 +220,7 @@ def test_ema_rampup_reads_the_image_count_before_the_iteration(tmp_path, monkeyp
     """StyleGAN2-ADA's training_loop computes the ramped-up half-life from cur_nimg before the
     iteration: beta = 0 at the first step (G_ema becomes G exactly), and at iteration t + 1
     (batch B) beta = 0.5 ** (B / (t * B * rampup))."""
-    import gan_kit.engine as engine_module
+    import gan_kit.runs.engine as engine_module
     from gan_kit.testing import make_run, train_steps
 
     run = make_run(tmp_path, overrides=["ema={half_life_kimg=10, rampup=0.05}", "growth.batch_size=8"])

@@ -18,14 +18,14 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from gan_kit.builtin import feature_extractors as fx
-from gan_kit.builtin.datasets import Digits
-from gan_kit.builtin.inception_metrics import FID, KID, InceptionScore, PrecisionRecall
+from gan_kit.builtin.metrics import feature_extractors as fx
+from gan_kit.builtin.data.datasets import Digits
+from gan_kit.builtin.metrics.inception import FID, KID, InceptionScore, PrecisionRecall
 from gan_kit.cli import cli
-from gan_kit.engine import Run, train
-from gan_kit.errors import GankitError, RecipeError
+from gan_kit.runs.engine import Run, train
+from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
-from gan_kit.report import load_metrics, metric_directions
+from gan_kit.tools.report import load_metrics, metric_directions
 
 ALL = (FID, KID, PrecisionRecall, InceptionScore)
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from gan_kit.builtin.growth import Progressive, Static
-from gan_kit.components import BuildContext
+from gan_kit.builtin.architectures.growth import Progressive, Static
+from gan_kit.plugin_api.components import BuildContext
 
 
 def make(final=16, **kw):

@@ -1,4 +1,4 @@
-"""gan_kit.imageio: listing through symbolic links (cycles guarded), decoding cost bounded by the
+"""gan_kit.training.imageio: listing through symbolic links (cycles guarded), decoding cost bounded by the
 target resolution, pixels unchanged for ordinary images, decompression bombs refused in one line."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 import torch
 from PIL import Image
 
-from gan_kit.builtin.datasets import ImageFolder
-from gan_kit.components import BuildContext
-from gan_kit.errors import GankitError
-from gan_kit.imageio import ImageTooLarge, crop_resize, list_images, load_image
+from gan_kit.builtin.data.datasets import ImageFolder
+from gan_kit.plugin_api.components import BuildContext
+from gan_kit.base.errors import GankitError
+from gan_kit.training.imageio import ImageTooLarge, crop_resize, list_images, load_image
 
 needs_symlinks = pytest.mark.skipif(not hasattr(os, "symlink") or sys.platform == "win32",
                                     reason="symbolic links need a POSIX file system")
@@ -119,7 +119,7 @@ def test_load_image_of_extreme_aspect_strips_stays_within_a_small_memory_bound(t
         from pathlib import Path
         import numpy as np
         from PIL import Image
-        from gan_kit.imageio import load_image
+        from gan_kit.training.imageio import load_image
         d = Path({str(tmp_path)!r})
         Image.fromarray(np.full((1, 6000, 3), 90, np.uint8)).save(d / "wide.png")   # 6000 x 1
         Image.fromarray(np.full((6000, 1, 3), 90, np.uint8)).save(d / "tall.png")   # 1 x 6000

@@ -11,7 +11,7 @@ from gan_kit import set_init_gain
 from torch import nn
 from torch.nn.utils import parametrize
 
-from gan_kit.builtin.initializers import EqualizedLR, Kaiming, Normal, Orthogonal, Xavier, fan_in
+from gan_kit.builtin.architectures.initializers import EqualizedLR, Kaiming, Normal, Orthogonal, Xavier, fan_in
 
 
 def test_equalized_lr_output_has_unit_std_for_unit_input():

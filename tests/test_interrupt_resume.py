@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from gan_kit import CheckpointError, GankitError, hookimpl
-from gan_kit import checkpoint as ckpt
-from gan_kit.engine import train
-from gan_kit.errors import Interrupted
-from gan_kit.launch import load_for_run
+from gan_kit.runs import checkpoint as ckpt
+from gan_kit.runs.engine import train
+from gan_kit.base.errors import Interrupted
+from gan_kit.runs.launch import load_for_run
 from gan_kit.recipe import load_recipe
-from gan_kit.run import Run
+from gan_kit.runs.run import Run
 
 
 class SignalAt:
@@ -196,7 +196,7 @@ def test_resume_advice_is_never_circular(tiny_recipe, tmp_path):
 
 def test_report_of_a_run_interrupted_and_resumed_twice_has_monotonic_curves_and_the_schedules_phases(
         tiny_recipe, tmp_path):
-    from gan_kit.report import load_metrics, phase_spans
+    from gan_kit.tools.report import load_metrics, phase_spans
 
     out = tmp_path / "twice"
     over = [*SHORT, "run.tick_kimg=0.008", "run.snapshot_ticks=3"]

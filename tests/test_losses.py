@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from gan_kit.builtin.losses import BCE, WGAN, WGANGP, BCEMinimax, Hinge
-from gan_kit.errors import RecipeError
-from gan_kit.plugins import build_plugins
+from gan_kit.builtin.objectives.losses import BCE, WGAN, WGANGP, BCEMinimax, Hinge
+from gan_kit.base.errors import RecipeError
+from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe
 
 REAL = torch.tensor([2.0, -0.5])

@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from gan_kit.cli import cli
-from gan_kit.cpufeatures import auto_precision
+from gan_kit.base.cpufeatures import auto_precision
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gan_kit.errors import GankitError
-from gan_kit.evaluate import evaluate
+from gan_kit.base.errors import GankitError
+from gan_kit.tools.evaluate import evaluate
 from gan_kit.testing import make_run
 
 

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from gan_kit.builtin import metrics as M
-from gan_kit.builtin.datasets import Digits
-from gan_kit.engine import Run
-from gan_kit.errors import GankitError, RecipeError
-from gan_kit.phase import Phase
+from gan_kit.builtin.metrics import feature_extractors as fx
+from gan_kit.builtin.metrics.inception import FID, KID
+from gan_kit.builtin.data.datasets import Digits
+from gan_kit.runs.engine import Run
+from gan_kit.base.errors import GankitError, RecipeError
+from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
 
 
@@ -21,7 +23,7 @@ def no_weights(tmp_path, monkeypatch):
     """An empty torch hub cache: no Inception weights anywhere."""
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
     monkeypatch.setattr(torch.hub, "_hub_dir", None)
-    return tmp_path / "torch-home" / "hub" / "checkpoints" / M.INCEPTION_FILE
+    return tmp_path / "torch-home" / "hub" / "checkpoints" / fx.INCEPTION_FILE
 
 
 def digits(resolution: int) -> torch.Tensor:
@@ -100,14 +102,14 @@ def test_descriptors_are_normalised_per_channel_and_swd_ignores_affine_changes()
 # (the feature-space metrics' values, caches and reports: tests/test_feature_metrics.py)
 
 
-@pytest.mark.parametrize("cls", [M.FID, M.KID])
+@pytest.mark.parametrize("cls", [FID, KID])
 def test_fid_and_kid_without_weights_fail_with_one_clear_line(no_weights, cls):
     with pytest.raises(GankitError) as e:
         cls()
     msg = str(e.value)
     assert "\n" not in msg
     assert msg.startswith(f"{cls.metric_name} needs ")
-    assert str(no_weights) in msg and "never downloads" in msg and M.INCEPTION_URL in msg
+    assert str(no_weights) in msg and "never downloads" in msg and fx.INCEPTION_URL in msg
     assert not no_weights.exists()  # nothing was fetched
 
 
@@ -116,7 +118,7 @@ def test_fid_without_the_package_names_the_extra(monkeypatch, tmp_path):
     weights.write_bytes(b"x")
     monkeypatch.setitem(sys.modules, "torch_fidelity", None)
     with pytest.raises(GankitError) as e:
-        M.FID(M.FID.Options(weights=str(weights)))
+        FID(FID.Options(weights=str(weights)))
     msg = str(e.value)
     assert "\n" not in msg and "torch-fidelity" in msg and "pip install 'gankit[fid]'" in msg
     assert "weights" not in msg  # the given weights file exists: only the package is missing
@@ -142,14 +144,13 @@ def _random_inception_weights(path, monkeypatch):
 
 
 def test_a_local_inception_weights_file_loads_once_per_process(tmp_path, monkeypatch):
-    from gan_kit.builtin import feature_extractors as fx
 
     weights = tmp_path / "inception.pth"
     _random_inception_weights(weights, monkeypatch)
-    fid = M.FID(M.FID.Options(weights=str(weights), num_images=64))
+    fid = FID(FID.Options(weights=str(weights), num_images=64))
     ex = fid.extractor("cpu")
     assert ex.net.fc.weight.shape == (1008, 2048)  # the file loads, nothing is downloaded
-    assert M.KID(M.KID.Options(weights=str(weights))).extractor("cpu") is ex  # one per process
+    assert KID(KID.Options(weights=str(weights))).extractor("cpu") is ex  # one per process
     weights.write_bytes(b"not a state dict")
     fx.clear_caches()
     with pytest.raises(GankitError, match=r"fid: cannot load the inception-v3-compat weights .*inception.pth"):

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from gan_kit.cli import cli
-from gan_kit.errors import RecipeError
+from gan_kit.base.errors import RecipeError
 from gan_kit.recipe import load_recipe
 from gan_kit.testing import make_run, train_steps, write_tiny_recipe
 
@@ -60,7 +60,7 @@ def test_spectral_norm_errors_do_not_send_the_user_in_a_circle(tmp_path):
 
 
 def test_a_resolution_above_the_images_own_size_warns_that_they_are_upscaled(tmp_path, caplog, monkeypatch):
-    from gan_kit.builtin.datasets import Digits, ImageFolder
+    from gan_kit.builtin.data.datasets import Digits, ImageFolder
 
     # An Optuna SQLite storage opened earlier in this process runs alembic, whose logging.config
     # call disables every logger that existed then (disable_existing_loggers): enable ours again.
@@ -84,10 +84,10 @@ def test_a_resolution_above_the_images_own_size_warns_that_they_are_upscaled(tmp
 
 
 def test_a_recipe_that_names_the_interpolation_upscales_the_digits_on_purpose(tmp_path, caplog, monkeypatch):
-    from gan_kit.builtin.datasets import Digits
+    from gan_kit.builtin.data.datasets import Digits
 
     monkeypatch.setattr(logging.getLogger("gankit.data"), "disabled", False)  # see the test above
-    from gan_kit.components import BuildContext
+    from gan_kit.plugin_api.components import BuildContext
 
     tiny = write_tiny_recipe(tmp_path)
     for sets, warned in (([], True), (["data.interpolation=bicubic"], False)):
@@ -132,7 +132,7 @@ def test_a_resumed_run_counts_this_sessions_kimg_and_takes_a_whole_unchanged_tab
 
 
 def test_an_interpolation_gif_lays_each_frame_out_as_a_grid(tmp_path):
-    from gan_kit.sampling import save_gif
+    from gan_kit.tools.sampling import save_gif
 
     save_gif(torch.rand(6, 3, 1, 8, 8) * 2 - 1, tmp_path / "walk.gif")
     with Image.open(tmp_path / "walk.gif") as im:
@@ -148,7 +148,7 @@ def test_help_is_never_cut_mid_sentence():
     assert "or continue the run in RUN_DIR with --resume)." in " ".join(r.output.split())
     r = invoke("list-plugins", "-v")
     assert r.exit_code == 0 and "…" not in r.output
-    from gan_kit.plugins import build_plugins
+    from gan_kit.plugin_api.manager import build_plugins
 
     ada = next(c for c in build_plugins().registry if c.kind == "augment" and c.name == "ada")
     assert ada.summary.endswith(".") and "\n" not in ada.summary

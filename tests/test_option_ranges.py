@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from conftest import TINY_RECIPE
 from gan_kit.cli import cli
-from gan_kit.errors import GankitError, RecipeError
-from gan_kit.options import option_fields, toml_value
-from gan_kit.plugins import build_plugins
+from gan_kit.base.errors import GankitError, RecipeError
+from gan_kit.base.options import option_fields, toml_value
+from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import COMPONENT_TABLES, CORE_TABLES, load_recipe
 
 PLUGINS = build_plugins()
@@ -183,7 +183,7 @@ def test_every_numeric_option_refuses_bad_values_in_one_line_or_runs(folder, tab
         assert result.exit_code == 0, (item, result.output)
         if key in _trained or key in NOT_TRAINED:
             return
-        from gan_kit.engine import Run, train
+        from gan_kit.runs.engine import Run, train
 
         try:
             train(Run(recipe, PLUGINS, out_dir=here / f"run{next(_counter)}"), max_steps=1)

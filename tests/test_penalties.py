@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from gan_kit.builtin.losses import Hinge
-from gan_kit.builtin.penalties import Drift, GradientPenalty, R1
+from gan_kit.builtin.objectives.losses import Hinge
+from gan_kit.builtin.objectives.penalties import Drift, GradientPenalty, R1
 from gan_kit import DInputs, StepContext, WeightedPenalty
-from gan_kit.phase import Phase
+from gan_kit.base.phase import Phase
 
 
 def context(D, real, penalties=()):

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gan_kit.builtin.initializers import EqualizedLR
-from gan_kit.builtin.pggan import PGGAN, MinibatchStddev
-from gan_kit.components import BuildContext
+from gan_kit.builtin.architectures.initializers import EqualizedLR
+from gan_kit.builtin.architectures.pggan import PGGAN, MinibatchStddev
+from gan_kit.plugin_api.components import BuildContext
 
 
 def nets(res=16, channels=3, group=4):

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from gan_kit import Loss, hookimpl, option
 from gan_kit.cli import cli
-from gan_kit.engine import Run, train
-from gan_kit.errors import PluginError
-from gan_kit.plugins import build_plugins
+from gan_kit.runs.engine import Run, train
+from gan_kit.base.errors import PluginError
+from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe
 
 
@@ -133,13 +133,13 @@ def test_duplicate_of_a_builtin_from_an_installed_plugin(site):
     make_dist(site, "fake-dup", "2.0", "fake_gankit_dup",
               "from gan_kit import Loss, hookimpl\n@hookimpl\ndef register_losses(register):\n"
               "    register('hinge', Loss)\n")
-    with pytest.raises(PluginError, match=r"^loss 'hinge' is registered twice: by gan_kit.builtin.losses "
+    with pytest.raises(PluginError, match=r"^loss 'hinge' is registered twice: by gan_kit.builtin.objectives.losses "
                                           r"and by fake-dup 2.0 \("):
         build_plugins()
     # list-plugins reports it as one line, exit 2, no traceback
     result = CliRunner().invoke(cli, ["list-plugins"])
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: loss 'hinge' is registered twice: by gan_kit.builtin.losses and by fake-dup 2.0")
+    assert result.stderr.startswith("error: loss 'hinge' is registered twice: by gan_kit.builtin.objectives.losses and by fake-dup 2.0")
     assert "Traceback" not in result.output
 
 
@@ -287,7 +287,7 @@ def test_lsgan_distribution_found_through_its_entry_point(tmp_path, tiny_recipe,
 def test_a_hook_function_without_hookimpl_is_an_error_not_silence():
     import types
 
-    from gan_kit.errors import PluginError
+    from gan_kit.base.errors import PluginError
 
     mod = types.ModuleType("forgot_marker")
     mod.register_losses = lambda register: None
@@ -300,7 +300,7 @@ def test_strategy_mistakes_are_named(tmp_path, capsys):
     import torch
 
     from gan_kit import GankitError, UpdateStrategy, hookimpl
-    from gan_kit.engine import train
+    from gan_kit.runs.engine import train
     from gan_kit.testing import make_run
 
     class NoG(UpdateStrategy):

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from gan_kit import checkpoint as ckpt
+from gan_kit.runs import checkpoint as ckpt
 from gan_kit import StepContext
-from gan_kit.engine import Run, train
+from gan_kit.runs.engine import Run, train
 from gan_kit.recipe import load_recipe
 
 

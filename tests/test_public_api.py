@@ -106,17 +106,17 @@ def plugin_facing_sources() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("source", [
-    "from gan_kit.builtin.penalties import per_sample_norm",
-    "import gan_kit.builtin.strategies",
-    "from gan_kit.step import StepContext",
-    "from gan_kit.plugins import build_plugins",
+    "from gan_kit.builtin.objectives.penalties import per_sample_norm",
+    "import gan_kit.builtin.objectives.strategies",
+    "from gan_kit.training.step import StepContext",
+    "from gan_kit.plugin_api.manager import build_plugins",
     "from gan_kit.testing import _helper",
     "from gan_kit import _private",
     "from gan_kit import set_phase",
     "import gan_kit\nx = gan_kit._version",
-    "import importlib\nimportlib.import_module('gan_kit.builtin.losses')",
+    "import importlib\nimportlib.import_module('gan_kit.builtin.objectives.losses')",
     "def register_losses(register: Register) -> None\nfrom gan_kit.recipe import load_recipe",  # no parse
-    "```\nnot python\n  from gan_kit.engine import train\n",
+    "```\nnot python\n  from gan_kit.runs.engine import train\n",
 ])
 def test_scanner_finds_each_forbidden_import(source):
     assert import_problems(source)
@@ -186,7 +186,7 @@ def test_mechanics_pattern_catches_each_name():
 def test_builtin_strategies_and_penalties_name_no_ddp_scaler_compile_or_distributed():
     modules = strategy_and_penalty_modules()
     names = {p.relative_to(ROOT).as_posix() for p in modules}
-    assert {"gan_kit/builtin/strategies.py", "gan_kit/builtin/penalties.py"} <= names
+    assert {"gan_kit/builtin/objectives/strategies.py", "gan_kit/builtin/objectives/penalties.py"} <= names
     found = [f"{p.relative_to(ROOT).as_posix()}:{i}: {line.strip()}"
              for p in modules for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if MECHANICS.search(line)]

@@ -1,4 +1,4 @@
-"""gankit's rule for randomness under N processes (gan_kit.randomness): every per-sample draw is
+"""gankit's rule for randomness under N processes (gan_kit.base.randomness): every per-sample draw is
 made for the global batch and sliced ``[rank::world_size]``, so the processes' slices put together
 are exactly the draw of one process, and every process consumes the same random numbers."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gan_kit import batch_rand, batch_randint, batch_randn
-from gan_kit.randomness import current_shard, sharded
+from gan_kit.base.randomness import current_shard, sharded
 
 DRAWS = {
     "rand": lambda n: batch_rand(n, 3, 2),

@@ -8,7 +8,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from gan_kit.plugins import build_plugins
+from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe, parse_set, recipe_to_dict, recipe_to_toml
 
 ROOT = Path(__file__).resolve().parent.parent

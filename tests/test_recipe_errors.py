@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from gan_kit.cli import cli
-from gan_kit.plugins import build_plugins
+from gan_kit.plugin_api.manager import build_plugins
 
 COMMANDS = {"check": ["recipe", "check"], "dry-run": ["run", "--dry-run"], "show": ["recipe", "show"]}
 

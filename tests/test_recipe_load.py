@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from gan_kit.cli import cli
-from gan_kit.errors import RecipeError
-from gan_kit.options import Range, option_range, range_problems
-from gan_kit.plugins import build_plugins
+from gan_kit.base.errors import RecipeError
+from gan_kit.base.options import Range, option_range, range_problems
+from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import OptimOptions, RunOptions, load_recipe
 from gan_kit.recipe.schema import SEED_MAX
 

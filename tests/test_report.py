@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from PIL import Image
 
 from gan_kit.cli import cli
-from gan_kit.engine import Run, train
+from gan_kit.runs.engine import Run, train
 from gan_kit.recipe import load_recipe
-from gan_kit.report import _spans_from_rows, load_metrics, phase_spans
+from gan_kit.tools.report import _spans_from_rows, load_metrics, phase_spans
 
 _RUNS: dict[str, Path] = {}
 
@@ -93,7 +93,7 @@ def test_tensorboard_events_hold_every_tick_scalar(finished_run):
 
 
 def test_no_tensorboard_package_means_no_events(tiny_recipe_text, write_recipe, monkeypatch, tmp_path):
-    import gan_kit.builtin.tensorboard as tb
+    import gan_kit.builtin.reporting.tensorboard as tb
 
     monkeypatch.setattr(tb, "_writer_class", lambda: None)
     recipe, plugins = load_recipe(write_recipe(tiny_recipe_text.replace("total_kimg = 0.2", "total_kimg = 0.05")))

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gan_kit import GankitError, Loss, Metric, TrainingError, hookimpl
-from gan_kit import checkpoint as ckpt
-from gan_kit.engine import train
+from gan_kit.runs import checkpoint as ckpt
+from gan_kit.runs.engine import train
 from gan_kit.testing import make_run
 
 
@@ -125,7 +125,7 @@ def test_a_failing_metric_leaves_the_final_checkpoint_and_grid(tmp_path, capsys)
 
 def test_a_metric_asking_for_more_images_than_the_data_holds_is_capped_with_a_note(tmp_path, capsys):
     """docs/recipes.md: num_images is capped at the data's size; the note spells the key as --set takes it."""
-    from gan_kit.evaluate import evaluate
+    from gan_kit.tools.evaluate import evaluate
 
     run = make_run(tmp_path, overrides=["data.digits=[0]", "metric=[{name='swd', num_images=100000}]"])
     err = capsys.readouterr().err.strip()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from gan_kit import checkpoint as ckpt
-from gan_kit.engine import train
+from gan_kit.runs import checkpoint as ckpt
+from gan_kit.runs.engine import train
 from gan_kit.testing import make_run
 
 

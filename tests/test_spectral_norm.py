@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gan_kit import RecipeError, weight_layers
-from gan_kit import checkpoint as ckpt
-from gan_kit.engine import train
+from gan_kit.runs import checkpoint as ckpt
+from gan_kit.runs.engine import train
 from gan_kit.testing import make_run
 
 SN = ["architecture.spectral_norm=both", "init.name=normal", "init.std=0.2"]
@@ -62,7 +62,7 @@ def test_spectral_norm_with_equalized_lr_is_refused_in_one_line(tmp_path):
 
 
 def test_sampling_a_checkpoint_of_a_spectrally_normalised_g(tmp_path):
-    from gan_kit.checkpoint import load_generator
+    from gan_kit.runs.checkpoint import load_generator
 
     run = make_run(tmp_path, overrides=[*SN, "run.total_kimg=0.016"])
     train(run)

@@ -11,14 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from gan_kit.builtin.losses import BCE
-from gan_kit.builtin.penalties import Drift, GradientPenalty
-from gan_kit.builtin.strategies import single_loss_objective
+from gan_kit.builtin.objectives.losses import BCE
+from gan_kit.builtin.objectives.penalties import Drift, GradientPenalty
+from gan_kit.builtin.objectives.strategies import single_loss_objective
 from gan_kit import Loss, StepContext, WeightedPenalty
-from gan_kit.engine import Run, train
-from gan_kit.errors import RecipeError
-from gan_kit.phase import Phase
-from gan_kit.plugins import build_plugins
+from gan_kit.runs.engine import Run, train
+from gan_kit.base.errors import RecipeError
+from gan_kit.base.phase import Phase
+from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe
 
 STRATEGIES = ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous"]
@@ -408,7 +408,7 @@ class _Relativistic:
 
 @pytest.mark.parametrize("strategy", ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous"])
 def test_losses_that_need_real_logits_get_them_in_every_strategy(tiny_recipe, strategy):
-    from gan_kit.engine import Run, train
+    from gan_kit.runs.engine import Run, train
     from gan_kit.recipe import load_recipe
 
     recipe, plugins = load_recipe(tiny_recipe, [f"update.name={strategy}", "penalty=[]"])

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import gan_kit.builtin.stylegan2 as sg2
+import gan_kit.builtin.architectures.stylegan2 as sg2
 from gan_kit import GankitError, Penalty, RecipeError
-from gan_kit.engine import Run, train
-from gan_kit.plugins import build_plugins
+from gan_kit.runs.engine import Run, train
+from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe
 
 

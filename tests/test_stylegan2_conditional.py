@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-import gan_kit.builtin.stylegan2 as sg2
-from gan_kit import checkpoint as ckpt
-from gan_kit.components import BuildContext
-from gan_kit.engine import train
+import gan_kit.builtin.architectures.stylegan2 as sg2
+from gan_kit.runs import checkpoint as ckpt
+from gan_kit.plugin_api.components import BuildContext
+from gan_kit.runs.engine import train
 from gan_kit.testing import make_run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from gan_kit.engine import train
+from gan_kit.runs.engine import train
 from gan_kit.testing import make_run
 
 SG2 = ["architecture={name='stylegan2', latent_dim=8, w_dim=8, mapping_layers=2, channel_base=64, channel_max=8}",
@@ -61,7 +61,7 @@ def test_stylegan2_recipe_under_two_processes_stays_in_sync(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     # the per-tick check compares the weights of both processes; a drift would have stopped the run
-    from gan_kit import checkpoint as ckpt
+    from gan_kit.runs import checkpoint as ckpt
 
     state = ckpt.load(tmp_path / "ddp" / "checkpoints" / "latest.pt")
     assert state["cur_nimg"] == 32 and float(state["components"]["penalty[1].path-length"]["pl_mean"]) > 0

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import gan_kit.builtin.stylegan2 as sg2
-from gan_kit.builtin.stylegan2 import fir
+import gan_kit.builtin.architectures.stylegan2 as sg2
+from gan_kit.builtin.architectures.stylegan2 import fir
 from gan_kit.testing import make_run, train_steps
 
 TOL = dict(rtol=0, atol=1e-12)  # float64 throughout: only summation order differs

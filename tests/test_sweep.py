@@ -151,7 +151,7 @@ def test_budget_keys_belong_to_the_sweep(tmp_path, monkeypatch):
 
 
 def test_a_param_typo_names_the_param_and_a_bad_storage_url_what_storage_takes(tmp_path, monkeypatch):
-    from gan_kit.errors import GankitError
+    from gan_kit.base.errors import GankitError
     from gan_kit.sweep.study import open_storage
 
     recipe = tiny(tmp_path)
@@ -311,7 +311,7 @@ def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=(), edit=None):
 
 
 def test_ctrl_c_stops_the_trials_and_the_same_sweep_continues_them(tmp_path, monkeypatch):
-    from gan_kit.errors import Interrupted
+    from gan_kit.base.errors import Interrupted
 
     sweep = fake_sweep(tmp_path, monkeypatch, [1, 2], ticks=6)
     original = sweep._poll
@@ -354,7 +354,7 @@ def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
     assert failed["state"] == "failed" and failed["reason"] == "error: a trial that cannot train"
     assert tr.read_state(tmp_path / "study" / "c001-s0")["state"] == "complete"
     assert sorted(states(tmp_path / "study", "s")) == [("c000-s0", "FAIL"), ("c001-s0", "COMPLETE")]
-    from gan_kit.errors import GankitError
+    from gan_kit.base.errors import GankitError
 
     with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(--param "
                                           r"'metric.0.value=\[-1, 1\]' then, 'metric.0.value=\[-1, 1, 5\]' now\)"):
@@ -381,7 +381,7 @@ def test_the_study_remembers_what_the_user_wrote_not_gankits_defaults(tmp_path, 
     import re
 
     import gan_kit.recipe
-    from gan_kit.errors import GankitError
+    from gan_kit.base.errors import GankitError
 
     fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0))  # starts the study; nothing trains
     study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
@@ -411,7 +411,7 @@ def test_the_start_line_says_the_threads_set_by_the_user(tmp_path, monkeypatch, 
 
 
 def test_a_study_started_by_an_older_gankit_continues(tmp_path, monkeypatch, capsys):
-    from gan_kit.errors import GankitError
+    from gan_kit.base.errors import GankitError
 
     fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0))
     study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
@@ -428,7 +428,7 @@ def test_a_study_started_by_an_older_gankit_continues(tmp_path, monkeypatch, cap
 
 
 def test_dry_run_checks_the_study_as_the_real_run_does_and_says_what_is_left(tmp_path, monkeypatch, capsys):
-    from gan_kit.errors import GankitError
+    from gan_kit.base.errors import GankitError
 
     assert fake_sweep(tmp_path, monkeypatch, [-1, 1], ticks=1).run() == 1  # c000 failed, c001 complete
     capsys.readouterr()
@@ -526,9 +526,9 @@ def test_kill_9_then_the_same_command_resumes_and_a_pruner_stops_a_worse_trial(t
 
 
 def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path, capsys):
-    from gan_kit import checkpoint as ckpt
-    from gan_kit.engine import Run, train
-    from gan_kit.errors import GankitError
+    from gan_kit.runs import checkpoint as ckpt
+    from gan_kit.runs.engine import Run, train
+    from gan_kit.base.errors import GankitError
     from gan_kit.recipe import load_recipe
     from gan_kit.testing import write_tiny_recipe
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gan_kit.errors import RecipeError
-from gan_kit.plugins import build_plugins
+from gan_kit.base.errors import RecipeError
+from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.testing import make_run, train_steps, write_tiny_recipe
 
 COMPONENTS = textwrap.dedent('''

@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from gan_kit import threads as T
+from gan_kit.base import threads as T
 
 
 @pytest.mark.parametrize("cpus, idle, expected", [

@@ -3,7 +3,7 @@
 One module per command family: ``group`` (the ``gankit`` group, ``--version``, ``--debug``),
 ``run``, ``plugins`` (list-plugins, plugins), ``recipe`` (recipe show / check), ``sample``,
 ``evaluate`` (eval), ``report``, ``sweep`` (sweep, compare) and ``bench``; the work itself is
-done by the modules below (``gan_kit.engine``, ``gan_kit.evaluate``, ...).
+done by the modules below (``gan_kit.runs.engine``, ``gan_kit.tools.evaluate``, ...).
 
 Every user error (``GankitError``: recipe problems, plugin problems, bad checkpoints) prints as
 plain lines on stderr and exits with code 2; ``--debug`` shows the traceback instead
@@ -16,7 +16,7 @@ import sys
 
 from gan_kit.cli import bench, evaluate, plugins, recipe, report, run, sample, sweep
 from gan_kit.cli.group import cli
-from gan_kit.errors import GankitError
+from gan_kit.base.errors import GankitError
 
 __all__ = ["cli", "main"]
 
@@ -33,7 +33,7 @@ def main() -> None:
     ``--help`` and ``--version`` keep working.
     """
     try:
-        from gan_kit.plugins import build_plugins
+        from gan_kit.plugin_api.manager import build_plugins
 
         build_plugins().hook.register_commands(cli=cli)
     except GankitError:

@@ -1,5 +1,5 @@
 """``gankit bench``: time every update strategy side by side on a recipe. The benchmark
-(``gan_kit.bench``, and its hand-written reference loop) stays out of the import path of
+(``gan_kit.tools.bench``, and its hand-written reference loop) stays out of the import path of
 training: the command imports it only when it runs. The group's ``bench`` entry hands its
 arguments to ``bench`` as a program of its own (usage lines read ``gankit bench``)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from gan_kit.errors import GankitError
+from gan_kit.base.errors import GankitError
 
 __all__ = ["bench", "bench_entry"]
 
@@ -36,7 +36,7 @@ def bench(recipe: Path, strategies: str, steps: int, warmup: int, resolution: in
     import torch
     from rich.console import Console
 
-    from gan_kit.bench import result_table, run_bench
+    from gan_kit.tools.bench import result_table, run_bench
 
     console = Console(highlight=False)
     try:

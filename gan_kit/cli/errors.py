@@ -11,11 +11,11 @@ import sys
 
 import click
 
-from gan_kit.errors import GankitError
+from gan_kit.base.errors import GankitError
 
 
 def print_error(e: BaseException) -> None:
-    from gan_kit.errors import Interrupted
+    from gan_kit.base.errors import Interrupted
 
     prefix = "stopped" if isinstance(e, Interrupted) else "error"  # an interrupt is no failure of the run
     if isinstance(e, Interrupted) and os.environ.get("RANK", "0") != "0":

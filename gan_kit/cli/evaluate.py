@@ -1,5 +1,5 @@
 """``gankit eval CHECKPOINT``: print the metrics of a checkpoint's G_ema (``--baselines``: real vs
-real and the untrained G_ema beside it); ``gan_kit.evaluate`` computes them."""
+real and the untrained G_ema beside it); ``gan_kit.tools.evaluate`` computes them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from gan_kit.cli.errors import user_errors
-from gan_kit.evaluate import evaluate_checkpoint
+from gan_kit.tools.evaluate import evaluate_checkpoint
 
 __all__ = ["eval_command"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from gan_kit.version import __version__
+from gan_kit.base.version import __version__
 
 __all__ = ["Group", "cli", "warn_broken", "warn_unknown_disabled"]
 

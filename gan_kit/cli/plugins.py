@@ -14,14 +14,14 @@ from rich.table import Table
 
 from gan_kit.cli.errors import user_errors
 from gan_kit.cli.group import warn_unknown_disabled
-from gan_kit.errors import GankitError
+from gan_kit.base.errors import GankitError
 
 __all__ = ["list_plugins", "plugins_command"]
 
 
 def _option_rows(options_cls) -> list[dict]:
     """Every option of an Options class: name, type (TOML terms), default (None if required), help."""
-    from gan_kit.options import describe_type, field_default, option_fields
+    from gan_kit.base.options import describe_type, field_default, option_fields
 
     rows = []
     for f in option_fields(options_cls):
@@ -46,7 +46,7 @@ def _jsonable(value):
 
 
 @click.command("list-plugins")
-@click.option("--kind", type=click.Choice(list(__import__("gan_kit.registry", fromlist=["KINDS"]).KINDS)),
+@click.option("--kind", type=click.Choice(list(__import__("gan_kit.plugin_api.registry", fromlist=["KINDS"]).KINDS)),
               default=None, help="Only components of this kind.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.option("-v", "--verbose", is_flag=True, help="Also print every option with type, default and help.")
@@ -56,8 +56,8 @@ def list_plugins(kind: str | None, as_json: bool, verbose: bool) -> None:
 
     Plugins that failed to import are listed too, marked broken, with their error.
     """
-    from gan_kit.options import toml_value
-    from gan_kit.plugins import build_plugins
+    from gan_kit.base.options import toml_value
+    from gan_kit.plugin_api.manager import build_plugins
 
     plugins = build_plugins()
     comps = [c for c in plugins.registry if kind is None or c.kind == kind]
@@ -111,8 +111,8 @@ def plugins_command(recipe: Path | None, hook: str | None, as_json: bool) -> Non
 
     A plugin's name is what GANKIT_DISABLE_PLUGINS (and a recipe's disable_plugins) take.
     """
-    from gan_kit.plugins import build_plugins, disabled_names
-    from gan_kit.registry import suggest
+    from gan_kit.plugin_api.manager import build_plugins, disabled_names
+    from gan_kit.plugin_api.registry import suggest
 
     if recipe is not None:
         from gan_kit.recipe import load_recipe
@@ -147,6 +147,6 @@ def plugins_command(recipe: Path | None, hook: str | None, as_json: bool) -> Non
 
 
 def _hook_names() -> list[str]:
-    from gan_kit import hookspecs
+    from gan_kit.plugin_api import hookspecs
 
     return sorted(n for n in dir(hookspecs) if getattr(getattr(hookspecs, n), "gankit_spec", None) is not None)

@@ -9,8 +9,8 @@ import click
 
 from gan_kit.cli.errors import user_errors
 from gan_kit.cli.group import Group, warn_broken
-from gan_kit.errors import GankitError
-from gan_kit.version import __version__
+from gan_kit.base.errors import GankitError
+from gan_kit.base.version import __version__
 
 __all__ = ["recipe"]
 
@@ -49,8 +49,8 @@ def recipe_check(path: Path, overrides: tuple[str, ...]) -> None:
     if r.metrics or r.architecture.slot.conditional:
         # What the data set decides (a metric asking for more images than it holds, a data set
         # below a metric's minimum, labels for a conditional run) is known only once it is built.
-        from gan_kit.components import BuildContext
-        from gan_kit.datachecks import labels_problem, metric_cap_note, metric_problem
+        from gan_kit.plugin_api.components import BuildContext
+        from gan_kit.recipe.datachecks import labels_problem, metric_cap_note, metric_problem
 
         ctx = BuildContext(resolution=r.resolution, channels=0, recipe=r)
         data = plugins.registry.get("dataset", r.data.name).factory(r.data.options, ctx).build(r.resolution)

@@ -1,4 +1,4 @@
-"""``gankit report RUN_DIR``: a run as pictures (``gan_kit.report`` draws them)."""
+"""``gankit report RUN_DIR``: a run as pictures (``gan_kit.tools.report`` draws them)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from gan_kit.cli.errors import user_errors
-from gan_kit.report import write_report
+from gan_kit.tools.report import write_report
 
 __all__ = ["report"]
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from gan_kit.cli.errors import user_errors
 from gan_kit.cli.group import warn_broken
-from gan_kit.errors import GankitError
+from gan_kit.base.errors import GankitError
 
 __all__ = ["run"]
 
@@ -43,8 +43,8 @@ __all__ = ["run"]
 def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], resume: str | None,
         init_from: str | None, overwrite: bool, dry_run: bool, nproc: int | None) -> None:
     """Train the GAN described by RECIPE (or continue the run in RUN_DIR with --resume)."""
-    from gan_kit.engine import Run, preflight, train
-    from gan_kit.launch import load_for_run, resume_source
+    from gan_kit.runs.engine import Run, preflight, train
+    from gan_kit.runs.launch import load_for_run, resume_source
 
     resuming = resume is not None
     if resuming and overwrite:
@@ -61,16 +61,16 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         preflight(r, plugins, nproc, check_run_dir=not (resuming or overwrite), resume=resuming and source is None,
                   check_lock=True)
         if init_from is not None:
-            from gan_kit.resume import check_init_from
+            from gan_kit.runs.resume import check_init_from
 
             check_init_from(init_from, r)
-        from gan_kit.distributed import launch
+        from gan_kit.training.distributed import launch
 
         sys.exit(launch(nproc, sys.argv[1:]))
 
     distributed = None
     if "LOCAL_RANK" in os.environ:
-        from gan_kit import distributed
+        from gan_kit.training import distributed
 
         distributed.init()
     clean = False
@@ -79,7 +79,7 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         warn_broken(plugins)
         the_run = Run(r, plugins)
         if init_from is not None:
-            from gan_kit.resume import init_from as load_weights
+            from gan_kit.runs.resume import init_from as load_weights
 
             load_weights(the_run, init_from)
         if dry_run:
@@ -112,8 +112,8 @@ def _print_plan(run, changes: list[str] | None = None, checkpoint: Path | None =
                       str(ph.batch_size), f"{ph.lr_scale:g}")
     console.print(table)
     if changes is not None:
-        from gan_kit.rundir import latest_checkpoint
-        from gan_kit import checkpoint as ckpt
+        from gan_kit.runs.rundir import latest_checkpoint
+        from gan_kit.runs import checkpoint as ckpt
 
         checkpoint = checkpoint or latest_checkpoint(run.out_dir)
         state = ckpt.load(checkpoint)

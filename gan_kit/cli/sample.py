@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from gan_kit.cli.errors import user_errors
-from gan_kit.errors import GankitError
+from gan_kit.base.errors import GankitError
 
 __all__ = ["sample"]
 
@@ -36,16 +36,16 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
     class-conditional G draws class K with --class K, else one row per class."""
     import torch
 
-    from gan_kit.checkpoint import load_generator
-    from gan_kit.grids import save_grid
-    from gan_kit.sampling import interpolate_latents, save_gif
+    from gan_kit.runs.checkpoint import load_generator
+    from gan_kit.tools.grids import save_grid
+    from gan_kit.tools.sampling import interpolate_latents, save_gif
 
     suffix = out.suffix.lower()
     if suffix not in (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".gif"):
         raise GankitError(f"--out: {str(out)!r} has no image extension (use .png or .jpg, or .gif with --interpolate)")
     if suffix == ".gif" and steps is None:
         raise GankitError("--out: a .gif needs --interpolate STEPS (a grid is written as .png or .jpg)")
-    from gan_kit import checkpoint as ckpt
+    from gan_kit.runs import checkpoint as ckpt
 
     state = ckpt.load(checkpoint)  # once: the generator and the class names come from it
     G_ema, phase, recipe, arch = load_generator(checkpoint, state=state)

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from gan_kit.options import toml_key, toml_value
+from gan_kit.base.options import toml_key, toml_value
 from gan_kit.recipe.schema import CORE_TABLES, ComponentSpec, Recipe
 
 __all__ = ["recipe_to_dict", "recipe_to_toml"]

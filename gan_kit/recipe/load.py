@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from gan_kit.errors import RecipeError
+from gan_kit.base.errors import RecipeError
 from gan_kit.recipe.problems import Problems, describe as _describe
 from gan_kit.recipe.validate import build_recipe
 
@@ -186,13 +186,13 @@ def load_recipe(path: str | Path, overrides: list[str] = (), *, plugins: Any = N
                 text: str | None = None):
     """Load, merge, override and validate a recipe.
 
-    Returns ``(recipe, plugins)`` where ``plugins`` is the ``gan_kit.plugins.Plugins`` built with
+    Returns ``(recipe, plugins)`` where ``plugins`` is the ``gan_kit.plugin_api.manager.Plugins`` built with
     the recipe's ``plugins = [...]`` (or the one passed in). ``text``: TOML to parse instead of
     reading ``path`` (which then only labels messages), e.g. the recipe saved in a checkpoint.
     Raises ``RecipeError`` listing every problem (a recipe plugin that cannot be imported is one
     of them), or ``PluginError`` for a plugin that breaks the rules (duplicate, misspelled hook).
     """
-    from gan_kit.plugins import build_plugins
+    from gan_kit.plugin_api.manager import build_plugins
 
     path = Path(path)
     problems = Problems(str(path))

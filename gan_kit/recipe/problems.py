@@ -18,7 +18,7 @@ def key_parts(key: str) -> tuple[str | int, ...]:
 
 def describe(value: Any) -> str:
     """A value as ``<TOML type> <TOML text>`` for messages, e.g. ``string "abc"``."""
-    from gan_kit.options import _tname, toml_value
+    from gan_kit.base.options import _tname, toml_value
 
     return f"{_tname(value)} {toml_value(value)}"
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
-from gan_kit.options import option
+from gan_kit.base.options import option
 
 __all__ = ["RunOptions", "OptimOptions", "EmaOptions", "DataSlot", "PenaltySlot", "MetricSlot",
            "COMPONENT_TABLES", "CORE_TABLES", "TOP_LEVEL", "ComponentSpec", "Recipe", "SEED_MAX", "KIMG_MAX"]

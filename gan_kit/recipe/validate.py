@@ -11,11 +11,11 @@ from typing import Any
 
 import attrs
 
-from gan_kit.options import (convert, describe_type, field_default, option_fields, option_range, range_problems,
+from gan_kit.base.options import (convert, describe_type, field_default, option_fields, option_range, range_problems,
                              toml_value)
 from gan_kit.recipe.problems import Problems, describe as _describe
 from gan_kit.recipe.schema import COMPONENT_TABLES, CORE_TABLES, TOP_LEVEL, ComponentSpec, Recipe
-from gan_kit.registry import Registry, suggest
+from gan_kit.plugin_api.registry import Registry, suggest
 
 __all__ = ["parse_options", "build_recipe"]
 
@@ -68,7 +68,7 @@ def parse_options(cls: type, table: dict, label: Any, key: str, problems: Any,
     ``problems`` is a ``Problems`` (or a list, for callers outside the loader; ``label`` then
     names the file). ``owner`` (e.g. ``loss 'hinge'``) is named in unknown-option messages.
     Each value is converted to the declared type, then every number in it is range-checked
-    (``gan_kit.options.option``'s ``min``/``max``, finite floats, int64 integers) and the field's
+    (``gan_kit.base.options.option``'s ``min``/``max``, finite floats, int64 integers) and the field's
     validator runs. ``range_fix`` is the fix shown after a range problem of a field without its
     own ``hint``.
     """

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from gan_kit.errors import GankitError
+from gan_kit.base.errors import GankitError
 
 __all__ = ["RunInfo", "Group", "Comparison", "compare_runs", "to_json", "print_table", "find_runs", "ALPHA"]
 
@@ -216,7 +216,7 @@ def _metric_and_direction(paths: list[Path], metric: str | None) -> tuple[str, b
     if known:
         return key, bool(known[0]), ""
     try:
-        from gan_kit.plugins import build_plugins
+        from gan_kit.plugin_api.manager import build_plugins
 
         comp = build_plugins().registry.get("metric", key.split("/")[1])
         hib = getattr(comp.factory, "higher_is_better", False)

@@ -26,7 +26,7 @@ import click
 
 from optuna.exceptions import UpdateFinishedTrialError
 
-from gan_kit.errors import GankitError, Interrupted
+from gan_kit.base.errors import GankitError, Interrupted
 from gan_kit.sweep import study as st
 from gan_kit.sweep import trials as tr
 from gan_kit.sweep.spaces import Space, config_label
@@ -355,7 +355,7 @@ def _sampled_configs(study: Any) -> dict[int, dict]:
 
 def _checkpoint_progress(path: Path) -> tuple[float | None, float]:
     """(kimg, training seconds) a checkpoint was written at."""
-    from gan_kit import checkpoint as ckpt
+    from gan_kit.runs import checkpoint as ckpt
 
     try:
         state = ckpt.load(path)

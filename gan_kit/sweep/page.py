@@ -14,7 +14,7 @@ import io
 import math
 from pathlib import Path
 
-from gan_kit.report import _CSS
+from gan_kit.tools.report import _CSS
 from gan_kit.sweep.compare import NOTE, Comparison, Group, fmt, table_rows
 
 __all__ = ["write_page", "curve"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from gan_kit.errors import GankitError
+from gan_kit.base.errors import GankitError
 from gan_kit.sweep import study as st
 from gan_kit.sweep.driver import Objective, Settings, Sweep
 from gan_kit.sweep.spaces import check_spaces, config_label, configurations, parse_spaces
@@ -26,7 +26,7 @@ DEFAULT_TRIALS = 10
 def objective_of(recipe: Any, plugins: Any, metric: str | None) -> tuple[Objective, Any]:
     """``(Objective, metric spec)`` of ``--metric`` (default: the recipe's first ``[[metric]]``);
     the direction is the metric component's ``higher_is_better``."""
-    from gan_kit.components import BuildContext
+    from gan_kit.plugin_api.components import BuildContext
 
     if not recipe.metrics:
         raise GankitError(f"{recipe.path}: the recipe has no [[metric]], and a sweep needs one as its objective (add "
@@ -54,8 +54,8 @@ def data_checker(plugins: Any):
     ``[data]`` table."""
     import json
 
-    from gan_kit.components import BuildContext
-    from gan_kit.datachecks import metric_problem
+    from gan_kit.plugin_api.components import BuildContext
+    from gan_kit.recipe.datachecks import metric_problem
 
     sizes: dict[str, int | str] = {}
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from gan_kit.errors import GankitError, RecipeError
+from gan_kit.base.errors import GankitError, RecipeError
 
 __all__ = ["Space", "SpaceError", "parse_space", "parse_spaces", "check_spaces", "OWNED_KEYS", "set_item",
            "configurations", "config_key", "config_label"]
@@ -131,7 +131,7 @@ class Space:
 
 
 def _toml(value: Any) -> str:
-    from gan_kit.options import toml_value
+    from gan_kit.base.options import toml_value
 
     return toml_value(value)
 

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from gan_kit.errors import GankitError
+from gan_kit.base.errors import GankitError
 
 __all__ = ["VERSION", "study_spec", "check_spec", "upgrade_needed"]
 
@@ -99,7 +99,7 @@ def _table_changes(then: dict | None, now: dict, limit: int = 3) -> str:
     """``: loss.name "hinge" then, "bce" now; ...`` for up to ``limit`` keys ('' when unknown)."""
     if not isinstance(then, dict):
         return ""
-    from gan_kit.options import toml_value
+    from gan_kit.base.options import toml_value
 
     a, b = _flatten(then), _flatten(now)
     keys = sorted(k for k in a.keys() | b.keys() if a.get(k, ...) != b.get(k, ...))

@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
-from gan_kit.errors import GankitError
+from gan_kit.base.errors import GankitError
 
 __all__ = ["HEARTBEAT_S", "GRACE_S", "open_storage", "open_study", "trial_name", "enqueue_grid", "ensure_seeds",
            "pop_waiting", "is_duplicate", "claim", "heartbeat", "recover_stale", "retry", "worker_alive", "names",

@@ -1,0 +1,310 @@
+"""StyleGAN2 networks and the ``stylegan2`` architecture component (Karras et al. 2020,
+arXiv:1912.04958, sec. 4.1: skip G, residual D; StyleGAN, Karras et al. 2019: mapping network,
+style mixing, truncation). Class-conditional form as stylegan2-ada-pytorch's (Karras et al.
+2020b, arXiv:2006.06676): the label embedded and joined to z in G's mapping network, and a label
+mapping ("cmap") projected onto D's last features in its epilogue."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import attrs
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gan_kit import Architecture, batch_randn, mean_over_processes, option
+from gan_kit.builtin.architectures.conditioning import check_labels
+from gan_kit.builtin.architectures.pggan import mbstd_batch_problem, MinibatchStddev
+from gan_kit.builtin.architectures.stylegan2.fir import setup_filter, upsample2d
+from gan_kit.builtin.architectures.stylegan2.layers import EqualizedConv2d, EqualizedLinear, ModulatedConv, NoiseMode, Resample
+
+__all__ = ["MappingNetwork", "Generator", "DBlock", "Discriminator", "StyleGAN2"]
+
+
+def _normalize(x: torch.Tensor) -> torch.Tensor:
+    """``x / sqrt(mean(x^2) + 1e-8)`` over dim 1 (StyleGAN's normalisation of z)."""
+    return x * torch.rsqrt(x.square().mean(dim=1, keepdim=True) + 1e-8)
+
+
+class MappingNetwork(nn.Module):
+    """``z[N, z_dim] (, labels[N]) -> w[N, w_dim]``: z normalised by its second moment, then
+    ``num_layers`` equalized FC layers with leaky ReLU and learning-rate multiplier ``lr_mult``
+    (StyleGAN sec. 2, appendix C: 8 layers, lr x0.01).
+
+    ``num_classes`` > 0: the label is embedded (an equalized FC layer, lr x1, on its one-hot
+    vector: ``w_dim`` features), normalised the same way and concatenated to the normalised z
+    before the first layer (stylegan2-ada-pytorch's ``MappingNetwork`` with ``c_dim``).
+    ``z_dim = 0``: the label alone (D's label mapping)."""
+
+    def __init__(self, z_dim: int, w_dim: int, num_layers: int, lr_mult: float, num_classes: int = 0):
+        super().__init__()
+        self.z_dim, self.num_classes = z_dim, num_classes
+        self.embed = EqualizedLinear(num_classes, w_dim) if num_classes else None
+        dims = [z_dim + (w_dim if num_classes else 0)] + [w_dim] * num_layers
+        self.layers = nn.ModuleList(EqualizedLinear(a, b, lr_mult=lr_mult, activation=True)
+                                    for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, z: torch.Tensor | None, labels: torch.Tensor | None = None) -> torch.Tensor:
+        parts = [_normalize(z)] if self.z_dim else []
+        if self.embed is not None:
+            one_hot = F.one_hot(labels, self.num_classes).to(self.embed.weight.dtype)
+            parts.append(_normalize(self.embed(one_hot)))
+        x = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Generator(nn.Module):
+    """StyleGAN2 G, skip architecture: ``z[N, latent_dim] -> images[N, channels, r, r]``.
+
+    ``mapping(z, truncation_psi) -> ws[N, num_ws, w_dim]``, ``synthesis(ws, noise_mode) -> img``.
+    num_ws = 2 * log2(r) - 2: block 4x4 has one conv, every later block two (the first upsamples),
+    and each block's toRGB shares its W with the next block's first conv (official layout).
+    ``w_avg`` (buffer ``[w_dim]``) is the running average of mapped W, updated in training-mode
+    ``forward`` as ``w_avg <- lerp(mean_N(w), w_avg, w_avg_beta)`` (the mean over the global batch
+    under several processes); the truncation trick uses it. ``num_classes`` > 0: ``G(z,
+    labels[N])``, the label joined to z in the mapping network. ``resample``: "fir" ([1, 3, 3, 1]
+    filter, the paper's) or "bilinear" upsampling.
+    """
+
+    def __init__(self, resolution: int, channels: int, latent_dim: int, w_dim: int, nf, *, mapping_layers: int = 8,
+                 mapping_lr_mult: float = 0.01, style_mixing_prob: float = 0.9, w_avg_beta: float = 0.995,
+                 modconv: str = "grouped", resample: Resample = "fir", num_classes: int = 0):
+        super().__init__()
+        self.latent_dim, self.w_dim, self.resolution = latent_dim, w_dim, resolution
+        self.style_mixing_prob, self.w_avg_beta = float(style_mixing_prob), float(w_avg_beta)
+        self.resample, self.num_classes = resample, num_classes
+        self.resolutions = [2 ** i for i in range(2, int(math.log2(resolution)) + 1)]
+        self.num_ws = 2 * len(self.resolutions)
+        self.mapping_network = MappingNetwork(latent_dim, w_dim, mapping_layers, mapping_lr_mult, num_classes)
+        self.register_buffer("w_avg", torch.zeros(w_dim))
+        self.register_buffer("resample_filter", setup_filter(), persistent=False)
+        self.const = nn.Parameter(torch.randn(nf(4), 4, 4))
+        self.convs = nn.ModuleDict()
+        self.to_rgb = nn.ModuleDict()
+        for res in self.resolutions:
+            c = nf(res)
+            layers = [ModulatedConv(c, c, w_dim, res, modconv=modconv)]
+            if res > 4:
+                layers.insert(0, ModulatedConv(nf(res // 2), c, w_dim, res, up=True, modconv=modconv,
+                                               resample=resample))
+            self.convs[str(res)] = nn.ModuleList(layers)
+            self.to_rgb[str(res)] = ModulatedConv(c, channels, w_dim, res, kernel=1, demodulate=False,
+                                                  noise=False, activation=False, modconv=modconv)
+
+    def mapping(self, z: torch.Tensor, labels: torch.Tensor | None = None, truncation_psi: float = 1.0, *,
+                update_w_avg: bool = False) -> torch.Tensor:
+        """``z[N, latent_dim]`` (and ``labels[N]``, int64, for a conditional G) ``-> ws[N, num_ws,
+        w_dim]``; with ``truncation_psi`` != 1 every W is ``w_avg + psi * (w - w_avg)`` (StyleGAN
+        sec. 3.1 / StyleGAN2 appendix: truncation trick). Raises ValueError when a conditional G
+        gets no labels or an unconditional one gets some."""
+        check_labels(self, self.num_classes, labels, z.shape[0])
+        w = self.mapping_network(z, labels)
+        if update_w_avg:
+            with torch.no_grad():
+                # The mean over the global batch, so several processes keep one w_avg, the one
+                # a single process would (a collective inside a training iteration only).
+                batch_mean = mean_over_processes(w.detach().float().mean(dim=0))
+                self.w_avg.copy_(batch_mean.lerp(self.w_avg, self.w_avg_beta))
+        if truncation_psi != 1:
+            w = self.w_avg.to(w.dtype).lerp(w, float(truncation_psi))
+        return w.unsqueeze(1).expand(-1, self.num_ws, -1)
+
+    def mix_styles(self, ws: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """Style-mixing regularisation (StyleGAN sec. 3.1): with probability style_mixing_prob the
+        W of a second random z (same labels) replaces ``ws[:, cutoff:]`` from a random cut-off
+        layer in [1, num_ws). One cut-off per batch (official code): one draw from the RNG that
+        all processes share, so it is the same on each; the second z is a per-sample draw, made
+        for the global batch (``batch_randn``). Tensor ops only, so no graph break under
+        torch.compile. ``ws[N, num_ws, w_dim]`` -> same shape."""
+        n = ws.shape[0]
+        z2 = batch_randn(n, self.latent_dim, device=ws.device)
+        w2 = self.mapping(z2, labels).to(ws.dtype)
+        cutoff = torch.randint(1, self.num_ws, (), device=ws.device)
+        mix = torch.rand((), device=ws.device) < self.style_mixing_prob
+        cutoff = torch.where(mix, cutoff, torch.full_like(cutoff, self.num_ws))
+        layer = torch.arange(self.num_ws, device=ws.device).reshape(1, -1, 1)
+        return torch.where(layer >= cutoff, w2, ws)
+
+    def synthesis(self, ws: torch.Tensor, noise_mode: NoiseMode = "random") -> torch.Tensor:
+        """``ws[N, num_ws, w_dim] -> images[N, channels, r, r]``: per resolution the convs, then
+        the skip output ``img = upsample(img) + toRGB(x)`` (sec. 4.1, fig. 7a). Raises ValueError
+        when ws does not hold num_ws layers."""
+        if ws.shape[1] != self.num_ws:
+            raise ValueError(f"synthesis: expected ws[N, {self.num_ws}, {self.w_dim}], got {tuple(ws.shape)}")
+        x = self.const.to(ws.dtype).unsqueeze(0).expand(ws.shape[0], -1, -1, -1)
+        img = None
+        idx = 0
+        for res in self.resolutions:
+            for conv in self.convs[str(res)]:
+                x = conv(x, ws[:, idx], noise_mode)
+                idx += 1
+            rgb = self.to_rgb[str(res)](x, ws[:, idx])
+            img = rgb if img is None else self._upsample(img) + rgb
+        return img
+
+    def _upsample(self, img: torch.Tensor) -> torch.Tensor:
+        if self.resample == "fir":
+            return upsample2d(img, self.resample_filter)
+        return F.interpolate(img, scale_factor=2, mode="bilinear", align_corners=False)
+
+    def forward(self, z: torch.Tensor, labels=None, *, truncation_psi: float = 1.0,
+                noise_mode: NoiseMode = "random") -> torch.Tensor:
+        """Images ``[N, channels, r, r]`` for ``z[N, latent_dim]``. In training mode it updates
+        ``w_avg`` and applies style mixing; in eval mode (G_ema) it does neither. With
+        ``noise_mode="random"`` it draws from the global torch RNG. ``labels[N]`` (int64): the
+        classes, for a conditional G only (ValueError otherwise, and when one is missing)."""
+        ws = self.mapping(z, labels, truncation_psi, update_w_avg=self.training)
+        if self.training and self.style_mixing_prob > 0:
+            ws = self.mix_styles(ws, labels)
+        return self.synthesis(ws, noise_mode)
+
+
+class DBlock(nn.Module):
+    """Residual D block (sec. 4.1, fig. 7c): ``(skip(x) + conv1(conv0(x))) / sqrt(2)``, where
+    conv1 and the 1x1 skip (no bias) downsample by 2 (``resample``: "fir" or "bilinear").
+    ``[N, Cin, r, r] -> [N, Cout, r/2, r/2]``."""
+
+    def __init__(self, in_channels: int, out_channels: int, resample: Resample = "fir"):
+        super().__init__()
+        self.conv0 = EqualizedConv2d(in_channels, in_channels, 3, activation=True)
+        self.conv1 = EqualizedConv2d(in_channels, out_channels, 3, activation=True, down=True, resample=resample)
+        self.skip = EqualizedConv2d(in_channels, out_channels, 1, bias=False, down=True, resample=resample)
+
+    def forward(self, x):
+        return (self.skip(x) + self.conv1(self.conv0(x))) * math.sqrt(0.5)
+
+
+class Discriminator(nn.Module):
+    """StyleGAN2 residual D: ``images[N, channels, r, r] -> logits[N]``.
+
+    fromRGB (1x1) at full resolution, residual blocks down to 4x4, minibatch stddev (group
+    ``mbstd_group_size``, 0 = off), 3x3 conv, FC, FC to one logit.
+
+    ``num_classes`` > 0: ``D(images, labels[N])``. The labels go through a mapping network of
+    their own (``cmap_layers`` layers, lr x ``mapping_lr_mult``) to ``cmap[N, cmap_dim]``
+    (cmap_dim = the 4x4 feature maps); the last FC gives ``cmap_dim`` features instead of one
+    logit, and the logit is their projection on cmap, ``sum_k out_k * cmap_k / sqrt(cmap_dim)``
+    (stylegan2-ada-pytorch's ``DiscriminatorEpilogue``: a projection discriminator, Miyato &
+    Koyama 2018, with a learned label mapping).
+    """
+
+    def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4, *,
+                 resample: Resample = "fir", num_classes: int = 0, cmap_layers: int = 8,
+                 mapping_lr_mult: float = 0.01):
+        super().__init__()
+        self.num_classes = num_classes
+        self.from_rgb = EqualizedConv2d(channels, nf(resolution), 1, activation=True)
+        res = [2 ** i for i in range(int(math.log2(resolution)), 2, -1)]
+        self.blocks = nn.ModuleList(DBlock(nf(r), nf(r // 2), resample) for r in res)
+        c4 = nf(4)
+        self.mbstd = MinibatchStddev(mbstd_group_size) if mbstd_group_size > 0 else None
+        self.conv = EqualizedConv2d(c4 + (1 if self.mbstd is not None else 0), c4, 3, activation=True)
+        self.fc = EqualizedLinear(c4 * 16, c4, activation=True)
+        self.cmap_dim = c4 if num_classes else 0
+        self.mapping = MappingNetwork(0, c4, cmap_layers, mapping_lr_mult, num_classes) if num_classes else None
+        self.out = EqualizedLinear(c4, self.cmap_dim or 1)
+
+    def forward(self, img, labels=None):
+        check_labels(self, self.num_classes, labels, img.shape[0])
+        x = self.from_rgb(img)
+        for block in self.blocks:
+            x = block(x)
+        if self.mbstd is not None:
+            x = self.mbstd(x)
+        x = self.conv(x)
+        x = self.out(self.fc(x.flatten(1)))
+        if self.mapping is None:
+            return x.squeeze(1)
+        cmap = self.mapping(None, labels).to(x.dtype)
+        return (x * cmap).sum(dim=1) * (1.0 / math.sqrt(self.cmap_dim))
+
+
+# -------------------------------------------------------------------------------- architecture --
+
+
+def _positive(v):
+    return None if v >= 1 else f"must be >= 1, got {v}"
+
+
+def _unit(v):
+    return None if 0 <= v <= 1 else f"must be in [0, 1], got {v}"
+
+
+class StyleGAN2(Architecture):
+    """StyleGAN2 (Karras et al. 2020): mapping network, modulated convs with demodulation, noise, skip G, residual D, FIR resampling; static resolution; class-conditional."""
+
+    @attrs.frozen
+    class Options:
+        latent_dim: int = option(64, help="Size of the latent z (StyleGAN2: 512).", validator=_positive)
+        w_dim: int = option(64, help="Size of the intermediate latent W (StyleGAN2: 512).", validator=_positive)
+        mapping_layers: int = option(8, help="FC layers of the mapping network z -> W.", validator=_positive)
+        mapping_lr_mult: float = option(0.01, help="Learning-rate multiplier of the mapping network (StyleGAN: 0.01).",
+                                        validator=lambda v: None if v > 0 else f"must be > 0, got {v}")
+        channel_base: int = option(512, help="Feature maps at resolution r: min(channel_base // r, channel_max) "
+                                             "(StyleGAN2 config F: 32768).", validator=_positive)
+        channel_max: int = option(64, help="Largest number of feature maps (config F: 512).", validator=_positive)
+        mbstd_group_size: int = option(4, help="Minibatch-stddev group size (0 disables the layer).",
+                                       validator=lambda v: None if v >= 0 else f"must be >= 0, got {v}")
+        style_mixing_prob: float = option(0.9, help="Probability of style mixing per training batch (0 = off).",
+                                          validator=_unit)
+        w_avg_beta: float = option(0.995, help="Decay of the running average of W kept for truncation, per "
+                                               "training forward.", validator=_unit)
+        modconv: Literal["grouped", "scaled", "naive"] = option(
+            "grouped", help='Implementation of the modulated convolution (same formula): "grouped" (one '
+                            'convolution with groups=N), "scaled" (activations scaled around one shared-weight '
+                            'convolution; faster on CPUs) or "naive" (per-sample loop, for checking).')
+        resample: Literal["fir", "bilinear"] = option(
+            "fir", help='Up- and downsampling: "fir" (the [1, 3, 3, 1] low-pass filter of the paper\'s code, '
+                        'upfirdn2d) or "bilinear" (bilinear up, 2x2 box filter down).')
+        d_mapping_layers: int = option(8, help="Class-conditional D (architecture.conditional): FC layers of its "
+                                               "label mapping network, whose output the logit is projected on "
+                                               "(stylegan2-ada-pytorch: 8).", validator=_positive)
+
+    @classmethod
+    def problems(cls, o, recipe):
+        if recipe.growth.name != "static":
+            yield "growth.name", (f"stylegan2 does not grow: use [growth] name = \"static\", "
+                                  f"not {recipe.growth.name!r}")
+        init = recipe.init
+        default_gain = math.sqrt(2.0)
+        if init.name != "equalized-lr" or abs(float(getattr(init.options, "gain", default_gain)) - default_gain) > 1e-12:
+            yield "init.name", (f"stylegan2's layers apply the equalized learning rate themselves, so the initializer "
+                                f"{init.name!r} would not change them (set [init] name = \"equalized-lr\" with its "
+                                f"default gain, or remove the [init] table)")
+        if min(o.channel_base // recipe.resolution, o.channel_max) < 1:
+            yield "channel_base", (f"gives no feature maps at resolution {recipe.resolution} "
+                                   f"(use channel_base >= {recipe.resolution})")
+        g = o.mbstd_group_size
+        batch = getattr(recipe.growth.options, "batch_size", None)
+        if g > 0 and isinstance(batch, int) and batch >= g and batch % g:
+            yield "mbstd_group_size", (f"group size {g} does not divide the batch size {batch} "
+                                       f"(choose a batch that is a multiple of {g}, or another group size)")
+
+    def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
+        return mbstd_batch_problem(self.options.mbstd_group_size, batch, world_size)
+
+    def nf(self, res: int) -> int:
+        o = self.options
+        return int(min(o.channel_base // res, o.channel_max))
+
+    supports_truncation = True
+    supports_conditional = True
+    supports_spectral_norm = False  # its layers apply the equalized learning rate themselves
+
+    @property
+    def latent_dim(self) -> int:
+        return self.options.latent_dim
+
+    def build(self, resolution, channels):
+        o = self.options
+        k = self.context.num_classes
+        G = Generator(resolution, channels, o.latent_dim, o.w_dim, self.nf, mapping_layers=o.mapping_layers,
+                      mapping_lr_mult=o.mapping_lr_mult, style_mixing_prob=o.style_mixing_prob,
+                      w_avg_beta=o.w_avg_beta, modconv=o.modconv, resample=o.resample, num_classes=k)
+        D = Discriminator(resolution, channels, self.nf, o.mbstd_group_size, resample=o.resample, num_classes=k,
+                          cmap_layers=o.d_mapping_layers, mapping_lr_mult=o.mapping_lr_mult)
+        return G, D

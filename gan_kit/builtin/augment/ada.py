@@ -1,0 +1,224 @@
+"""``[augment] name = "ada"``: adaptive discriminator augmentation (ADA), Karras et al. 2020,
+"Training Generative Adversarial Networks with Limited Data" (arXiv:2006.06676).
+
+The pipeline is chosen with ``pipeline``: stylegan2-ada-pytorch's presets ('bgc', the paper's,
+by default; 'bg', 'blit', 'geom', 'color'), implemented in ``gan_kit.builtin.augment.ada_pipeline``, or
+``"gankit-subset"``, gankit 0.2's seven-transform pipeline (``gan_kit.builtin.augment.ada_subset``).
+Whatever the pipeline, p is adapted by the paper's rule (sec. 3) as stylegan2-ada-pytorch's
+training loop does; see ``AdaptiveAugment``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Literal
+
+import attrs
+import torch
+
+from gan_kit import Augment, GankitError, hookimpl, option
+from gan_kit.builtin.augment.ada_pipeline import PRESETS, OfficialPipeline
+from gan_kit.builtin.augment.ada_subset import ADA_TRANSFORMS, SubsetPipeline
+from gan_kit.builtin.augment import _name_problems, _raise_first, parse_names
+
+__all__ = ["AdaptiveAugment", "PIPELINES", "SUBSET", "register_augmentations"]
+
+SUBSET = "gankit-subset"
+PIPELINES = (*PRESETS, SUBSET)
+
+#: The op each range option belongs to (in the official pipelines), to refuse a range that
+#: would do nothing.
+_RANGE_OF = {"translate_ratio": "xint", "scale_std": "scale", "rotate_max": "rotate", "aniso_std": "aniso",
+             "xfrac_std": "xfrac", "brightness_std": "brightness", "contrast_std": "contrast", "hue_max": "hue",
+             "saturation_std": "saturation"}
+_NOT_IN_SUBSET = ("rotate_max", "aniso_std", "xfrac_std", "hue_max")
+#: stylegan2-ada-pytorch presets that need its filtering, noise or cutout groups.
+_NOT_IMPLEMENTED = ("filter", "noise", "cutout", "bgcf", "bgcfn", "bgcfnc")
+
+
+def _pipeline_problem(value: str) -> str | None:
+    if value in PIPELINES:
+        return None
+    if value in _NOT_IMPLEMENTED:
+        return (f"stylegan2-ada-pytorch's pipeline {value!r} needs its filter, noise or cutout ops, which gankit "
+                f"does not implement; available: {', '.join(PIPELINES)}")
+    close = difflib.get_close_matches(value, PIPELINES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown pipeline {value!r}{hint}; available: {', '.join(PIPELINES)}"
+
+
+def _at_least(low: float):
+    return lambda v: None if v >= low else f"must be >= {low:g}, got {v}"
+
+
+class AdaptiveAugment(Augment):
+    """ADA, adaptive discriminator augmentation, with stylegan2-ada-pytorch's pipelines ('bgc').
+
+    Karras et al. 2020, "Training Generative Adversarial Networks with Limited Data"
+    (arXiv:2006.06676), sec. 2.3-3 and appendix B, as stylegan2-ada-pytorch runs it.
+
+    ``augment(images[N,C,H,W]) -> [N,C,H,W]`` (same dtype, images in [-1, 1]) runs ``pipeline``
+    with probability p per op and per sample, fresh draws per call (``gan_kit.batch_rand``):
+    'bgc' (default) = 'blit' (xflip, rotate90, xint) + 'geom' (scale, rotate, aniso, xfrac) +
+    'color' (brightness, contrast, lumaflip, hue, saturation), with stylegan2-ada-pytorch's
+    ranges and one anti-aliased resampling for all geometric ops (``ada_pipeline``); 'bg' is
+    'blit' + 'geom'. ``"gankit-subset"`` is gankit 0.2's pipeline (``ada_subset``), its
+    transforms chosen with ``transforms``. Differentiable w.r.t. the images.
+
+    p follows the overfitting heuristic ``r_t = E[sign(D(real))]`` (sec. 3): the engine hands D's
+    logits on the augmented reals of every D objective to ``feedback``; every ``interval``
+    iterations ``end_step`` sets ``p <- max(p + sign(r_t - target) * nimg * interval /
+    (kimg * 1000), 0)`` (then ``min(., p_max)`` when ``p_max`` is set), ``nimg`` the real images
+    one iteration shows (global batch x ``update.d_steps``), and resets the accumulators: the rule
+    of stylegan2-ada-pytorch's training loop (``ada_target``, ``ada_interval``, ``ada_kimg``),
+    whose p is bounded below only (above 1 every op is always applied). Under several processes
+    the accumulators are summed over all of them first (one all-reduce every ``interval``
+    iterations). The p update itself does not sync the host with the device.
+
+    ``state_dict()`` holds ``p``, the accumulated sign sum and count (0-dim CPU tensors). Raises
+    ``GankitError`` when built with invalid options, on images a pipeline cannot take (colour ops
+    on images that are neither RGB nor grey; ``rotate90`` of the subset on non-square images),
+    and when ``load_state_dict`` gets a state without those keys.
+    """
+
+    @attrs.frozen
+    class Options:
+        pipeline: str = option("bgc", help="Augmentation pipeline: stylegan2-ada-pytorch's --augpipe presets 'bgc' (the "
+                                           "paper's: blit + geom + color), 'bg', 'blit', 'geom', 'color', or "
+                                           "'gankit-subset' (gankit 0.2's seven transforms, see docs/augmentation.md).",
+                               validator=_pipeline_problem)
+        target: float = option(0.6, help="Target of the overfitting heuristic r_t = E[sign(D(real))] (0.6 in the paper).",
+                               validator=lambda v: None if -1.0 <= v <= 1.0 else f"must be in [-1, 1], got {v}")
+        interval: int = option(4, help="Iterations between two adjustments of p (4 in the paper).",
+                               validator=lambda v: None if v >= 1 else f"must be >= 1, got {v}")
+        kimg: float = option(100.0, help="Speed of p: thousands of real images over which p can go from 0 to 1 (500 in the "
+                                         "paper; 100 here because gankit's runs are short, see docs/augmentation.md).",
+                             validator=lambda v: None if v > 0 else f"must be > 0, got {v}")
+        p_init: float = option(0.0, help="Augmentation probability p at the start of training (0 in the paper).",
+                               validator=lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v}")
+        p_max: float | None = option(None, help="Upper bound of p; None = none, the reference's rule (p >= 0 only; "
+                                                "0.8 guarantees the non-leaking regime, see docs/augmentation.md).",
+                                     validator=lambda v: None if v is None or 0.0 <= v <= 1.0
+                                     else f"must be in [0, 1] or none, got {v}")
+        translate_ratio: float = option(0.125, help="Largest integer translation as a fraction of the side "
+                                                    "(stylegan2-ada-pytorch's xint_max; 1/8).",
+                                        validator=lambda v: None if 0.0 <= v <= 0.5 else f"must be in [0, 0.5], got {v}")
+        scale_std: float = option(0.2, help="Std of log2 of the isotropic scale factor (0.2).", validator=_at_least(0))
+        rotate_max: float = option(1.0, help="Range of the arbitrary rotation, 1 = the full circle (1).",
+                                   validator=lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v}")
+        aniso_std: float = option(0.2, help="Std of log2 of the anisotropic scale factor (0.2).", validator=_at_least(0))
+        xfrac_std: float = option(0.125, help="Std of the fractional translation as a fraction of the side (0.125).",
+                                  validator=_at_least(0))
+        brightness_std: float = option(0.2, help="Std of the brightness offset, in [-1, 1] pixel units (0.2).",
+                                       validator=_at_least(0))
+        contrast_std: float = option(0.5, help="Std of log2 of the contrast factor (0.5).", validator=_at_least(0))
+        hue_max: float = option(1.0, help="Range of the hue rotation, 1 = the full circle (1).",
+                                validator=lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v}")
+        saturation_std: float = option(1.0, help="Std of log2 of the saturation factor (1).", validator=_at_least(0))
+        transforms: str | None = option(None, help="pipeline = 'gankit-subset' only: comma-separated transforms, applied in "
+                                                   "the paper's order whatever the order here: " + ", ".join(ADA_TRANSFORMS)
+                                                   + "; None = all.")
+        translation_padding: Literal["reflect", "wrap"] | None = option(
+            None, help="pipeline = 'gankit-subset' only: what moves in at the border on translation: the image mirrored "
+                       "(reflect) or wrapped around (wrap); None = reflect.",
+            validator=lambda v: None if v in (None, "reflect", "wrap") else f"expected 'reflect' or 'wrap', got {v!r}")
+
+    @classmethod
+    def problems(cls, options, recipe):
+        o = options
+        if o.pipeline == SUBSET:
+            if o.transforms is not None:
+                for message in _name_problems(o.transforms, ADA_TRANSFORMS, "transform",
+                                              "name at least one of " + ", ".join(ADA_TRANSFORMS)):
+                    yield "transforms", message
+            for key in _NOT_IN_SUBSET:
+                if getattr(o, key) != _default(key):
+                    yield key, (f"has no effect with pipeline = \"{SUBSET}\" (it has no {_RANGE_OF[key]}); "
+                                f"remove it or use pipeline = \"bgc\"")
+        elif o.pipeline in PRESETS:
+            for key in ("transforms", "translation_padding"):
+                if getattr(o, key) is not None:
+                    yield key, (f"applies to pipeline = \"{SUBSET}\" only (gankit 0.2's 'ada'); 'ada' now runs "
+                                f"stylegan2-ada-pytorch's pipeline \"{o.pipeline}\": add pipeline = \"{SUBSET}\" to "
+                                f"keep {key} = {getattr(o, key)!r}, or remove it")
+            for key, op in _RANGE_OF.items():
+                if op not in PRESETS[o.pipeline] and getattr(o, key) != _default(key):
+                    yield key, (f"has no effect: pipeline \"{o.pipeline}\" has no {op} "
+                                f"({', '.join(PRESETS[o.pipeline])}); remove it or use pipeline = \"bgc\"")
+        if o.p_max is not None and o.p_init > o.p_max:
+            yield "p_init", f"p_init = {o.p_init:g} is above p_max = {o.p_max:g} (lower p_init or raise p_max)"
+
+    def __init__(self, options=None, context=None):
+        super().__init__(options, context)
+        _raise_first(type(self), self.options)
+        o = self.options
+        if o.pipeline == SUBSET:
+            enabled = frozenset(parse_names(o.transforms) if o.transforms is not None else ADA_TRANSFORMS)
+            self.pipeline = SubsetPipeline(enabled, o)
+        else:
+            self.pipeline = OfficialPipeline(PRESETS[o.pipeline], o, o.pipeline)
+        self.p = torch.tensor(float(o.p_init))
+        self.sign_sum = torch.tensor(0.0)
+        self.sign_count = torch.tensor(0.0)
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        if self.p.device != images.device:
+            # Once (first call, or after load_state_dict): a host-to-device copy waits for the
+            # device, so p must not travel on every call.
+            self.p = self.p.to(images.device)
+        return self.pipeline(images, self.p)
+
+    # ---- adaptation of p
+
+    def feedback(self, real_logits: torch.Tensor) -> None:
+        """Accumulate ``sign(D(real))`` of one D objective's ``[N]`` logits (detached, on device;
+        no host sync)."""
+        signs = real_logits.detach().float().sign()
+        dev = signs.device
+        if self.sign_sum.device != dev:  # once: the accumulators then live beside the logits
+            self.sign_sum, self.sign_count = self.sign_sum.to(dev), self.sign_count.to(dev)
+        self.sign_sum = self.sign_sum + signs.sum()
+        self.sign_count = self.sign_count + signs.numel()
+
+    def end_step(self, step: int, nimg: int) -> dict[str, float | torch.Tensor]:
+        """After iteration ``step`` (iterations done), which showed D ``nimg`` real images (all
+        processes, every critic step counted: global batch x ``d_steps``): every
+        ``interval`` iterations adjust p (sec. 3) and return ``{"Augment/p", "Augment/rt"}``;
+        otherwise ``{"Augment/p"}``. An interval without feedback leaves p unchanged."""
+        o = self.options
+        if step % o.interval:
+            return {"Augment/p": self.p}
+        dev = self.sign_sum.device
+        totals = torch.stack([self.sign_sum, self.sign_count])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(totals)
+        r_t = totals[0] / totals[1].clamp(min=1.0)
+        step_size = nimg * o.interval / (o.kimg * 1000.0)
+        adjust = torch.sign(r_t - o.target) * step_size * (totals[1] > 0).float()
+        self.p = (self.p.to(dev) + adjust).clamp(min=0.0, max=o.p_max)
+        self.sign_sum = torch.zeros((), device=dev)
+        self.sign_count = torch.zeros((), device=dev)
+        return {"Augment/p": self.p, "Augment/rt": r_t}
+
+    def state_dict(self) -> dict:
+        return {"p": self.p.detach().cpu().clone(), "sign_sum": self.sign_sum.detach().cpu().clone(),
+                "sign_count": self.sign_count.detach().cpu().clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        missing = [k for k in ("p", "sign_sum", "sign_count") if k not in state]
+        if missing:
+            raise GankitError(f"augment: the checkpoint's augmentation state lacks {', '.join(missing)} "
+                              f"(it was not written by 'ada'; resume with the augmentation that wrote it)")
+        self.p = torch.as_tensor(state["p"], dtype=torch.float32).clone()
+        self.sign_sum = torch.as_tensor(state["sign_sum"], dtype=torch.float32).clone()
+        self.sign_count = torch.as_tensor(state["sign_count"], dtype=torch.float32).clone()
+
+
+def _default(key: str):
+    return attrs.fields_dict(AdaptiveAugment.Options)[key].default
+
+
+@hookimpl
+def register_augmentations(register):
+    """Register ``ada`` (hook ``register_augmentations``, kind ``augment``)."""
+    register("ada", AdaptiveAugment)

@@ -1,0 +1,1 @@
+"""Built-in data sets: digits, image folders and zip archives, torchvision sets."""

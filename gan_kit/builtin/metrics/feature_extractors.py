@@ -1,0 +1,311 @@
+"""Feature extractors for the feature-space metrics (fid, kid, precision-recall, is) and the
+caches that make them cheap to repeat during training.
+
+Extractors (``feature_extractor`` option of each metric):
+
+- ``inception-v3-compat``: torch-fidelity's InceptionV3 (the TF FID network, converted; Heusel et
+  al. 2017's features): ``pool`` = the 2048-d pool3 features, ``logits`` = its 1008 unbiased logits
+  (what torch-fidelity's Inception Score takes). Weights: ``weights-inception-2015-12-05-6726825d.pth``
+  in the torch hub cache (``torch.hub.get_dir()/checkpoints``), where torch-fidelity keeps it.
+- ``vgg16``: torch-fidelity's VGG16 (torchvision's ImageNet weights, ``vgg16-397923af.pth`` in the
+  same folder): ``pool`` = the 4096-d fc2 features after ReLU, what Kynkaanniemi et al. 2019 and
+  torch-fidelity use for precision and recall.
+- ``stub``: a small convolutional network with fixed random weights (seed 0). No file, no
+  download: for tests and offline smoke runs. Its values are NOT comparable with published ones.
+
+gankit never downloads weights: a missing file is one line saying which file to put where.
+
+Caches, per process (stylegan2-ada-pytorch's ``metric_utils`` keeps the detector and the real
+statistics the same way):
+
+- each extractor is built once per (name, weights file, device);
+- the features of the real images are kept in memory and, with ``cache = true``, on disk under
+  ``feature_cache_dir()``, keyed by the extractor and a SHA-256 digest of the exact uint8 images
+  fed to it. So they are computed once per data set, resolution (and fade-in alpha), image count
+  and seed, and never served stale for a data set that changed on disk (stylegan2-ada-pytorch
+  keys them by the data set's options instead);
+- the features of the last generated sets are kept too, so the metrics of one tick on one
+  extractor (fid, kid, is, and precision-recall on ``inception-v3-compat``) with one
+  ``num_images`` and ``seed`` share one pass over G_ema's images.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+import attrs
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gan_kit.base.errors import GankitError
+
+log = logging.getLogger("gankit.metrics")
+
+#: torch-fidelity's InceptionV3 weights (the TF FID network converted) and their file name in the
+#: torch hub cache (``torch.hub.get_dir()/checkpoints``).
+INCEPTION_URL = ("https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/"
+                 "weights-inception-2015-12-05-6726825d.pth")
+INCEPTION_FILE = INCEPTION_URL.rsplit("/", 1)[1]
+#: torchvision's ImageNet VGG16 weights (``VGG16_Weights.IMAGENET1K_V1``), which torch-fidelity's
+#: vgg16 extractor loads.
+VGG16_URL = "https://download.pytorch.org/models/vgg16-397923af.pth"
+
+
+@attrs.frozen
+class ExtractorSpec:
+    """An extractor: its weights' address (None: needs no file) and the torch-fidelity feature
+    names read as ``pool`` (and ``logits``, None when it has none)."""
+
+    name: str
+    url: str | None
+    pool: str
+    logits: str | None
+    build: Callable[[Path | None], nn.Module]
+
+
+def _fidelity_inception(path: Path | None) -> nn.Module:
+    from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+
+    return FeatureExtractorInceptionV3("inception-v3-compat", ["2048", "logits_unbiased"],
+                                       feature_extractor_weights_path=str(path))
+
+
+def _fidelity_vgg16(path: Path | None) -> nn.Module:
+    from torch_fidelity.feature_extractor_vgg16 import FeatureExtractorVGG16
+
+    return FeatureExtractorVGG16("vgg16", ["fc2_relu"], feature_extractor_weights_path=str(path))
+
+
+class StubNet(nn.Module):
+    """A stand-in for InceptionV3 with fixed random weights (seed 0): ``uint8 [N,3,H,W]`` ->
+    ``(pool [N, 64], logits [N, 10])``. Images are scaled to [-1, 1] and resized to 32x32
+    (bilinear), then three 3x3 convolutions (stride 2, 2, 1) with ReLU, a global mean (``pool``)
+    and a linear map (``logits``). It tells image sets apart enough for tests; its values mean
+    nothing outside them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.convs = nn.ModuleList([nn.Conv2d(3, 16, 3, 2, 1), nn.Conv2d(16, 32, 3, 2, 1), nn.Conv2d(32, 64, 3, 1, 1)])
+        self.fc = nn.Linear(64, 10)
+        with torch.no_grad():
+            for layer in [*self.convs, self.fc]:
+                fan_in = layer.weight[0].numel()
+                layer.weight.copy_(torch.randn(layer.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
+                layer.bias.copy_(torch.randn(layer.bias.shape, generator=g) * 0.1)
+        self.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = F.interpolate(x.float() / 127.5 - 1.0, size=(32, 32), mode="bilinear", align_corners=False)
+        for conv in self.convs:
+            x = F.relu(conv(x))
+        pool = x.mean(dim=(2, 3))
+        return pool, self.fc(pool)
+
+
+EXTRACTORS: dict[str, ExtractorSpec] = {
+    "inception-v3-compat": ExtractorSpec("inception-v3-compat", INCEPTION_URL, "2048", "logits_unbiased",
+                                         _fidelity_inception),
+    "vgg16": ExtractorSpec("vgg16", VGG16_URL, "fc2_relu", None, _fidelity_vgg16),
+    "stub": ExtractorSpec("stub", None, "pool", "logits", lambda path: StubNet()),
+}
+
+
+def weights_path(extractor: str, weights: str | None = None) -> Path | None:
+    """Where ``extractor``'s weights are looked for: ``weights`` if given, else the file in the
+    torch hub cache (``$TORCH_HOME/hub/checkpoints``, where torch-fidelity and torchvision keep
+    them); None for an extractor without weights."""
+    url = EXTRACTORS[extractor].url
+    if url is None:
+        return None
+    if weights:
+        return Path(weights).expanduser()
+    return Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[1]
+
+
+def extractor_problem(metric: str, extractor: str, weights: str | None = None) -> str | None:
+    """One line naming what ``metric`` lacks to run ``extractor`` (the torch-fidelity package,
+    the weights file, or both), or None. Never downloads anything."""
+    missing = []
+    try:
+        has_pkg = importlib.util.find_spec("torch_fidelity") is not None
+    except (ImportError, ValueError):
+        has_pkg = False
+    if not has_pkg:
+        missing.append("the torch-fidelity package (pip install 'gankit[fid]')")
+    path = weights_path(extractor, weights)
+    if path is not None and not path.is_file():
+        url = EXTRACTORS[extractor].url
+        fix = f"fetch {url} to that path" + ("" if weights else ", or set the metric's weights option")
+        missing.append(f"the {extractor} weights file {path} (gankit never downloads it: {fix}; "
+                       f"or use swd, which needs no weights)")
+    if not missing:
+        return None
+    return f"{metric} needs " + " and ".join(missing)
+
+
+class FeatureExtractor:
+    """One loaded extractor: ``__call__(images uint8 [N,3,H,W], batch_size)`` -> ``{"pool": [N, D],
+    "logits": [N, K]}`` (float32, CPU; no ``logits`` for vgg16). ``images_seen`` and ``passes``
+    count the images and the calls that reached the network (what the caches save)."""
+
+    def __init__(self, spec: ExtractorSpec, net: nn.Module, ident: str, device: torch.device):
+        self.spec, self.net, self.ident, self.device = spec, net, ident, device
+        self.images_seen = 0
+        self.passes = 0
+
+    @torch.no_grad()
+    def __call__(self, images: torch.Tensor, batch_size: int) -> dict[str, torch.Tensor]:
+        self.passes += 1
+        self.images_seen += images.shape[0]
+        pools, logits = [], []
+        for i in range(0, images.shape[0], batch_size):
+            out = self.net(images[i:i + batch_size].to(self.device))
+            pools.append(out[0].float().cpu())
+            if self.spec.logits is not None:
+                logits.append(out[1].float().cpu())
+        feats = {"pool": torch.cat(pools)}
+        if logits:
+            feats["logits"] = torch.cat(logits)
+        return feats
+
+
+_EXTRACTORS: dict[tuple[str, str, str], FeatureExtractor] = {}
+
+
+def get_extractor(name: str, weights: str | None, device: torch.device | str, metric: str) -> FeatureExtractor:
+    """The process's ``name`` extractor on ``device`` (built on first use). Raises GankitError
+    naming ``metric`` when the weights are missing or do not load."""
+    device = torch.device(device)
+    path = weights_path(name, weights)
+    key = (name, str(path), str(device))
+    if key not in _EXTRACTORS:
+        problem = extractor_problem(metric, name, weights)
+        if problem:
+            raise GankitError(problem)
+        spec = EXTRACTORS[name]
+        try:
+            net = spec.build(path)
+        except Exception as e:  # a damaged or foreign weights file
+            first = str(e).splitlines()[0][:160] if str(e) else ""
+            raise GankitError(f"{metric}: cannot load the {name} weights {path} ({type(e).__name__}: {first}); "
+                              f"delete the file and fetch {spec.url} again") from None
+        # The weights file's name and size tell two files apart without reading them again.
+        ident = name if path is None else f"{name}-{path.name}-{path.stat().st_size}"
+        _EXTRACTORS[key] = FeatureExtractor(spec, net.to(device).eval(), ident, device)
+    return _EXTRACTORS[key]
+
+
+# ------------------------------------------------------------------------------- caches --
+
+
+def to_uint8(images: torch.Tensor) -> torch.Tensor:
+    """``[N,C,H,W]`` in [-1, 1] (C = 1 or 3) -> ``uint8 [N,3,H,W]``, quantised as a saved PNG
+    would be (``round((x + 1) * 127.5)``); grey images are repeated to RGB."""
+    n, _, h, w = images.shape
+    out = torch.empty(n, 3, h, w, dtype=torch.uint8)
+    for i in range(0, n, 1024):  # in chunks: a float copy of 10k large images would double the memory
+        x = images[i:i + 1024].detach().float().cpu()
+        out[i:i + 1024] = ((x.clamp(-1, 1) + 1.0) * 127.5).round_().to(torch.uint8).expand(-1, 3, -1, -1)
+    return out
+
+
+def digest(images: torch.Tensor) -> str:
+    """SHA-256 (hex) of a uint8 image tensor's shape and bytes."""
+    h = hashlib.sha256(repr(tuple(images.shape)).encode())
+    h.update(images.contiguous().numpy().data)
+    return h.hexdigest()
+
+
+def feature_cache_dir() -> Path:
+    """Folder of the real images' features on disk: ``$GANKIT_CACHE_DIR/metrics``, else
+    ``$XDG_CACHE_HOME/gankit/metrics``, else ``~/.cache/gankit/metrics`` (as stylegan2-ada-pytorch
+    keeps its under ``~/.cache/dnnlib/gan-metrics``)."""
+    root = os.environ.get("GANKIT_CACHE_DIR")
+    if root:
+        return Path(root).expanduser() / "metrics"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gankit" / "metrics"
+
+
+class _LRU(OrderedDict):
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def put(self, key: Any, value: Any) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
+
+
+#: Real images' features (a few sets: each phase's resolution, the eval's halves).
+_REAL = _LRU(4)
+#: Generated images' features: the last sets, shared by the metrics of one tick.
+_FAKE = _LRU(2)
+
+
+def _load(path: Path, ident: str) -> dict[str, torch.Tensor] | None:
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        if blob.get("extractor") != ident or not isinstance(blob.get("pool"), torch.Tensor):
+            return None
+        return {k: v for k, v in blob.items() if isinstance(v, torch.Tensor)}
+    except FileNotFoundError:
+        return None
+    except Exception as e:  # a cut or foreign file: computed again and rewritten
+        log.warning("warning: ignoring unreadable feature cache %s (%s: %s)", path, type(e).__name__, e)
+        return None
+
+
+def _save(path: Path, ident: str, feats: dict[str, torch.Tensor]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+        torch.save({"extractor": ident, **feats}, tmp)
+        os.replace(tmp, path)  # atomic: a concurrent run reads the old file or the new one
+    except OSError as e:  # a read-only or full disk costs the next run a pass, never this one
+        log.warning("warning: cannot write the feature cache %s (%s); real-image features will be computed "
+                    "again next time", path, e.strerror or e)
+
+
+def features(ex: FeatureExtractor, images: torch.Tensor, batch_size: int, real: bool,
+             disk: Path | None = None, tag: str = "") -> dict[str, torch.Tensor]:
+    """``ex``'s features of ``images`` (``[N,C,H,W]`` in [-1, 1]; see ``to_uint8``), from the
+    caches when these exact images went through ``ex`` before. Real images' features are also
+    kept in ``disk`` (a folder, None = memory only) as ``<tag>-<extractor>-<N>x<H>px-<digest>.pt``."""
+    u8 = to_uint8(images)
+    key = (ex.ident, digest(u8))
+    table = _REAL if real else _FAKE
+    if key in table:
+        table.move_to_end(key)
+        return table[key]
+    path = None
+    if real and disk is not None:
+        name = f"{tag + '-' if tag else ''}{ex.spec.name}-{u8.shape[0]}x{u8.shape[-1]}px-{key[1][:24]}.pt"
+        path = disk / name
+        feats = _load(path, ex.ident)
+        if feats is not None:
+            table.put(key, feats)
+            return feats
+    feats = ex(u8, batch_size)
+    table.put(key, feats)
+    if path is not None:
+        _save(path, ex.ident, feats)
+    return feats
+
+
+def clear_caches() -> None:
+    """Forget the loaded extractors and the features kept in memory (not those on disk)."""
+    _EXTRACTORS.clear()
+    _REAL.clear()
+    _FAKE.clear()

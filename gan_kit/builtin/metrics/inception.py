@@ -1,0 +1,221 @@
+"""The metrics StyleGAN2-ADA and StudioGAN users report, on deep features of G_ema's images and
+of the real images (``gan_kit.builtin.metrics.feature_extractors``), through torch-fidelity's math:
+
+- ``fid``: Frechet Inception distance (Heusel et al. 2017), ``Metrics/fid``; lower is better.
+- ``kid``: kernel Inception distance (Binkowski et al. 2018), ``Metrics/kid`` (and ``/std``);
+  lower is better.
+- ``precision-recall``: improved precision and recall (Kynkaanniemi et al. 2019),
+  ``Metrics/precision`` and ``Metrics/recall`` in [0, 1]; higher is better.
+- ``is``: Inception Score (Salimans et al. 2016), ``Metrics/is`` (and ``/std``); higher is better.
+
+Each compares ``num_images`` generated images with as many real ones drawn with the metric's
+``seed`` (``is`` reads only the generated ones). Values depend on the image count (FID and KID
+fall, precision and recall rise, as it grows): compare figures computed with the same count.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import attrs
+import torch
+
+from gan_kit import hookimpl, option
+from gan_kit.builtin.metrics import feature_extractors as fx
+from gan_kit.builtin.metrics import FromOptions
+from gan_kit.base.errors import GankitError
+
+_NUM_HELP = ("Images from G_ema and from the data (capped at the data's size); figures depend on it, so "
+             "compare runs at one count (StyleGAN2-ADA reports 50k).")
+_WEIGHTS_HELP = ("Local weights file of the feature extractor (relative to the recipe file that sets it); None = "
+                 "torch-fidelity's file in the torch hub cache ($TORCH_HOME/hub/checkpoints). Nothing is ever "
+                 "downloaded.")
+_CACHE_HELP = ("Keep the real images' features on disk (under $GANKIT_CACHE_DIR/metrics, else "
+               "~/.cache/gankit/metrics), keyed by the exact images, so later runs and gankit eval skip them.")
+_STUB = ' "stub": a small fixed random network for tests and offline smoke runs (values not comparable).'
+
+
+class FeatureMetric(FromOptions):
+    """Shared by fid, kid, precision-recall and is: the features of both image sets from the
+    process's extractor, through the caches, then ``from_features``."""
+
+    metric_name: ClassVar[str] = ""
+    #: Whether the real images' features are needed (``is`` reads only G_ema's).
+    needs_real: ClassVar[bool] = True
+    #: The ``Metrics/<family>`` keys this metric writes (reports read its direction from here).
+    families: ClassVar[tuple[str, ...]] = ()
+    #: Needs the extractor's logits (``is``).
+    needs_logits: ClassVar[bool] = False
+
+    @attrs.frozen
+    class Options:
+        num_images: int = option(10000, min=2, max=2**20, help=_NUM_HELP)
+        seed: int = option(0, help="Seed of the latents and the real-image choice.",
+                           min=0, max=2**32 - 1, max_exclusive=True)
+        feature_extractor: Literal["inception-v3-compat", "stub"] = option(
+            "inception-v3-compat",
+            help="torch-fidelity's InceptionV3 (the TF FID network, 2048-d pool3 features)." + _STUB)
+        weights: str | None = option(None, help=_WEIGHTS_HELP, path=True)
+        batch_size: int = option(64, help="Images per feature extractor pass.", min=1, max=2**16)
+        cache: bool = option(True, help=_CACHE_HELP)
+
+    def __init__(self, options=None, context=None):
+        super().__init__(options, context)
+        msg = fx.extractor_problem(self.metric_name, self.options.feature_extractor, self.options.weights)
+        if msg:
+            raise GankitError(msg)
+
+    @classmethod
+    def problems(cls, options, recipe):
+        if recipe is not None and not Path(recipe.path).is_file():
+            return []  # a recipe read back from a checkpoint: checked when the metric is built
+        msg = fx.extractor_problem(cls.metric_name, options.feature_extractor, options.weights)
+        return [("weights" if options.weights else "name", msg)] if msg else []
+
+    def extractor(self, device) -> fx.FeatureExtractor:
+        """The process's extractor of this metric's kind (loaded once)."""
+        return fx.get_extractor(self.options.feature_extractor, self.options.weights, device, self.metric_name)
+
+    def _tag(self) -> str:
+        recipe = getattr(self.context, "recipe", None)
+        return getattr(getattr(recipe, "data", None), "name", "") or ""
+
+    def features(self, images: torch.Tensor, device, real: bool) -> dict[str, torch.Tensor]:
+        """``{"pool": [N, D], "logits": [N, K]}`` (float32, CPU) of ``images`` ``[N,C,H,W]`` in
+        [-1, 1], quantised to uint8 as saved PNGs would be; from the caches when these exact
+        images went through this extractor before."""
+        disk = fx.feature_cache_dir() if (real and self.options.cache) else None
+        return fx.features(self.extractor(device), images, self.options.batch_size, real, disk, self._tag())
+
+    def compute(self, generate, reals, device):
+        n = min(self.options.num_images, reals.shape[0])
+        fake = self.features(generate(n), device, real=False)
+        real = self.features(reals[:n], device, real=True) if self.needs_real else None
+        return self.from_features(fake, real, device)
+
+    def from_features(self, fake: dict[str, torch.Tensor], real: dict[str, torch.Tensor] | None,
+                      device) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class FID(FeatureMetric):
+    """Frechet Inception distance (Heusel et al. 2017) via torch-fidelity; lower is better."""
+
+    metric_name = "fid"
+    families = ("fid",)
+
+    def from_features(self, fake, real, device):
+        from torch_fidelity.metric_fid import fid_features_to_statistics, fid_statistics_to_metric
+
+        stats = real.get("fid_statistics")  # the real set's mean and covariance, kept with its features
+        if stats is None:
+            stats = real["fid_statistics"] = fid_features_to_statistics(real["pool"])
+        value = fid_statistics_to_metric(fid_features_to_statistics(fake["pool"]), stats, verbose=False)
+        return {"Metrics/fid": float(value["frechet_inception_distance"])}
+
+
+class KID(FeatureMetric):
+    """Kernel Inception distance (Binkowski et al. 2018; unbiased MMD^2, cubic polynomial kernel) via torch-fidelity; lower is better."""
+
+    metric_name = "kid"
+    families = ("kid",)
+
+    @attrs.frozen
+    class Options(FeatureMetric.Options):
+        subsets: int = option(100, help="Random subsets the unbiased MMD^2 is averaged over.", min=1, max=2**16)
+        subset_size: int = option(1000, help="Images per subset (capped at the number of images); the unbiased "
+                                             "MMD^2 needs 2.", min=2, max=2**20)
+
+    def from_features(self, fake, real, device):
+        from torch_fidelity.metric_kid import kid_features_to_metric
+
+        size = min(self.options.subset_size, fake["pool"].shape[0], real["pool"].shape[0])
+        res = kid_features_to_metric(fake["pool"], real["pool"], kid_subsets=self.options.subsets,
+                                     kid_subset_size=size, kid_kernel="poly", kid_kernel_poly_degree=3,
+                                     kid_kernel_poly_gamma=None, kid_kernel_poly_coef0=1,
+                                     rng_seed=self.options.seed, verbose=False)
+        return {"Metrics/kid": float(res["kernel_inception_distance_mean"]),
+                "Metrics/kid/std": float(res["kernel_inception_distance_std"])}
+
+
+class PrecisionRecall(FeatureMetric):
+    """Improved precision and recall (Kynkaanniemi et al. 2019; k-NN balls on VGG16 features) via torch-fidelity; higher is better."""
+
+    metric_name = "precision-recall"
+    families = ("precision", "recall")
+    higher_is_better = True
+    min_images = 4
+
+    @attrs.frozen
+    class Options(FeatureMetric.Options):
+        feature_extractor: Literal["vgg16", "inception-v3-compat", "stub"] = option(
+            "vgg16", help="vgg16: torch-fidelity's VGG16 fc2 features (4096-d, after ReLU), as the paper, "
+                          "stylegan2-ada-pytorch and torch-fidelity use; inception-v3-compat: the 2048-d pool "
+                          "features fid uses (one pass serves both)." + _STUB)
+        neighborhood: int = option(3, help="k: each point's ball reaches its k-th nearest neighbour in its own set "
+                                           "(the paper's 3).", min=1, max=2**10)
+        row_batch_size: int = option(10000, help="Points per block of the pairwise distance computation (memory: "
+                                                 "row_batch_size x num_images distances).", min=1, max=2**20)
+
+    @classmethod
+    def problems(cls, options, recipe):
+        if options.neighborhood >= options.num_images:
+            return [("neighborhood", f"neighborhood = {options.neighborhood} needs more than that many images; "
+                                     f"num_images is {options.num_images}")]
+        return super().problems(options, recipe)
+
+    def from_features(self, fake, real, device):
+        from torch_fidelity.metric_prc import prc_features_to_metric
+
+        k = self.options.neighborhood
+        if min(fake["pool"].shape[0], real["pool"].shape[0]) <= k:
+            raise GankitError(f"precision-recall: neighborhood = {k} needs more than {k} images of each set, got "
+                              f"{min(fake['pool'].shape[0], real['pool'].shape[0])}")
+        res = prc_features_to_metric(fake["pool"].to(device), real["pool"].to(device), prc_neighborhood=k,
+                                     prc_batch_size=self.options.row_batch_size, save_cpu_ram=True, verbose=False)
+        return {"Metrics/precision": float(res["precision"]), "Metrics/recall": float(res["recall"])}
+
+
+class InceptionScore(FeatureMetric):
+    """Inception Score (Salimans et al. 2016; exp of the mean KL divergence of p(y|x) from p(y), over splits) via torch-fidelity; higher is better."""
+
+    metric_name = "is"
+    families = ("is",)
+    needs_real = False
+    needs_logits = True
+    higher_is_better = True
+
+    @attrs.frozen
+    class Options(FeatureMetric.Options):
+        feature_extractor: Literal["inception-v3-compat", "stub"] = option(
+            "inception-v3-compat", help="torch-fidelity's InceptionV3; the score reads its 1008 logits "
+                                        "(the unbiased ones, as torch-fidelity)." + _STUB)
+        splits: int = option(10, help="The generated images are split into this many parts; the score is their "
+                                      "mean (Metrics/is) and standard deviation (Metrics/is/std), as the paper's 10.",
+                             min=1, max=2**10)
+
+    @classmethod
+    def problems(cls, options, recipe):
+        if options.splits > options.num_images:
+            return [("splits", f"splits = {options.splits} needs at least as many images; num_images is "
+                               f"{options.num_images}")]
+        return super().problems(options, recipe)
+
+    def from_features(self, fake, real, device):
+        from torch_fidelity.metric_isc import isc_features_to_metric
+
+        if fake["logits"].shape[0] < self.options.splits:
+            raise GankitError(f"is: splits = {self.options.splits} needs at least that many images, got "
+                              f"{fake['logits'].shape[0]}")
+        res = isc_features_to_metric(fake["logits"], splits=self.options.splits, shuffle=True,
+                                     rng_seed=self.options.seed)
+        return {"Metrics/is": float(res["inception_score_mean"]), "Metrics/is/std": float(res["inception_score_std"])}
+
+
+@hookimpl
+def register_metrics(register):
+    register("fid", FID)
+    register("kid", KID)
+    register("precision-recall", PrecisionRecall)
+    register("is", InceptionScore)

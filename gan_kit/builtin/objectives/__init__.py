@@ -1,0 +1,1 @@
+"""Built-in objectives: adversarial losses, D penalties and update strategies."""

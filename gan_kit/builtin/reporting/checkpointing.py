@@ -1,0 +1,75 @@
+"""The checkpointer, built on the lifecycle hooks: ``checkpoints/latest.pt`` every
+``run.snapshot_ticks`` ticks and at the end, ``checkpoints/phase-<i>-<res>px.pt`` for every
+finished phase (the last one as the run finishes), and - as the recipe asks - the last
+``run.keep_snapshots`` snapshots and one every ``run.keep_every_ticks`` ticks as
+``snapshot-<kimg>.pt``. Writes are atomic
+(``gan_kit.runs.checkpoint.save_atomic``); a kept snapshot is a hard link to the ``latest.pt`` just
+written (a copy where links are not supported), so keeping costs no second write."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from gan_kit import hookimpl
+
+_SNAPSHOT = re.compile(r"snapshot-(\d{6})-tick(\d+)\.pt$")
+
+
+def keep_snapshot(run, latest: Path, tick: int) -> None:
+    """Keep ``latest`` as ``snapshot-<kimg>-tick<N>.pt`` and delete kept snapshots beyond the
+    recipe's ``keep_snapshots`` newest, except those on a multiple of ``keep_every_ticks``."""
+    last, every = run.options.keep_snapshots, run.options.keep_every_ticks
+    if not last and not every:
+        return
+    folder = latest.parent
+    target = folder / f"snapshot-{run.cur_nimg // 1000:06d}-tick{tick}.pt"
+    _link(latest, target)
+    kept = sorted((int(m.group(2)), p) for p in folder.iterdir() if (m := _SNAPSHOT.match(p.name)))
+    recent = {t for t, _ in kept[-last:]} if last else set()
+    for t, p in kept:
+        if t not in recent and not (every and t % every == 0):
+            p.unlink()
+
+
+@hookimpl(trylast=True)
+def tick_finished(run, stats):
+    every = run.options.snapshot_ticks
+    tick = stats["Progress/tick"]
+    if every and not stats.get("Progress/final") and (tick + 1) % every == 0:
+        path = run.save_checkpoint("latest")
+        if path is not None:
+            keep_snapshot(run, path, tick)
+
+
+@hookimpl(trylast=True)
+def phase_started(run, phase):
+    prev = run.previous_phase
+    if prev is not None:
+        run.save_checkpoint(f"phase-{prev.index}-{prev.resolution}px", phase=prev)  # shown at the finished phase
+        run.save_checkpoint("latest")
+
+
+def _link(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (a copy where links are not supported), replaced
+    atomically."""
+    tmp = target.parent / f".{target.name}.tmp"
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+@hookimpl(trylast=True)
+def run_finished(run, stats):
+    path = run.save_checkpoint("latest")
+    if path is not None:
+        # The last phase ends with the run: it gets its phase checkpoint like every other one
+        # (the same state as latest.pt, so a link, not a second write). A run that ends inside a
+        # phase (run.max_minutes) leaves it unfinished: no phase checkpoint for it.
+        if run.phase_finished:
+            _link(path, path.parent / f"phase-{run.phase.index}-{run.phase.resolution}px.pt")
+        keep_snapshot(run, path, stats["Progress/tick"])

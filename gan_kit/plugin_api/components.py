@@ -1,0 +1,424 @@
+"""Base classes and contracts of every component kind, and the per-step context.
+
+Plugins subclass these (or just follow the same duck-typed contract) and register the class
+through the matching hook. Each class declares a nested frozen attrs ``Options`` class; the
+engine instantiates it as ``Factory(options, context)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Mapping
+
+import attrs
+import torch
+from torch import nn
+
+from gan_kit.base.phase import Phase
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gan_kit.training.step import StepContext
+
+__all__ = [
+    "BuildContext",
+    "ComponentBase",
+    "Loss",
+    "Penalty",
+    "WeightedPenalty",
+    "UpdateStrategy",
+    "GrowthScheduler",
+    "Initializer",
+    "Architecture",
+    "DatasetFactory",
+    "Metric",
+    "Augment",
+    "AugmentedD",
+    "Growable",
+    "set_phase",
+    "DInputs",
+    "GInputs",
+    "LabelBound",
+    "bind_labels",
+]
+
+
+@attrs.frozen
+class BuildContext:
+    """What a component may know about the run when it is built.
+
+    resolution: final image side in pixels (``data.resolution``).
+    channels:   image channels (1 for digits), known once the dataset is built (0 before).
+    recipe:     the whole resolved ``Recipe`` (read-only), or None in unit tests.
+    num_classes: classes of a class-conditional run, else 0.
+    """
+
+    resolution: int = 32
+    channels: int = 0
+    recipe: Any = None
+    num_classes: int = 0
+
+
+class ComponentBase:
+    """Stores ``options`` and ``context``; subclasses declare ``Options``."""
+
+    @attrs.frozen
+    class Options:
+        pass
+
+    def __init__(self, options: Any = None, context: BuildContext | None = None):
+        self.options = options if options is not None else type(self).Options()
+        self.context = context if context is not None else BuildContext()
+
+    @classmethod
+    def problems(cls, options: Any, recipe: Any) -> Iterable[tuple[str, str]]:
+        """Cross-option problems found at recipe load: ``(key, message)`` pairs, ``key`` relative
+        to the component's table. Checked together with every other problem of the recipe."""
+        return ()
+
+
+class Loss(ComponentBase):
+    """An adversarial loss computed from D's raw logits (never from a sigmoid output).
+
+    ``d_loss(real_logits[N], fake_logits[N]) -> scalar`` is minimised by D;
+    ``g_loss(fake_logits[N], real_logits=None) -> scalar`` is minimised by G.
+    ``implied_penalties()`` lists ``(penalty name, weight, options dict)`` that come with the
+    loss (the ``wgan-gp`` preset adds the gradient penalty and drift this way).
+    A loss whose G side needs D's logits on real images (relativistic losses) sets
+    ``needs_real_logits = True``; every update strategy then passes ``real_logits`` (computed on
+    the iteration's last real batch, without gradient) through ``g_objective``.
+    """
+
+    needs_real_logits: bool = False
+
+    def d_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def g_loss(self, fake_logits: torch.Tensor, real_logits: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def implied_penalties(self) -> list[tuple[str, float, dict]]:
+        return []
+
+
+@attrs.frozen
+class DInputs:
+    """What a D penalty receives: the inputs and outputs of the D objective's own forwards.
+
+    D:           the discriminator to run extra forwards through (eager, so a double backward
+                 works; it applies the run's augmentation, like every D the engine hands out).
+    real, fake:  ``[N,C,r,r]`` images of this D step, detached (no graph), float32 under every
+                 ``run.precision``. ``fake`` is None in a lazy regularisation step (no fakes
+                 are made for it).
+    real_logits, fake_logits: ``[N]`` float32 logits of ``D(real)`` and ``D(fake)`` from the D
+                 objective, WITH their graph to D's weights: a penalty on them (a drift term)
+                 needs no forward of its own. None in a lazy regularisation step, which runs no
+                 D objective.
+    labels:      ``[N]`` int64 classes of ``real`` (and of ``fake``, made for the same classes) in
+                 a class-conditional run, else None. ``D`` already has them bound: ``D(x)`` for
+                 any ``x[N, ...]`` of this step (interpolates too) runs ``D(x, labels)``.
+    """
+
+    D: nn.Module
+    real: torch.Tensor
+    fake: torch.Tensor | None
+    real_logits: torch.Tensor | None = None
+    fake_logits: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
+
+
+@attrs.frozen
+class GInputs:
+    """What a G penalty receives.
+
+    G:           the generator (eager) to run its own forwards through.
+    batch_size:  this process's batch size N of the G step.
+    fake:        the G step's images ``[N,C,r,r]``, float32, with their graph to G, or None (a lazy
+                 regularisation step, or a strategy that did not pass them).
+    fake_logits: ``[N]`` float32 logits of D on ``fake``, with their graph, or None.
+    labels:      ``[N]`` classes of ``fake`` in a class-conditional run (bound to ``G``: ``G(z)``
+                 runs ``G(z, labels)``), else None.
+    """
+
+    G: nn.Module
+    batch_size: int
+    fake: torch.Tensor | None = None
+    fake_logits: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
+
+
+class Penalty(ComponentBase):
+    """A regulariser added to D's objective (``network = "D"``, the default) or G's
+    (``network = "G"``): ``penalty(inputs, ctx) -> scalar``.
+
+    ``inputs`` is a ``DInputs`` (D penalties) or ``GInputs`` (G penalties); ``ctx`` is the
+    ``StepContext`` (``ctx.input_gradients``, ``ctx.gradients``, ``ctx.latent``,
+    ``ctx.batch_rand``, ``ctx.autocast``). The value is unweighted: the engine multiplies it by
+    the recipe's ``weight``. Gradient norms should be taken per sample over all non-batch dims,
+    in float32.
+
+    Precision: a penalty written in plain float32 PyTorch trains under every ``run.precision``.
+    Under bf16 / fp16 the networks it is handed (``inputs.D``, ``inputs.G``) run their forwards
+    under the run's autocast and return float32, and the images it is handed are float32, so its
+    own arithmetic (and a bare ``torch.autograd.grad``) runs in float32 outside autocast, as in
+    PyTorch's AMP gradient-penalty recipe. ``ctx.gradients`` / ``ctx.input_gradients`` add the
+    GradScaler's scaling, without which fp16 input gradients can underflow.
+
+    Lazy regularisation (StyleGAN2, Karras et al. 2020, sec. 3.1): a penalty whose ``interval``
+    is k > 1 is not part of the objective; every k-th iteration the engine runs it as a step of
+    its own (its network's gradients cleared, ``weight * k * value`` backpropagated, one
+    optimizer step), and scales that network's Adam learning rate by k/(k+1) and betas to the
+    power k/(k+1), as stylegan2-ada-pytorch does. ``interval`` comes from an ``interval`` option
+    when the penalty declares one.
+
+    A penalty with state (a running mean) implements ``state_dict() -> dict`` and
+    ``load_state_dict(dict)``; the engine keeps it in checkpoints.
+    """
+
+    network: ClassVar[Literal["D", "G"]] = "D"
+
+    @property
+    def interval(self) -> int:
+        """Lazy regularisation interval k (1 = part of every objective); penalties with an
+        ``interval`` option return it."""
+        return 1
+
+    def __call__(self, inputs: Any, ctx: "StepContext") -> torch.Tensor:
+        raise NotImplementedError
+
+
+@attrs.frozen
+class WeightedPenalty:
+    """A penalty instance with its recipe name (the stat ``Loss/D/<name>``) and weight."""
+
+    name: str
+    penalty: Penalty
+    weight: float
+
+
+class Augment(ComponentBase):
+    """A differentiable transform of every image D sees (kind ``augment``, recipe ``[augment]``).
+
+    The engine applies it to D's input in every forward - reals and fakes, in every strategy and
+    every penalty - so no strategy or penalty has to remember it; input gradients (R1, the
+    gradient penalty) are taken through it, with respect to the un-augmented images.
+
+    ``augment(images[N,C,H,W]) -> images`` (same shape and dtype; a fresh random draw per call and
+    per sample, from the global torch RNG so checkpoints make resume exact; per-sample draws
+    through ``gan_kit.batch_rand`` / ``batch_randn`` / ``batch_randint``, so that N processes
+    draw for the global batch and each keeps its slice, as one process would);
+    ``feedback(real_logits[N])`` after every D objective (detached logits on the augmented reals);
+    ``end_step(step, nimg) -> dict`` after every iteration: ``step`` iterations done, ``nimg`` the
+    real images that iteration showed D (all processes, every critic step counted: the phase's
+    global batch x ``update.d_steps``); returns stats such as ``Augment/p``;
+    ``state_dict()`` / ``load_state_dict(state)`` for what must survive a resume.
+    """
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def feedback(self, real_logits: torch.Tensor) -> None:
+        return None
+
+    def end_step(self, step: int, nimg: int) -> dict[str, Any]:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no state, got {sorted(state)}")
+
+
+class AugmentedD(nn.Module):
+    """``D(augment(x))``: the discriminator as the engine hands it out when a recipe augments.
+    ``net`` is D (possibly wrapped in DDP or compiled); the augmentation runs outside any
+    compiled graph."""
+
+    def __init__(self, net: nn.Module, augment: Augment):
+        super().__init__()
+        self.net = net
+        self.augment = augment
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.net(self.augment(x), *args, **kwargs)
+
+
+class LabelBound:
+    """``net`` with class labels bound: ``bound(x, ...)`` runs ``net(x, labels, ...)``, with
+    ``labels[N]`` repeated when ``x`` is k batches of N concatenated. What a penalty's
+    ``inputs.D`` / ``inputs.G`` is in a class-conditional run, so penalties need not know about
+    labels. Other attributes are ``net``'s."""
+
+    def __init__(self, net: Any, labels: torch.Tensor):
+        self.net = net
+        self.labels = labels
+
+    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        n, k = x.shape[0], self.labels.shape[0]
+        if n % k:
+            raise ValueError(f"{type(self.net).__name__} has this step's {k} labels bound, so it takes k x {k} "
+                             f"images (k = 1, 2, ...), got {n}; for a sub-batch call the network with its labels: "
+                             f"inputs.D.net(x, inputs.labels[:{n}])")
+        labels = self.labels if n == k else self.labels.repeat(n // k)
+        return self.net(x, labels, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.net, name)
+
+
+def bind_labels(net: Any, labels: torch.Tensor | None) -> Any:
+    """``net`` itself without labels, else ``LabelBound(net, labels)``."""
+    return net if labels is None else LabelBound(net, labels)
+
+
+class UpdateStrategy(ComponentBase):
+    """One training iteration: ``step(ctx) -> dict[str, float | Tensor]``.
+
+    The strategy owns the order of zero_grad / forward / backward / optimizer.step for D and G.
+    ``ctx.reals`` holds ``d_steps`` real batches; the strategy must use a fresh real batch and
+    zeroed gradients for every D step.
+
+    Precision: ``ctx.G`` and ``ctx.D`` run at the run's precision whoever calls them (their
+    forwards under autocast under bf16 / fp16) and return float32, so a strategy written in
+    plain float32 PyTorch - direct ``ctx.D(x)`` calls, ``torch.lerp`` of reals and fakes, its
+    own losses - trains under fp32, bf16 and fp16 alike; ``ctx.autocast()`` blocks are allowed
+    and change nothing. The verbs ``backward``, ``gradients`` and ``opt_step`` run outside
+    autocast and own fp16's GradScaler.
+    """
+
+    @property
+    def d_steps(self) -> int:
+        """Real batches (critic steps) one ``step`` consumes; 1 unless a strategy says otherwise."""
+        return 1
+
+    def step(self, ctx: "StepContext") -> Mapping[str, Any]:
+        raise NotImplementedError
+
+
+class GrowthScheduler(ComponentBase):
+    """``phase_at(cur_nimg) -> Phase``: a pure function of the number of real images shown,
+    so resuming needs nothing but ``cur_nimg``."""
+
+    def phase_at(self, cur_nimg: int) -> Phase:
+        raise NotImplementedError
+
+    def resolutions(self) -> list[int]:
+        """Every resolution the schedule visits, in order."""
+        return [self.context.resolution]
+
+    def phases(self, total_nimg: int) -> list[Phase]:
+        """Every phase visited before ``total_nimg`` images, as ``phase_at`` gives it at the
+        phase's first image: the one walk of the schedule that training, the dry-run plan, bench
+        and report use."""
+        out, nimg = [], 0
+        while nimg < max(total_nimg, 1):
+            ph = self.phase_at(nimg)
+            out.append(ph)
+            if ph.end_nimg == math.inf:
+                break
+            nimg = int(ph.end_nimg)
+        return out
+
+
+class Initializer(ComponentBase):
+    """``apply(module)`` initialises every conv / linear layer of ``module`` in place."""
+
+    def apply(self, module: nn.Module) -> None:
+        raise NotImplementedError
+
+
+class Growable:
+    """A network that grows (mix into the ``nn.Module``): it builds every block up front and
+    takes the phase at run time through ``set_phase``, so its parameters keep their identity (and
+    optimizer state, and G_ema's average) across growth. The engine calls ``set_phase`` on G, D
+    and G_ema whenever the phase or alpha changes."""
+
+    def set_phase(self, resolution: int, alpha: float) -> None:
+        """Run at ``resolution`` pixels with the newest block faded in by ``alpha`` in [0, 1]."""
+        raise NotImplementedError
+
+
+def set_phase(module: nn.Module, resolution: int, alpha: float) -> None:
+    """Tell ``module`` (or the ``Growable`` network inside its DDP / compile wrappers) the phase."""
+    while not isinstance(module, Growable):
+        inner = getattr(module, "module", None) or getattr(module, "_orig_mod", None)
+        if inner is None:
+            return
+        module = inner
+    module.set_phase(resolution, alpha)
+
+
+class Architecture(ComponentBase):
+    """``build(resolution, channels) -> (G, D)`` for the final resolution.
+
+    G maps ``z[N, latent_dim]`` to images ``[N, channels, r, r]`` in about [-1, 1]; D maps
+    images to logits ``[N]``. A growable pair mixes in ``Growable``. ``latent_dim`` is the size of
+    z (architectures with a ``latent_dim`` option get it from there).
+
+    Class-conditional (``supports_conditional``, built when ``self.context.num_classes`` > 0):
+    ``G(z, labels)`` and ``D(x, labels)`` with ``labels[N]`` int64 class indices; the engine
+    passes labels only to a conditional pair (``StepContext.generate`` / ``discriminate``).
+    """
+
+    #: True when ``build`` makes a class-conditional pair for ``context.num_classes`` > 0.
+    supports_conditional: ClassVar[bool] = False
+
+    #: False when ``architecture.spectral_norm`` cannot apply: its layers are not torch conv /
+    #: linear layers (stylegan2's scale their weights themselves); the recipe is then refused
+    #: with one line that says to set ``spectral_norm = "none"``.
+    supports_spectral_norm: ClassVar[bool] = True
+
+    #: True when G's forward takes ``truncation_psi`` (the truncation trick: StyleGAN, Karras et
+    #: al. 2019, sec. 3.2 - W pulled toward its running average); ``gankit sample --truncation``
+    #: refuses other architectures.
+    supports_truncation: ClassVar[bool] = False
+
+    #: True when D's forward takes ``splits``: ``D(cat([real, fake]), splits=2)`` equals
+    #: ``cat([D(real), D(fake)])`` exactly (every layer is per sample, minibatch statistics are
+    #: taken within each part). The D objective then runs one D forward on both batches.
+    joint_d_forward: ClassVar[bool] = False
+
+    @property
+    def latent_dim(self) -> int:
+        """Size of the latent z that G takes (architectures with a ``latent_dim`` option return it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define latent_dim (the size of z)")
+
+    def build(self, resolution: int, channels: int) -> tuple[nn.Module, nn.Module]:
+        raise NotImplementedError
+
+    def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
+        """Why D cannot take a per-process batch of ``batch`` images with ``world_size``
+        processes (checked for every phase before training, e.g. a minibatch-stddev group that
+        does not divide it), or None."""
+        return None
+
+
+class DatasetFactory(ComponentBase):
+    """``build(resolution) -> Dataset`` of float images in [-1, 1], shape [C, H, W]."""
+
+    def build(self, resolution: int) -> torch.utils.data.Dataset:
+        raise NotImplementedError
+
+
+class Metric(ComponentBase):
+    """``compute(generate, reals, device) -> dict[str, float]``.
+
+    ``generate(n) -> Tensor[n,C,H,W]`` draws images from G_ema (in [-1, 1]); ``reals`` is a
+    tensor of real images at the same resolution. Keys are slash paths like ``Metrics/swd``.
+
+    Declared: ``num_images`` (images of each set it wants; the run caps it at the data set's
+    size), ``min_images`` (fewer cannot give a value: the recipe is refused), ``unit`` and
+    ``higher_is_better`` (for reports).
+    """
+
+    min_images: ClassVar[int] = 2
+    unit: ClassVar[str] = ""
+    higher_is_better: ClassVar[bool] = False
+
+    #: Metrics with a ``num_images`` / ``seed`` option override these with properties.
+    num_images: int = 1024
+    seed: int = 0
+
+    def compute(self, generate: Callable[[int], torch.Tensor], reals: torch.Tensor, device: torch.device) -> dict[str, float]:
+        raise NotImplementedError

@@ -1,0 +1,209 @@
+"""Every gankit hook specification.
+
+A plugin is any module or object whose functions are decorated with ``gan_kit.hookimpl`` and
+named after one of the specs below. Built-in plugins (``gan_kit.builtin.*``) use exactly the same
+hooks as third-party ones loaded from the ``gankit`` entry-point group or from a recipe's
+``plugins = [...]`` list. A function named like a hook that does not exist here is an error at
+load time (``PluginManager.check_pending``).
+
+Registration hooks are called once, when the plugin manager is built. Each receives a
+``register(name, factory)`` callback; the registry records which plugin made each call so
+``gankit list-plugins`` can show provenance. ``factory`` is a class with a nested frozen attrs
+``Options`` class (its fields are the recipe keys of that component) and is called as
+``factory(options, context)``; see ``gan_kit.plugin_api.components`` for the contract of each kind.
+
+Lifecycle hooks are plain events: every plugin implementing one is called, in pluggy's order
+(``@hookimpl(tryfirst=True)`` / ``trylast=True`` move an implementation to the front or the back).
+Within a run they fire in this order::
+
+    run_started
+    phase_started                      (the first phase)
+    for every iteration:
+        [phase_started]                when the growth schedule enters a new phase (before its step)
+        step_finished
+        [tick_finished]                every run.tick_kimg; checkpoint_saved inside, when it saves
+    tick_finished                      (the final tick, Progress/final = True)
+    run_finished                       (only when run.total_kimg was reached)
+    run_teardown                       ALWAYS, from a ``finally``: success, error or interrupt
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from pathlib import Path
+
+    import click
+
+    from gan_kit.runs.run import Run
+    from gan_kit.base.phase import Phase
+
+hookspec = pluggy.HookspecMarker("gankit")
+
+#: Decorator marking a plugin's hook implementations (re-exported as ``gan_kit.hookimpl``).
+hookimpl = pluggy.HookimplMarker("gankit")
+
+#: The type of the callback given to every registration hook.
+Register = Callable[[str, type], None]
+
+
+# --------------------------------------------------------------------------------------------
+# Registration hooks: components
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def register_losses(register: Register) -> None:
+    """Register adversarial losses (kind ``loss``).
+
+    A loss class provides ``d_loss(real_logits[N], fake_logits[N]) -> scalar`` and
+    ``g_loss(fake_logits[N], real_logits=None) -> scalar``, computed from raw logits.
+    Example: ``register("hinge", HingeLoss)``.
+    """
+
+
+@hookspec
+def register_penalties(register: Register) -> None:
+    """Register regularisers of D or G (kind ``penalty``).
+
+    A penalty instance is called as ``penalty(inputs, ctx) -> scalar`` (unweighted): ``inputs``
+    is a ``gan_kit.DInputs`` (``D``, ``real``, ``fake``, and the D objective's ``real_logits`` /
+    ``fake_logits``) for a D penalty, a ``gan_kit.GInputs`` for a G penalty (class attribute
+    ``network = "G"``); ``ctx`` is the ``StepContext``. The engine adds ``weight * value`` to
+    that network's objective, or runs it lazily every ``interval`` iterations.
+    Example: ``register("r1", R1)``.
+    """
+
+
+@hookspec
+def register_update_strategies(register: Register) -> None:
+    """Register update strategies (kind ``update``).
+
+    A strategy's ``step(ctx: StepContext) -> dict[str, Tensor | float]`` decides the order of the
+    forwards, backwards and optimizer steps of one training iteration, through the context's verbs
+    (``ctx.zero_grad``, ``ctx.backward``, ``ctx.opt_step``, ``ctx.frozen``, ``ctx.d_objective``,
+    ``ctx.g_objective``), which own precision, gradient sync and the non-finite policy.
+    Example: ``register("d-then-g", DThenG)``.
+    """
+
+
+@hookspec
+def register_growth_schedulers(register: Register) -> None:
+    """Register growth schedulers (kind ``growth``).
+
+    A scheduler's ``phase_at(cur_nimg: int) -> Phase`` is a pure function of the number of real
+    images shown. Example: ``register("progressive", ProgressiveGrowth)``.
+    """
+
+
+@hookspec
+def register_initializers(register: Register) -> None:
+    """Register weight initializers (kind ``init``).
+
+    An initializer's ``apply(module: torch.nn.Module) -> None`` initialises every convolution
+    and linear layer in place. Example: ``register("equalized-lr", EqualizedLR)``.
+    """
+
+
+@hookspec
+def register_architectures(register: Register) -> None:
+    """Register architectures (kind ``architecture``).
+
+    An architecture's ``build(resolution: int, channels: int) -> (G, D)`` returns the generator
+    and discriminator for the final resolution, and ``latent_dim`` gives the size of z. Growing
+    networks mix in ``gan_kit.Growable``. Example: ``register("pggan", PGGAN)``.
+    """
+
+
+@hookspec
+def register_datasets(register: Register) -> None:
+    """Register datasets (kind ``dataset``; the recipe table is ``[data]``).
+
+    A dataset factory's ``build(resolution: int) -> torch.utils.data.Dataset`` returns float
+    images in [-1, 1] of shape [C, H, W] at the final resolution (labels, if any, are dropped).
+    Example: ``register("digits", Digits)``.
+    """
+
+
+@hookspec
+def register_metrics(register: Register) -> None:
+    """Register evaluation metrics (kind ``metric``).
+
+    A metric's ``compute(generate, reals, device) -> dict[str, float]`` compares images from
+    ``generate(n) -> Tensor[n,C,H,W]`` against real images. Example: ``register("swd", SWD)``.
+    """
+
+
+@hookspec
+def register_augmentations(register: Register) -> None:
+    """Register differentiable augmentations of D's inputs (kind ``augment``, recipe ``[augment]``).
+
+    An ``gan_kit.Augment`` is called as ``augment(images[N,C,H,W]) -> images`` on every image D
+    sees (reals and fakes, every strategy and penalty), gets ``feedback(real_logits)`` after every
+    D objective and ``end_step(step, nimg) -> stats`` after every iteration (``nimg``: real images
+    shown that iteration, all processes, every critic step counted).
+    Example: ``register("diffaugment", DiffAugment)``.
+    """
+
+
+@hookspec
+def register_commands(cli: "click.Group") -> None:
+    """Add click commands to the ``gankit`` command group.
+
+    Example: ``cli.add_command(my_command)``.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Lifecycle hooks: events of a training run
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def run_started(run: "Run") -> None:
+    """Called once after every component is built (and a checkpoint restored on resume),
+    before the first training step."""
+
+
+@hookspec
+def phase_started(run: "Run", phase: "Phase") -> None:
+    """Called when training enters a new growth phase (also for the first phase of a run and
+    of a resumed run). ``run.previous_phase`` is the phase that just ended, or None."""
+
+
+@hookspec
+def step_finished(run: "Run", stats: Mapping[str, float]) -> None:
+    """Called after every training iteration with that iteration's stats as floats (slash-path
+    names such as ``Loss/D``, ``Loss/G``, ``Loss/D/gradient-penalty``), averaged over processes.
+    Keep it cheap: it is on the hot path."""
+
+
+@hookspec
+def tick_finished(run: "Run", stats: Mapping[str, Any]) -> None:
+    """Called every ``run.tick_kimg`` thousand images with the tick's averaged stats plus
+    ``Progress/kimg``, ``Progress/phase``, ``Progress/resolution``, ``Progress/alpha`` and
+    ``Timing/img_per_s``. Plugins may add entries to ``stats`` (metrics do) before reporters
+    read it: the metric plugin runs first (``tryfirst``)."""
+
+
+@hookspec
+def checkpoint_saved(run: "Run", path: "Path") -> None:
+    """Called after a checkpoint file has been written atomically to ``path``."""
+
+
+@hookspec
+def run_finished(run: "Run", stats: Mapping[str, Any]) -> None:
+    """Called once when training reaches ``run.total_kimg``, or ends early because
+    ``run.max_minutes`` of training time are spent (``run.cur_nimg < run.total_nimg`` then), with
+    the final tick's stats."""
+
+
+@hookspec
+def run_teardown(run: "Run", error: BaseException | None) -> None:
+    """Called once when ``train`` returns or raises - from a ``finally``, so also after an error,
+    an interrupt or ``max_steps`` - to close what ``run_started`` opened (progress bars, writers,
+    files). ``error`` is the exception that ends the run, or None. pytest's
+    ``pytest_sessionfinish`` is the model. Must not raise."""

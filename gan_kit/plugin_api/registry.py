@@ -1,0 +1,105 @@
+"""The component registry: which plugin registered which (kind, name), and lookup by name."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Iterator
+
+import attrs
+
+from gan_kit.base.errors import PluginError
+
+#: Component kinds, the registration hook of each, and the recipe table naming it.
+KINDS: dict[str, str] = {
+    "loss": "register_losses",
+    "penalty": "register_penalties",
+    "update": "register_update_strategies",
+    "growth": "register_growth_schedulers",
+    "init": "register_initializers",
+    "architecture": "register_architectures",
+    "dataset": "register_datasets",
+    "metric": "register_metrics",
+    "augment": "register_augmentations",
+}
+
+
+@attrs.frozen
+class Component:
+    """One registered component.
+
+    ``factory`` is called as ``factory(options, context)``; ``Options`` is its frozen attrs
+    options class (an empty one when the factory declares none); ``plugin`` names the plugin
+    (module name or ``distribution x.y.z``) that registered it.
+    """
+
+    kind: str
+    name: str
+    factory: type
+    Options: type
+    plugin: str
+
+    @property
+    def summary(self) -> str:
+        """The docstring's first paragraph on one line (a first sentence wrapped over two
+        source lines is not cut after the first)."""
+        doc = (inspect.getdoc(self.factory) or "").strip()
+        return " ".join(doc.split("\n\n")[0].split())
+
+
+@attrs.frozen
+class _NoOptions:
+    pass
+
+
+def suggest(name: str, choices: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class Registry:
+    """All components, keyed by (kind, name)."""
+
+    def __init__(self) -> None:
+        self._components: dict[tuple[str, str], Component] = {}
+
+    def add(self, kind: str, name: str, factory: type, plugin: str) -> None:
+        if kind not in KINDS:
+            raise PluginError(f"plugin {plugin}: unknown component kind {kind!r}")
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {plugin}: {kind} name must be a non-empty string, got {name!r}")
+        key = (kind, name)
+        if key in self._components:
+            other = self._components[key].plugin
+            raise PluginError(
+                f"{kind} {name!r} is registered twice: by {other} and by {plugin} "
+                f"(uninstall one of the two plugins, or rename one of the two components)"
+            )
+        options = getattr(factory, "Options", None) or _NoOptions
+        if not attrs.has(options):
+            raise PluginError(f"plugin {plugin}: {kind} {name!r}: Options must be an attrs class")
+        self._components[key] = Component(kind, name, factory, options, plugin)
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(n for k, n in self._components if k == kind)
+
+    def get(self, kind: str, name: str) -> Component:
+        """The component, or ``KeyError`` whose message lists choices and a suggestion."""
+        try:
+            return self._components[(kind, name)]
+        except KeyError:
+            names = self.names(kind)
+            raise KeyError(
+                f"unknown {kind} {name!r}{suggest(name, names)}; available: {', '.join(names)}"
+            ) from None
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._components
+
+    def __iter__(self) -> Iterator[Component]:
+        kinds = list(KINDS)
+        return iter(sorted(self._components.values(), key=lambda c: (kinds.index(c.kind), c.name)))
+
+    def __len__(self) -> int:
+        return len(self._components)

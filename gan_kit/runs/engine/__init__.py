@@ -1,0 +1,346 @@
+"""The training loop. It knows no specific loss, strategy, architecture or dataset: it drives the
+``Run`` a recipe built and fires the lifecycle hooks that reporters, samplers, metrics and
+checkpointers are built on.
+
+Per iteration (``train_step``): the phase's real batches, ``strategy.step(ctx)`` (the order of
+the D and G steps), the lazy regularisation steps that are due, the non-finite policy, then G_ema.
+Per tick (``Ticks.finish``): the weights are checked across processes, G_ema's BatchNorm
+statistics refreshed, and ``tick_finished`` fired (``gan_kit.runs.engine.ticks``). SIGINT / SIGTERM
+finish the iteration and write a checkpoint (``gan_kit.runs.engine.interrupts``). ``run_teardown``
+fires from a ``finally``, on success, error and interrupt alike.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from gan_kit.plugin_api.components import DInputs, GInputs, bind_labels
+from gan_kit.training.data import GankitLoader, PhaseBatchSampler, make_loader
+from gan_kit.training.ema import ema_beta, update_ema
+from gan_kit.runs.engine.interrupts import interrupts, stop_on_interrupt
+from gan_kit.runs.engine.ticks import Ticks, TrainClock
+from gan_kit.base.errors import GankitError, Interrupted, TrainingError
+from gan_kit.base.phase import Phase, fade_real
+from gan_kit.base.randomness import sharded
+from gan_kit.runs.resume import resume_run
+from gan_kit.runs.run import Run, resolve_device
+from gan_kit.runs.rundir import clear_run_dir, preflight, resume_command, run_dir_problem, write_recipe
+from gan_kit.runs.lock import RunLock, lock_run_dir
+from gan_kit.base.stash import StashKey
+from gan_kit.training.step import StepContext
+
+__all__ = ["Run", "train", "train_step", "split_reals", "lazy_regularization", "Ticks", "resolve_device", "preflight"]
+
+
+def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None = None,
+          overwrite: bool = False) -> dict[str, Any]:
+    """Train until ``run.total_nimg`` images have been shown (or ``max_steps`` iterations, or
+    ``run.max_minutes`` of training time, which ends the run as reaching ``total_nimg`` does).
+
+    ``resume``: continue from the run directory's latest checkpoint (or the given file) exactly.
+    A fresh run refuses a run directory that already holds a run (``GankitError``) unless
+    ``overwrite`` removes that run's files first. While it trains, the run holds the directory's
+    lock (``gan_kit.runs.lock``): a second run there is refused in one line naming this process.
+    SIGINT (Ctrl-C) and SIGTERM finish the current iteration, write ``checkpoints/latest.pt`` and
+    raise ``Interrupted``; a second Ctrl-C stops at once. Returns the final tick's stats. Raises
+    ``TrainingError`` when the non-finite policy stops the run (no checkpoint is written after
+    the last finite one).
+    """
+    lock = _open_run_dir(run, resume, overwrite)
+    try:
+        return _train(run, max_steps)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
+    loader = _real_loader(run)
+    batches = iter(loader)  # make_loader's loader raises a worker's GankitError as its one line
+    ticks = Ticks(run)
+    error: BaseException | None = None
+    try:
+        with interrupts() as interrupt:
+            start = run.growth.phase_at(run.cur_nimg)
+            run.set_phase(start)  # run_started hooks read run.phase
+            run.hook.run_started(run=run)
+            _enter_phase(run, start, first=True)
+            steps = 0
+            clock = TrainClock(run)
+            timed_out = False
+            while run.cur_nimg < run.total_nimg and not timed_out and (max_steps is None or steps < max_steps):
+                phase = run.growth.phase_at(run.cur_nimg)
+                _enter_phase(run, phase, first=False)
+                stats = train_step(run, phase, next(batches), interrupted=lambda: interrupt.requested,
+                                   out_of_time=clock.out_of_time)
+                steps += 1
+                clock.update()
+                # Every process stops at the same iteration: the flag travels with the stats.
+                timed_out = stats.pop("Interrupt/out_of_time", 0.0) > 0
+                # Several processes stop at the iteration where one of them saw the signal (the
+                # flag travels with the stats' all-reduce); one process also stops for a signal
+                # that came during the step's hooks.
+                stop = stats.pop("Interrupt/requested", 0.0) > 0 or (run.world_size == 1 and interrupt.requested)
+                ticks.add(stats)
+                if ticks.due() and run.cur_nimg < run.total_nimg and not timed_out:
+                    ticks.finish(final=False)  # a tick that ends at this step is written before stopping
+                if stop:
+                    stop_on_interrupt(run, interrupt.signal_name)
+            final = run.cur_nimg >= run.total_nimg or timed_out
+            stats = ticks.finish(final=final)
+            if final:
+                run.hook.run_finished(run=run, stats=stats)
+            return stats
+    except KeyboardInterrupt as e:  # a second Ctrl-C: stopped at once, mid-iteration
+        error = e
+        where = f"the last checkpoint is {run.last_checkpoint}" if run.last_checkpoint else "no checkpoint was written"
+        raise Interrupted(f"stopped at once by a second Ctrl-C (kimg {run.cur_nimg / 1000:.3f}); {where}; continue "
+                          f"with `{resume_command(run.out_dir)}`", exit_code=130) from None
+    except BaseException as e:
+        error = e
+        raise
+    finally:
+        loader.close()  # its worker processes, however training ended
+        run.hook.run_teardown(run=run, error=error)
+
+
+def _open_run_dir(run: Run, resume: bool | str | Path, overwrite: bool) -> RunLock | None:
+    """Take the run directory's lock (rank 0), resume (printing each recipe change) or check that
+    a fresh run may use the directory; then write ``recipe.toml``. Returns the lock (None on
+    other ranks), released here if anything fails."""
+    # Rank 0 decides and tells the others, so every process stops with the same line (instead
+    # of the others failing later on a closed connection); after that the folder exists for
+    # every process's hooks.
+    lock, problem = lock_run_dir(run.out_dir) if run.is_main else (None, None)
+    try:
+        if problem is None and run.is_main and not resume:
+            problem = None if overwrite else run_dir_problem(run.out_dir)
+            if overwrite and problem is None:
+                clear_run_dir(run.out_dir)
+        if run.world_size > 1:
+            from gan_kit.training.distributed import broadcast_object
+
+            problem = broadcast_object(problem)
+        if problem:
+            raise GankitError(problem)
+        if lock is not None and lock.stale:
+            print(f"note: {run.out_dir}: the run lock was left by a run that ended without releasing it "
+                  f"({lock.stale}); taking it over", file=sys.stderr)
+        if resume:
+            for change in resume_run(run, resume if isinstance(resume, (str, Path)) else None):
+                if run.is_main:
+                    print(f"note: resuming with a changed recipe: {change}", file=sys.stderr)
+            if run.cur_nimg >= run.total_nimg:
+                raise GankitError(
+                    f"--resume: the run is already at {run.cur_nimg / 1000:g} kimg >= run.total_kimg = "
+                    f"{run.total_nimg / 1000:g}; raise it to train further (--set run.total_kimg=...)")
+            limit = run.recipe.run.max_minutes
+            if limit is not None and run.train_seconds >= limit * 60:
+                raise GankitError(
+                    f"--resume: the run has trained {run.train_seconds / 60:.4g} minutes >= run.max_minutes = "
+                    f"{limit:g}; raise it to train further (--set run.max_minutes=...)")
+        if run.is_main:
+            write_recipe(run)
+        run.apply_optim_settings()
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return lock
+
+
+def _real_loader(run: Run) -> GankitLoader:
+    """The loader of each iteration's real images ``[d_steps * N, C, R, R]`` (final resolution R,
+    this process's share), from the data stream position ``cur_nimg``."""
+    d_steps = run.strategy.d_steps
+
+    def batch_for(position: int) -> tuple[int, int]:
+        return run.growth.phase_at(position).batch_size, d_steps
+
+    sampler = PhaseBatchSampler(len(run.dataset), run.recipe.run.seed, run.cur_nimg, batch_for, run.rank,
+                                run.world_size)
+    return make_loader(run.dataset, sampler, run.recipe.run.num_workers, pin_memory=run.device.type == "cuda",
+                       with_labels=run.num_classes > 0)  # a conditional run's batches are (images, labels)
+
+
+def _enter_phase(run: Run, phase: Phase, *, first: bool) -> None:
+    """Set the networks to ``phase``; on a phase change fire ``phase_started`` (the finished
+    phase's checkpoint and grid) and apply the phase's learning rates."""
+    changed = first or phase.index != run.phase.index
+    if changed and not first:
+        run.check_in_sync()  # before phase_started writes the finished phase's checkpoint
+        run.refresh_G_ema()
+        run.previous_phase = run.phase
+    if first:
+        run.previous_phase = None
+    run.set_phase(phase)
+    if changed:
+        run.apply_optim_settings()
+        run.hook.phase_started(run=run, phase=phase)
+
+
+# ------------------------------------------------------------------------------ one step --
+
+
+def split_reals(run: Run, phase: Phase, batch: torch.Tensor) -> list[torch.Tensor]:
+    """The ``d_steps`` real batches of an iteration, on the device, at the phase's resolution and
+    fade-in alpha."""
+    batch = batch.to(run.device, non_blocking=True)
+    if run.recipe.run.channels_last:
+        batch = batch.contiguous(memory_format=torch.channels_last)
+    d_steps = run.strategy.d_steps
+    per = batch.shape[0] // d_steps
+    return [fade_real(batch[j * per:(j + 1) * per], phase.resolution, phase.alpha) for j in range(d_steps)]
+
+
+def split_labels(run: Run, labels: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """The class labels ``[N]`` of each of ``split_reals``' batches (None each without labels)."""
+    d_steps = run.strategy.d_steps
+    if labels is None:
+        return [None] * d_steps
+    labels = labels.to(run.device, non_blocking=True)
+    per = labels.shape[0] // d_steps
+    return [labels[j * per:(j + 1) * per] for j in range(d_steps)]
+
+
+def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
+    """The lazy penalties due at this iteration, each as a step of its own (StyleGAN2 sec. 3.1;
+    stylegan2-ada-pytorch's ``Dreg`` / ``Greg`` phases): the network's gradients cleared,
+    ``weight * interval * value`` backpropagated, one optimizer step. Returns their stats."""
+    stats: dict[str, torch.Tensor] = {}
+    for wp in run.lazy_penalties:
+        k, net = wp.penalty.interval, wp.penalty.network
+        if ctx.step % k:
+            continue
+        n = ctx.reals[-1].shape[0]
+        ctx.zero_grad(net)
+        labels = ctx.labels[-1]  # a conditional run's G penalty generates for the real batch's classes
+        if net == "D":
+            inputs: Any = DInputs(D=bind_labels(ctx.D_penalty or ctx.D, labels), real=ctx.reals[-1], fake=None,
+                                  labels=labels)
+        else:
+            inputs = GInputs(G=bind_labels(ctx.G_penalty or ctx.G, labels), batch_size=n, labels=labels)
+        value = wp.penalty(inputs, ctx)
+        ctx.backward(value * (wp.weight * k), net)
+        ctx.opt_step(net)
+        stats[f"Loss/{net}/{wp.name}"] = value.detach()
+    return stats
+
+
+def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupted: Any = None,
+               out_of_time: Any = None) -> dict[str, float]:
+    """One training iteration on ``batch`` (this process's real images for it, or ``(images,
+    labels)`` in a class-conditional run): the strategy's
+    D and G steps, the lazy regularisation steps due, the GradScaler update, G_ema, and the
+    progress counters. Returns the iteration's stats as floats (averaged over processes), with
+    ``Interrupt/requested`` > 0 when ``interrupted()`` was true on some process, and
+    ``Interrupt/out_of_time`` > 0 when ``out_of_time()`` was (``run.max_minutes``).
+
+    A non-finite loss or gradient (found before any optimizer step) stops the run with
+    ``TrainingError`` (``run.on_nonfinite = "stop"``) or skips the rest of the iteration and its
+    G_ema update (``"skip"``).
+    """
+    images, labels = batch if isinstance(batch, (tuple, list)) else (batch, None)
+    ctx = run.step_context(phase, split_reals(run, phase, images), split_labels(run, labels))
+    scale = run.scaler.get_scale() if run.scaler is not None else None
+    # Every per-sample draw inside (augmentation, noise maps, mixing latents) is for the global
+    # batch, sliced to this process (gan_kit.base.randomness).
+    with sharded(run.rank, run.world_size):
+        raw = _strategy_stats(run, ctx)
+        raw.update(lazy_regularization(run, ctx))
+    raw.update(run.augment.end_step(run.step + 1, phase.batch_size * run.strategy.d_steps))
+    scaler_skipped = _update_scaler(run, scale)
+    if run.world_size > 1:
+        from gan_kit.training.distributed import broadcast_buffers
+
+        broadcast_buffers(run.G, run.D)
+    stats = _to_floats(raw)
+    stats["Interrupt/requested"] = float(bool(interrupted and interrupted()))
+    stats["Interrupt/out_of_time"] = float(bool(out_of_time and out_of_time()))
+    if ctx.nonfinite is not None:
+        stats[f"Grad/{ctx.nonfinite}"] = math.nan
+    if run.world_size > 1:
+        from gan_kit.training.distributed import average_stats
+
+        stats = average_stats(stats, run.device)  # a NaN or an interrupt on one process reaches all
+    nimg_before = run.cur_nimg
+    run.cur_nimg += phase.batch_size * run.strategy.d_steps
+    run.step += 1
+    run.d_step += run.strategy.d_steps
+    bad = None if scaler_skipped else _first_nonfinite(stats)
+    if bad is not None:
+        _on_nonfinite(run, phase, bad, stats)
+    elif not scaler_skipped:
+        # The ramp-up reads the images shown *before* this iteration (StyleGAN2-ADA's
+        # training_loop: beta = 0 at the first step, so G_ema starts as a copy of G).
+        e = run.recipe.ema
+        update_ema(run.G_ema, run.G, ema_beta(e.decay, e.half_life_kimg, e.rampup, phase.batch_size, nimg_before))
+    run.hook.step_finished(run=run, stats=stats)
+    return stats
+
+
+_warned_unstepped = StashKey[bool]()
+
+
+def _strategy_stats(run: Run, ctx: StepContext) -> dict[str, Any]:
+    """``strategy.step(ctx)``, checked: it returns a mapping of stats, and a network it never
+    steps is named once (a strategy that forgot ``ctx.opt_step``, or one that trains one network
+    on purpose)."""
+    raw = run.strategy.step(ctx)
+    name = run.recipe.update.name
+    if not isinstance(raw, Mapping):
+        raise GankitError(f"update strategy {name!r}: step(ctx) returned {type(raw).__name__}, not a dict of stats "
+                          f"(return e.g. the stats of ctx.d_objective and ctx.g_objective)")
+    missing = [n for n in ("D", "G") if n not in ctx.stepped]
+    if missing and not run.stash.get(_warned_unstepped, False):
+        run.stash[_warned_unstepped] = True
+        print(f"warning: update strategy {name!r} took no optimizer step for {' or '.join(missing)} in iteration "
+              f"{run.step + 1}, so {' and '.join(missing)} does not train (call ctx.opt_step(...) if that is not "
+              f"intended)", file=sys.stderr)
+    return dict(raw)
+
+
+def _update_scaler(run: Run, scale: float | None) -> bool:
+    """Update the GradScaler after both networks' steps; True when it skipped an overflowed step
+    (the normal fp16 overflow handling, not divergence, unless the scale collapses)."""
+    if run.scaler is None:
+        return False
+    run.scaler.update()
+    if run.scaler.get_scale() < 1e-6:
+        raise TrainingError(f"step {run.step + 1}: the fp16 loss scale collapsed to {run.scaler.get_scale():.3g}; "
+                            f"training diverged (try precision = \"bf16\")")
+    return run.scaler.get_scale() < scale
+
+
+def _on_nonfinite(run: Run, phase: Phase, bad: str, stats: dict[str, float]) -> None:
+    what = f"the {bad[5:]} gradient" if bad.startswith("Grad/") else bad
+    if run.recipe.run.on_nonfinite == "stop":
+        where = f" (last good checkpoint: {run.last_checkpoint})" if run.last_checkpoint else ""
+        raise TrainingError(
+            f"step {run.step} (kimg {run.cur_nimg / 1000:.3f}, {phase.resolution}px): {what} is "
+            f"{stats[bad]}; stopped before any update with it{where}. Lower optim.lr, add a penalty, or set "
+            f"run.on_nonfinite = \"skip\"")
+    run.skipped_steps += 1
+    if run.skipped_steps > run.recipe.run.max_skipped:
+        raise TrainingError(
+            f"step {run.step}: {run.skipped_steps} steps skipped for non-finite values (last: {what}), "
+            f"more than run.max_skipped = {run.recipe.run.max_skipped}; training diverged")
+
+
+def _first_nonfinite(stats: dict[str, float]) -> str | None:
+    return next((k for k, v in stats.items() if isinstance(v, float) and not math.isfinite(v)), None)
+
+
+def _to_floats(stats: dict[str, Any]) -> dict[str, float]:
+    """Convert tensor stats with one device sync."""
+    keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
+    out = {k: float(v) for k, v in stats.items() if not isinstance(v, torch.Tensor)}
+    if keys:
+        values = torch.stack([stats[k].detach().float().reshape(()) for k in keys]).cpu().tolist()
+        out.update(zip(keys, values))
+    return out

@@ -1,0 +1,96 @@
+"""Which recipe ``gankit run`` trains with: a recipe file, or - with ``--resume`` - the recipe
+saved in a run's checkpoint, with ``--set`` and ``--out`` applied. Values typed on the command
+line (``--out``, ``--set data.path=...``) are relative to the working directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from gan_kit.base.errors import GankitError
+from gan_kit.recipe import Recipe, load_recipe
+
+__all__ = ["load_for_run", "resume_source"]
+
+
+def resume_source(resume: str, out_dir: Path | None) -> tuple[Path, Path] | None:
+    """``(run_dir, checkpoint)`` when ``--resume`` names a checkpoint file: the run folder is
+    ``--out`` if given, else the one the file lies in (``RUN/checkpoints/x.pt``). None when
+    ``resume`` names a run folder (or nothing). Raises ``GankitError`` for a file outside a run
+    folder given without ``--out``."""
+    if not resume:
+        return None
+    path = Path(resume)
+    if not (path.suffix == ".pt" or path.is_file()):
+        return None
+    if out_dir is not None:
+        return Path(out_dir), path
+    if path.parent.name != "checkpoints":
+        raise GankitError(f"--resume {path}: the checkpoint is not in a run's checkpoints/ folder; name the run "
+                          f"directory to continue in with --out")
+    return path.parent.parent, path
+
+
+def _with_out(recipe: Recipe, out_dir: Path | None) -> Recipe:
+    if out_dir is None:
+        return recipe
+    return attrs.evolve(recipe, run=attrs.evolve(recipe.run, out_dir=str(out_dir)))
+
+
+def load_for_run(recipe_path: Path | None, out_dir: Path | None, overrides: tuple[str, ...],
+                 resume: str | None) -> tuple[Recipe, Any, list[str]]:
+    """``(recipe, plugins, changes)`` for ``gankit run``.
+
+    Fresh run: ``recipe_path`` is required. Resume (``resume`` is not None; ``""`` when
+    ``--resume`` came without a folder; a checkpoint file: see ``resume_source``, whose saved
+    recipe is used): the run directory is ``resume``, else ``--out``, else the
+    recipe's ``run.out_dir``; the recipe is the checkpoint's, or ``recipe_path`` when given, with
+    ``overrides`` on top; ``changes`` lists what differs from the checkpoint (refused changes
+    raise ``CheckpointError``). Raises ``GankitError`` with the command that works.
+    """
+    from gan_kit.runs.resume import recipe_changes, refused_override, saved_recipe_text
+    from gan_kit.runs.rundir import latest_checkpoint, no_checkpoint_problem
+
+    if resume is None:
+        if recipe_path is None:
+            raise GankitError("gankit run: give a RECIPE file (e.g. gankit run recipes/pggan.toml), or "
+                              "--resume RUN_DIR to continue a run")
+        recipe, plugins = load_recipe(recipe_path, list(overrides))
+        return _with_out(recipe, out_dir), plugins, []
+    if resume and recipe_path is None and Path(resume).suffix == ".toml":
+        recipe_path, resume = Path(resume), ""  # `gankit run --resume recipes/x.toml`
+    source = resume_source(resume, out_dir)
+    if source is not None:  # `--resume runs/x/checkpoints/phase-1-8px.pt`
+        run_dir, checkpoint = source
+        if not checkpoint.is_file():
+            raise GankitError(f"--resume: no checkpoint file {checkpoint} (list the run's checkpoints/ folder)")
+        if checkpoint.parent.parent.absolute() != run_dir.absolute():
+            from gan_kit.runs.rundir import run_dir_problem
+
+            problem = run_dir_problem(run_dir)
+            if problem:  # branching a run off into a folder that holds another run
+                raise GankitError(f"--resume {checkpoint} --out {run_dir}: {problem}")
+    elif resume:
+        run_dir = Path(resume)
+        if out_dir is not None and Path(out_dir) != run_dir:
+            raise GankitError(f"--resume {run_dir} and --out {out_dir} name two run directories (give one)")
+    elif out_dir is not None:
+        run_dir = Path(out_dir)
+    elif recipe_path is not None:
+        run_dir = Path(load_recipe(recipe_path, list(overrides))[0].run.out_dir)
+    else:
+        raise GankitError("--resume: name the run directory (gankit run --resume runs/NAME)")
+    if source is None:
+        checkpoint = latest_checkpoint(run_dir)
+        if not checkpoint.is_file():
+            raise GankitError(no_checkpoint_problem(run_dir))
+    saved = saved_recipe_text(checkpoint)
+    refused_override(overrides, run_dir, saved)
+    if recipe_path is not None:
+        recipe, plugins = load_recipe(recipe_path, list(overrides))
+    else:
+        recipe, plugins = load_recipe(run_dir / "recipe.toml", list(overrides), text=saved)
+    recipe = _with_out(recipe, run_dir)
+    return recipe, plugins, recipe_changes(saved, recipe, checkpoint, run_dir, plugins)

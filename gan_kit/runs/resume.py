@@ -1,0 +1,245 @@
+"""Resuming a run exactly: which recipe a resumed run uses, what may change, restoring the state.
+
+A run resumes from ``<out_dir>/checkpoints/latest.pt`` (or a checkpoint file named) with the
+recipe saved in it; ``init_from`` starts a new run from another run's weights instead. A recipe file
+or ``--set`` given with ``--resume`` may change what can change mid-run (``MUTABLE``: the
+``[run]`` table but its seed, learning rates, Adam's betas and eps, the EMA, penalty weights,
+metrics), and every such change takes effect (the run is built from the new recipe; optimizer
+hyper-parameters are written into the restored optimizer state). Any other change is refused
+with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from gan_kit.runs import checkpoint as ckpt
+from gan_kit.base.errors import CheckpointError, GankitError
+from gan_kit.base.options import toml_value
+from gan_kit.recipe import Recipe, recipe_to_toml
+
+__all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
+           "check_init_from", "init_from", "init_problem", "init_source"]
+
+#: Recipe keys (prefixes) that may change when a run resumes; every other change is refused:
+#: what shapes the networks, the data, the optimizer's state, the objective or the growth
+#: schedule must stay as the checkpoint was trained (a changed schedule would, e.g., skip a fade).
+MUTABLE = ("run.", "optim.lr", "optim.g_lr", "optim.d_lr", "optim.betas", "optim.eps", "ema.", "metric",
+           "plugins", "disable_plugins")
+_PENALTY_WEIGHT = re.compile(r"penalty\[\d+\]\.weight$")
+
+
+def mutable(key: str) -> bool:
+    """Whether recipe key ``key`` (dotted, arrays as ``penalty[0].weight``) may change on resume."""
+    return (key.startswith(MUTABLE) and key != "run.seed") or bool(_PENALTY_WEIGHT.match(key))
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, item in enumerate(v):
+                out.update(_flatten(item, f"{key}[{i}]."))
+        else:
+            out[key] = v
+    return out
+
+
+def _resolved(saved_text: str, plugins: Any) -> str:
+    """The checkpoint's recipe with every default filled in by this gankit, so an option added
+    since it was written compares equal to its default instead of '(unset)'."""
+    from gan_kit.base.errors import RecipeError
+    from gan_kit.recipe import load_recipe
+
+    if plugins is None:
+        return saved_text
+    try:
+        return recipe_to_toml(load_recipe(Path("[checkpoint recipe]"), text=saved_text, plugins=plugins)[0])
+    except RecipeError:
+        return saved_text  # compare what was written; a key this gankit no longer knows shows as a change
+
+
+def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: Path, plugins: Any = None) -> list[str]:
+    """``"key: old -> new"`` for every key ``recipe`` changes against the checkpoint's recipe.
+
+    Raises ``CheckpointError`` (one line naming the key) for a change that is not ``mutable``.
+    """
+    old = _flatten(tomllib.loads(_resolved(saved_text, plugins)))
+    new = _flatten(tomllib.loads(recipe_to_toml(recipe)))
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        if key == "run.out_dir" or old.get(key) == new.get(key):
+            continue
+        # as the recipe spells them (`true`, `"bf16"`), not as Python does (`True`, `'bf16'`)
+        before, after = (toml_value(t[key]) if key in t else "(unset)" for t in (old, new))
+        if not mutable(key):
+            raise CheckpointError(
+                f"--resume: {checkpoint} was trained with {key} = {before}, the recipe now says {after}; this "
+                f"cannot change in a resumed run: resume with the run's own recipe (`gankit run --resume {run_dir}`) "
+                f"or start a new run with --out")
+        changes.append(f"{key}: {before} -> {after}")
+    return changes
+
+
+def refused_override(overrides, run_dir: Path, saved_text: str = "") -> None:
+    """Refuse, in one line, a ``--set`` that changes a key that cannot change on resume - before
+    the saved recipe is validated with it (``--set architecture.name=dcgan`` would otherwise be
+    reported as the saved recipe's options that dcgan does not take). Re-typing the value the
+    run already has is fine."""
+    from gan_kit.recipe import parse_set
+
+    saved = tomllib.loads(saved_text) if saved_text else {}
+    for item in overrides:
+        try:
+            keys, value = parse_set(item)
+        except ValueError:
+            continue  # reported by the recipe loader with the other problems
+        key = ".".join(map(str, keys))
+        before = _lookup(saved, keys)
+        if mutable(re.sub(r"\.(\d+)", r"[\1]", key)) or before == value or _same_components(value, before):
+            continue
+        raise CheckpointError(
+            f"--resume: --set {key}: {key} cannot change in a resumed run (it may change: the [run] table but "
+            f"run.seed, optim.lr/g_lr/d_lr/betas/eps, [ema], penalty weights, metrics); start a new run with --out")
+
+
+def _same_components(value: Any, saved: Any) -> bool:
+    """A table (or array of tables) given whole that names the same components as the saved one
+    (``--set 'augment={name="ada"}'``): its defaults are filled in only when the recipe loads, so
+    whether anything changed is left to ``recipe_changes``, which compares the resolved recipes
+    and refuses a real change in one line."""
+    if isinstance(value, dict) and isinstance(saved, dict):
+        return value.get("name") == saved.get("name")
+    if isinstance(value, list) and isinstance(saved, list) and len(value) == len(saved) and value:
+        return all(_same_components(v, b) for v, b in zip(value, saved))
+    return False
+
+
+def _lookup(table: Any, keys: list) -> Any:
+    for k in keys:
+        try:
+            table = table[k]
+        except (KeyError, IndexError, TypeError):
+            return _MISSING
+    return table
+
+
+_MISSING = object()
+
+
+def saved_recipe_text(checkpoint: Path) -> str:
+    """The resolved recipe stored in a checkpoint (``CheckpointError`` if unreadable)."""
+    return ckpt.load(checkpoint, map_location="cpu")["recipe"]
+
+
+def resume_run(run: Any, path: str | Path | None = None) -> list[str]:
+    """Restore ``run`` from its latest (or the given) checkpoint exactly; returns the recipe
+    changes (see ``recipe_changes``), which already took effect.
+
+    Raises ``GankitError`` when there is no checkpoint, ``CheckpointError`` for a refused change
+    or a checkpoint that does not fit the networks.
+    """
+    from gan_kit.runs.rundir import latest_checkpoint, no_checkpoint_problem
+
+    path = Path(path) if path else latest_checkpoint(run.out_dir)
+    if not path.is_file():
+        raise GankitError(no_checkpoint_problem(run.out_dir))
+    state = ckpt.load(path, map_location=run.device)
+    changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir, run.plugins)
+    problem = classes_problem(state, run)
+    if problem:
+        raise GankitError(f"--resume: {path}: {problem}")
+    try:
+        run.load_state_dict(state)
+    except (RuntimeError, KeyError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"--resume: {path} does not fit this recipe's networks ({first[:160]})") from None
+    run.last_checkpoint = run.resumed_from = path
+    return changes
+
+
+def classes_problem(state: dict, run: Any) -> str | None:
+    """Why a class-conditional checkpoint cannot continue on this run's data set: another number
+    of classes, or the same number under other names (a renamed class folder would silently
+    swap what each label means)."""
+    saved, now = int(state.get("num_classes", 0)), run.num_classes
+    if saved != now:
+        return (f"the checkpoint was trained on {saved} classes, the data set now has {now}; "
+                f"resume with the data it was trained on, or start a new run")
+    old_names, new_names = list(state.get("class_names") or []), list(run.class_names)
+    if old_names and new_names and old_names != new_names:
+        diff = next(f"label {i}: {a!r} then, {b!r} now" for i, (a, b) in enumerate(zip(old_names, new_names)) if a != b)
+        return (f"the data set's classes changed ({diff}), so each label would mean another class; "
+                f"restore the class folders or start a new run")
+    return None
+
+
+def init_source(value: str | Path) -> Path:
+    """The checkpoint file ``--init-from`` names: the file itself, or a run folder's latest."""
+    from gan_kit.runs.rundir import latest_checkpoint
+
+    path = Path(value)
+    return latest_checkpoint(path) if path.is_dir() else path
+
+
+def init_problem(state: dict, recipe: Recipe, channels: int | None = None) -> str | None:
+    """Why the checkpoint ``state``'s networks cannot start a run of ``recipe``, told before the
+    weights are tried: another architecture, final resolution or (``channels``, once the data
+    set is built) image channels. None when they may fit (the weights are then loaded strictly)."""
+    try:
+        saved = tomllib.loads(state["recipe"])
+    except (KeyError, tomllib.TOMLDecodeError):
+        return "it holds no readable recipe"
+    arch = saved.get("architecture", {}).get("name")
+    if arch != recipe.architecture.name:
+        return (f"its networks are architecture {toml_value(arch)}, this recipe builds "
+                f"{toml_value(recipe.architecture.name)} (set architecture.name = {toml_value(arch)} and its options)")
+    res = saved.get("data", {}).get("resolution")
+    if res != recipe.resolution:
+        return (f"it was trained at data.resolution = {res}, this recipe trains at {recipe.resolution} "
+                f"(set data.resolution = {res})")
+    if channels is not None and int(state.get("channels", channels)) != channels:
+        return (f"its G makes {state['channels']}-channel images, this data set has {channels} "
+                f"(convert the images: data.channels = {state['channels']} where the data set has that option)")
+    return None
+
+
+def check_init_from(value: str | Path, recipe: Recipe) -> None:
+    """``--init-from``'s file and architecture, checked once before torchrun starts N processes
+    (``CheckpointError``, one line)."""
+    path = init_source(value)
+    problem = init_problem(ckpt.load(path), recipe)
+    if problem:
+        raise CheckpointError(f"--init-from {path}: {problem}")
+
+
+def init_from(run: Any, value: str | Path) -> Path:
+    """Start ``run`` from another run's G, D and G_ema weights (fine-tuning, transfer learning;
+    stylegan2-ada-pytorch's ``--resume`` with a pretrained network): the optimizers, counters,
+    RNG and component state (ADA's p, path-length mean) stay fresh, as the recipe built them.
+
+    ``value``: a checkpoint file or a run folder (its ``latest.pt``). Raises ``CheckpointError``
+    in one line when the file is unreadable or its networks do not fit the recipe's (another
+    architecture, its options, resolution or channels). Returns the checkpoint's path.
+    """
+    path = init_source(value)
+    state = ckpt.load(path, map_location=run.device)  # CheckpointError names a missing or foreign file
+    problem = init_problem(state, run.recipe, run.channels)
+    if problem is None:
+        try:
+            for name in ("G", "D", "G_ema"):
+                getattr(run, name).load_state_dict(state[name])
+        except (RuntimeError, KeyError, ValueError) as e:
+            text = " ".join(str(e).split())
+            problem = (f"its {name} does not fit this recipe's (the architecture's options must match the "
+                       f"checkpoint's run: {text[:200]})")
+    if problem:
+        raise CheckpointError(f"--init-from {path}: {problem}")
+    run.initialized_from = path
+    return path

@@ -1,0 +1,170 @@
+"""Evaluate a checkpoint's G_ema with the recipe's metrics (what ``gankit eval CHECKPOINT``
+prints; the command is ``gan_kit.cli.evaluate``), and a run's G_ema during training.
+
+The recipe saved in the checkpoint rebuilds the networks and the dataset (``--set`` overrides it,
+e.g. ``--set data.path=/data/faces`` when a relative image folder no longer resolves). Real images
+are drawn and faded exactly as during training (``gan_kit.tools.evaluate.evaluate``), so with the
+same ``num_images`` the figure equals the final ``Metrics/...`` value in metrics.jsonl.
+
+``--baselines`` puts the figure in context, all at one image count per set: real vs real (two
+disjoint halves of the data: the floor a perfect G would reach at this sample size), the
+untrained G_ema (the recipe's initialisation, same seed) vs real, and the trained G_ema vs real.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+__all__ = ["evaluate_checkpoint", "evaluate"]
+
+
+def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
+    """Run ``metric`` on ``run``'s G_ema at the current phase against real images drawn with the
+    metric's seed and faded exactly as during training (the same figure as metrics.jsonl)."""
+    from gan_kit.base.allocator import ordinary_allocation
+
+    # Training's kept blocks (run.retain_cpu_memory) go back to the kernel, and this pass's
+    # tensors, of other shapes, are not kept after it.
+    with ordinary_allocation():
+        return _evaluate(run, metric, num_images)
+
+
+def _evaluate(run, metric, num_images: int | None) -> dict[str, float]:
+    import torch
+
+    from gan_kit.base.phase import fade_real
+
+    n = num_images or metric.num_images
+    reals = run.real_images(min(n, len(run.metric_dataset)), seed=metric.seed)
+    reals = fade_real(reals, run.phase.resolution, run.phase.alpha)
+    g = torch.Generator().manual_seed(metric.seed + 1)
+    # A conditional G draws its classes with the data's frequencies (the labels of the data set,
+    # drawn with replacement): the generated set then matches the real set class for class.
+    labels = getattr(run.metric_dataset, "labels", None) if run.num_classes else None
+
+    def generate(k: int) -> torch.Tensor:
+        z = torch.randn(k, run.latent_dim, generator=g)
+        if not run.num_classes:
+            return run.generate(z)
+        if labels is None:  # a labelled set that does not expose its labels: uniform classes
+            return run.generate(z, labels=torch.randint(run.num_classes, (k,), generator=g))
+        return run.generate(z, labels=labels[torch.randint(len(labels), (k,), generator=g)])
+
+    out = metric.compute(generate, reals, run.device)
+    if run.num_classes and getattr(getattr(metric, "options", None), "per_class", False):
+        out.update(_per_class(run, metric, reals, run.real_labels(reals.shape[0], seed=metric.seed), g))
+    return out
+
+
+def _per_class(run, metric, reals, real_labels, g) -> dict[str, float]:
+    """The metric's main value for each class of a conditional run - the class's real images
+    against G_ema's images of that class - as ``<key>/class-<c>``, and their mean as
+    ``<key>/class-mean``. Classes with fewer real images than the metric's ``min_images`` are
+    left out."""
+    import torch
+
+    if real_labels is None:
+        return {}
+    values: dict[str, float] = {}
+    key = None
+    for c in range(run.num_classes):
+        mine = reals[real_labels == c]
+        if mine.shape[0] < max(2, metric.min_images):
+            continue
+
+        def generate(k: int, c: int = c) -> torch.Tensor:
+            z = torch.randn(k, run.latent_dim, generator=g)
+            return run.generate(z, labels=torch.full((k,), c, dtype=torch.int64))
+
+        result = metric.compute(generate, mine, run.device)
+        key = key or min(result, key=len)  # the main value (Metrics/swd, not its per-scale parts)
+        values[f"{key}/class-{c}"] = result[key]
+    if values:
+        values[f"{key}/class-mean"] = sum(values.values()) / len(values)
+    return values
+
+
+def _metric(run, name: str, num: int | None):
+    """The metric ``name`` with the recipe's options for it (defaults if the recipe has none)."""
+    from gan_kit.plugin_api.components import BuildContext
+    from gan_kit.base.errors import GankitError
+
+    try:
+        comp = run.registry.get("metric", name)
+    except KeyError as e:
+        raise GankitError(f"--metric: {e.args[0]}") from None
+    spec = next((s for s in run.recipe.metrics if s.name == name), None)
+    options = spec.options if spec is not None else comp.Options()
+    if num is not None and hasattr(options, "num_images"):
+        options = attrs.evolve(options, num_images=num)
+    return comp.factory(options, BuildContext(run.recipe.resolution, run.channels, run.recipe))
+
+
+def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: int | None = None,
+                        overrides: tuple[str, ...] = (), device: str | None = None,
+                        baselines: bool = False) -> dict[str, Any]:
+    """Evaluate ``path``'s G_ema.
+
+    Returns ``{"checkpoint", "kimg", "phase": {...}, "dataset", "dataset_size", "results": {metric:
+    {"trained": {...}, and with baselines "real": {...}, "untrained": {...}, "num_images": n}}}``
+    where each inner dict maps stat names (``Metrics/swd``, ``Metrics/swd/16``) to values.
+    Raises ``GankitError`` (bad checkpoint, recipe problems, unknown metric, missing data/weights).
+    """
+    from gan_kit.runs import checkpoint as ckpt
+    from gan_kit.runs.run import Run
+    from gan_kit.base.phase import Phase, fade_real
+    from gan_kit.recipe import load_recipe
+
+    path = Path(path)
+    state = ckpt.load(path, map_location="cpu")
+    recipe, plugins = load_recipe(Path(f"{path}[recipe]"), list(overrides), text=state["recipe"])
+    run_opts = attrs.evolve(recipe.run, progress=False, **({"device": device} if device else {}))
+    recipe = attrs.evolve(recipe, run=run_opts)
+    run = Run(recipe, plugins)  # builds the data and an untrained G_ema (the recipe's init and seed)
+    phase = Phase(**state["phase"]) if state.get("phase") else run.growth.phase_at(int(state["cur_nimg"]))
+    run.phase = phase
+    run.set_phase(phase)
+    names = tuple(metrics) or tuple(dict.fromkeys(s.name for s in recipe.metrics)) or ("swd",)
+    built = {name: _metric(run, name, num) for name in names}
+
+    results: dict[str, dict[str, Any]] = {name: {} for name in names}
+    if baselines:
+        for name, metric in built.items():
+            want = num or metric.num_images
+            n = max(2, min(want, len(run.metric_dataset) // 2))
+            metric = _metric(run, name, n)
+            built[name] = metric
+            seed = metric.seed
+            halves = run.real_images(2 * n, seed=seed + 7)
+            halves = fade_real(halves, phase.resolution, phase.alpha)
+            a, b = halves[:n], halves[n:2 * n]
+            results[name]["num_images"] = n
+            results[name]["real"] = metric.compute(lambda k, a=a: a[:k], b, run.device)
+            results[name]["untrained"] = evaluate(run, metric, n)
+    from gan_kit.base.errors import GankitError
+    from gan_kit.runs.resume import classes_problem
+
+    problem = classes_problem(state, run)
+    if problem:
+        raise GankitError(f"{path}: {problem}")
+    try:
+        run.G_ema.load_state_dict(state["G_ema"])
+    except RuntimeError as e:  # e.g. --set changed an architecture option
+        first = str(e).strip().splitlines()
+        detail = next((line.strip() for line in first if "size mismatch" in line or "Missing" in line), first[0])
+        raise GankitError(f"{path}: its G_ema does not fit the recipe's networks ({detail[:200]}); "
+                          f"--set may change the data and metrics, not the architecture") from None
+    run.set_phase(phase)
+    for name, metric in built.items():
+        results[name]["trained"] = evaluate(run, metric, results[name].get("num_images"))
+    return {
+        "checkpoint": str(path),
+        "kimg": int(state["cur_nimg"]) / 1000.0,
+        "phase": {"index": phase.index, "resolution": phase.resolution, "alpha": phase.alpha},
+        "dataset": recipe.data.name,
+        "dataset_size": len(run.metric_dataset),
+        "results": results,
+    }

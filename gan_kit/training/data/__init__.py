@@ -1,0 +1,21 @@
+"""Feeding real images: the in-memory and on-disk image datasets (optionally labelled, optionally
+doubled with mirrored copies), batch collation, a resumable batch sampler whose batch size follows
+the growth schedule, and the data loader (one-line errors from its worker processes too).
+
+Dataset contract (every built-in dataset): ``len(ds)`` items; ``ds.num_classes`` (0 when the set
+has no labels) and ``ds.labels`` (``int64 [N]`` class indices in ``[0, num_classes)``, or None).
+An item is a float image ``[C, H, W]`` in [-1, 1], or ``(image, label)`` with ``label`` a 0-dim
+``int64`` tensor when the set is labelled; ``ds.__getitems__(indices)`` fetches a batch in one
+indexing operation: ``images [N, C, H, W]``, or ``(images, labels [N])`` when labelled.
+
+One job per module: ``datasets`` (the datasets and the collation of their items into batches),
+``loader`` (the batch sampler and the training loader); everything is importable from here.
+"""
+
+from gan_kit.training.data.datasets import (FileImages, ImageDataset, TensorImages, UInt8Images, XFlip, check_labels,
+                                   collate_images, collate_images_labels, mirrored)
+from gan_kit.training.data.loader import GankitLoader, PhaseBatchSampler, index_at, iter_batches, make_loader
+
+__all__ = ["check_labels", "ImageDataset", "TensorImages", "UInt8Images", "FileImages", "XFlip", "mirrored",
+           "collate_images", "collate_images_labels", "index_at", "PhaseBatchSampler", "GankitLoader",
+           "iter_batches", "make_loader"]

@@ -1,0 +1,103 @@
+"""The D and G objectives of one iteration (``Objectives``, a part of ``gan_kit.training.step.StepContext``):
+the loss on D's logits plus the weighted penalties, with their stats, as ``ctx.d_objective`` and
+``ctx.g_objective`` give them to a strategy. Forwards run under the run's autocast; losses and
+penalties are computed in float32."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gan_kit.plugin_api.components import DInputs, GInputs, bind_labels
+from gan_kit.base.errors import GankitError
+
+__all__ = ["Objectives"]
+
+
+class Objectives:
+    """``d_objective`` and ``g_objective``; they read the ``StepContext`` fields (``loss``,
+    ``penalties``, ``g_penalties``, ``D_penalty`` / ``G_penalty``, ``augment``, ``reals``,
+    ``labels``) and verbs (``autocast``, ``discriminate``)."""
+
+    __slots__ = ()  # StepContext is a slotted attrs class
+
+    def d_objective(self, real: torch.Tensor, fake: torch.Tensor, *, fake_logits: torch.Tensor | None = None,
+                    labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The D objective ``d_loss(D(real), D(fake)) + sum(weight * penalty)`` and its stats.
+
+        ``real``, ``fake``: ``[N,C,r,r]``. ``fake`` should carry no graph to G (made under
+        ``no_grad`` or detached) unless the caller wants G gradients. ``fake_logits``: D's
+        logits ``[N]`` for ``fake`` when the caller already has them (one D forward shared
+        between the D and G objectives); D is then not run on ``fake``. ``labels[N]``: the
+        classes of ``real`` and ``fake`` (class-conditional runs). Penalties receive the
+        logits computed here (a drift term needs no forward of its own). Stats: ``Loss/D`` (the
+        loss without penalties), ``Loss/D/<penalty>`` (unweighted), ``Logits/real``,
+        ``Logits/fake`` - detached tensors.
+        """
+        with self.autocast():
+            if fake_logits is None and self.joint_d_forward and real.shape == fake.shape:
+                # One D forward on both batches: the same numbers as two (Architecture.joint_d_forward).
+                both = None if labels is None else torch.cat([labels, labels])
+                real_logits, fake_logits = self.discriminate(torch.cat([real, fake.to(real.dtype)]), both,
+                                                             splits=2).chunk(2)
+            else:
+                real_logits = self.discriminate(real, labels)
+                if fake_logits is None:
+                    fake_logits = self.discriminate(fake, labels)
+        real_logits, fake_logits = real_logits.float(), fake_logits.float()
+        if self.augment is not None:
+            self.augment.feedback(real_logits.detach())  # ADA's overfitting heuristic
+        loss = self.loss.d_loss(real_logits, fake_logits)
+        stats: dict[str, torch.Tensor] = {
+            "Loss/D": loss.detach(),
+            "Logits/real": real_logits.detach().mean(),
+            "Logits/fake": fake_logits.detach().mean(),
+        }
+        total = loss
+        if self.penalties:
+            # Penalties take input gradients with create_graph; they run on the eager D when D is
+            # compiled (torch.compile's AOTAutograd has no double backward).
+            D = self.D_penalty if self.D_penalty is not None else self.D
+            inputs = DInputs(D=bind_labels(D, labels), real=real.detach().float(), fake=fake.detach().float(),
+                             real_logits=real_logits, fake_logits=fake_logits, labels=labels)
+            for wp in self.penalties:
+                value = _scalar(wp.penalty(inputs, self), "penalty", wp.name)
+                total = total + wp.weight * value
+                stats[f"Loss/D/{wp.name}"] = value.detach()
+        return total, stats
+
+    def g_objective(self, fake_logits: torch.Tensor, fake: torch.Tensor | None = None, *,
+                    labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """G's objective ``g_loss(fake_logits[N], real_logits) + sum(weight * G penalty)`` and
+        its stats (``Loss/G``, ``Loss/G/<penalty>``).
+
+        ``real_logits`` is D's output on ``reals[-1]`` (without gradient) when the loss sets
+        ``needs_real_logits`` (relativistic losses), else None. ``fake``: the images behind
+        ``fake_logits``, handed to G penalties; ``labels``: their classes (conditional runs).
+        """
+        real_logits = None
+        if self.loss.needs_real_logits:
+            with torch.no_grad(), self.autocast():
+                real_logits = self.discriminate(self.reals[-1], self.labels[-1]).float()
+        loss = self.loss.g_loss(fake_logits.float(), real_logits)
+        stats: dict[str, torch.Tensor] = {"Loss/G": loss.detach()}
+        total = loss
+        if self.g_penalties:
+            G = self.G_penalty if self.G_penalty is not None else self.G
+            inputs = GInputs(G=bind_labels(G, labels), batch_size=int(fake_logits.shape[0]),
+                             fake=fake.float() if fake is not None else None,
+                             fake_logits=fake_logits, labels=labels)
+            for wp in self.g_penalties:
+                value = _scalar(wp.penalty(inputs, self), "penalty", wp.name)
+                total = total + wp.weight * value
+                stats[f"Loss/G/{wp.name}"] = value.detach()
+        return total, stats
+
+
+def _scalar(value: Any, kind: str, name: str) -> torch.Tensor:
+    """``value`` if it is a scalar tensor, else a one-line ``GankitError`` naming the component."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0:
+        return value
+    what = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+    raise GankitError(f"{kind} {name!r} returned {what}; it must return a scalar tensor (e.g. end with .mean())")
