@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from matplotlib.figure import Figure
 
-    from gan_kit.sweep.compare import Group, compare_runs
-    from gan_kit.sweep.page import curve
+    from gankit_sweep.compare import Group, compare_runs
+    from gankit_sweep.page import curve
 
     fig = Figure(figsize=(7.5, 4.0), dpi=110, layout="constrained")
     ax = fig.subplots()

@@ -27,10 +27,10 @@ from gan_kit.plugin_api.components import (
     UpdateStrategy,
     WeightedPenalty,
 )
-from gan_kit.base.errors import CheckpointError, GankitError, PluginError, RecipeError, TrainingError
+from gan_kit.base.errors import CheckpointError, GankitError, Interrupted, PluginError, RecipeError, TrainingError
 from gan_kit.plugin_api.hookspecs import Register, hookimpl
 from gan_kit.base.layers import fan_in, init_gain, set_init_gain, weight_layers
-from gan_kit.base.options import option
+from gan_kit.base.options import option, toml_value
 from gan_kit.base.phase import Phase
 from gan_kit.base.randomness import batch_rand, batch_randint, batch_randn
 from gan_kit.training.distributed import mean_over_processes
@@ -39,17 +39,39 @@ from gan_kit.training.step import StepContext
 from gan_kit.base.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gan_kit.cli.errors import user_errors
+    from gan_kit.plugin_api.manager import component_class
+    from gan_kit.recipe import load_recipe, parse_set, read_table, recipe_to_toml
+    from gan_kit.recipe.datachecks import metric_problem
+    from gan_kit.recipe import recipe_to_dict
+    from gan_kit.runs.checkpoint import load as load_checkpoint
     from gan_kit.runs.run import Run
+    from gan_kit.tools.report import REPORT_CSS
+
+# Names from the layers above the plugin API, loaded on first use: importing the public API -
+# what every plugin module does, built-in ones while the plugin manager loads them - stays light
+# (and the plugin manager is not imported while it imports the built-ins). Name -> (module, name).
+_LAZY = {
+    "Run": ("gan_kit.runs.run", "Run"),
+    "component_class": ("gan_kit.plugin_api.manager", "component_class"),
+    "load_recipe": ("gan_kit.recipe", "load_recipe"),
+    "parse_set": ("gan_kit.recipe", "parse_set"),
+    "read_table": ("gan_kit.recipe", "read_table"),
+    "recipe_to_toml": ("gan_kit.recipe", "recipe_to_toml"),
+    "recipe_to_dict": ("gan_kit.recipe", "recipe_to_dict"),
+    "metric_problem": ("gan_kit.recipe.datachecks", "metric_problem"),
+    "load_checkpoint": ("gan_kit.runs.checkpoint", "load"),
+    "REPORT_CSS": ("gan_kit.tools.report", "REPORT_CSS"),
+    "user_errors": ("gan_kit.cli.errors", "user_errors"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    # ``Run`` sits in the run layer (recipe loader, plugin manager, checkpoints; see the layers
-    # contract in pyproject.toml): loaded on first use, so importing the public API - what every
-    # plugin module does, built-in ones while the plugin manager loads them - stays light.
-    if name == "Run":
-        from gan_kit.runs.run import Run
+    if name in _LAZY:
+        import importlib
 
-        return Run
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'gan_kit' has no attribute {name!r}")
 
 
@@ -97,4 +119,18 @@ __all__ = [
     "RecipeError",
     "CheckpointError",
     "TrainingError",
+    "Interrupted",
+    # for tools beside the training loop (commands added through register_commands, such as the
+    # gankit-sweep plugin's `gankit sweep` / `gankit compare`)
+    "user_errors",
+    "component_class",
+    "load_recipe",
+    "parse_set",
+    "read_table",
+    "recipe_to_toml",
+    "recipe_to_dict",
+    "toml_value",
+    "metric_problem",
+    "load_checkpoint",
+    "REPORT_CSS",
 ]

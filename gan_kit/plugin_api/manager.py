@@ -304,3 +304,16 @@ def _registry(pm: pluggy.PluginManager, sources: dict[str, str]) -> Registry:
 
             caller(register=register)
     return registry
+
+
+def component_class(kind: str, name: str) -> type:
+    """The class the installed plugins (built-ins and ``gankit`` entry points) register as
+    ``(kind, name)``, e.g. ``component_class("metric", "swd")``: for tools that read a
+    component's class attributes (a metric's ``higher_is_better``) without a recipe.
+
+    Raises ``PluginError`` naming the kind, the name and the names available.
+    """
+    try:
+        return build_plugins().registry.get(kind, name).factory
+    except KeyError as e:
+        raise PluginError(str(e.args[0])) from None

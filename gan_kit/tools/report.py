@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["write_report", "load_metrics", "phase_spans", "PhaseSpan"]
+__all__ = ["write_report", "load_metrics", "phase_spans", "PhaseSpan", "REPORT_CSS"]
 
 
 
@@ -314,7 +314,8 @@ def plot_phase_grids(grids: list[tuple[str, Path]], path: Path) -> bool:
 
 # ---------------------------------------------------------------------------------- html --
 
-_CSS = """
+#: The style sheet of report.html (and of pages that sit beside it, such as compare.html).
+REPORT_CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1040px; color: #222; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 14px; } td, th { padding: 3px 12px 3px 0; text-align: left; }
@@ -386,7 +387,7 @@ def write_report(run_dir: str | Path) -> Path:
         return f'<img class="plot" src="report/{name}.png" alt="{html.escape(alt)}">'
 
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>gankit report: {html.escape(run_dir.name)}"
-             f"</title><style>{_CSS}</style></head><body>",
+             f"</title><style>{REPORT_CSS}</style></head><body>",
              f"<h1>gankit run {html.escape(run_dir.resolve().name)}</h1>",
              f'<p class="muted">{html.escape(str(run_dir.resolve()))}'
              + (f"; {bad} unreadable line(s) of metrics.jsonl skipped" if bad else "") + "</p>",

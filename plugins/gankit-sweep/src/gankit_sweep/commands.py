@@ -1,4 +1,4 @@
-"""The ``gankit sweep`` and ``gankit compare`` commands (``gan_kit.sweep`` runs them). Heavy
+"""The ``gankit sweep`` and ``gankit compare`` commands (``gankit_sweep`` runs them). Heavy
 imports (torch, Optuna, scipy, matplotlib) happen inside the commands."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from gan_kit.cli.errors import user_errors
+from gan_kit import user_errors
 
 __all__ = ["sweep", "compare"]
 
@@ -69,7 +69,7 @@ def sweep(recipe: Path, params, seeds, trials, jobs, study_name, folder, storage
     study. Several `gankit sweep` processes given one --storage share the study without running a
     trial twice. See docs/sweeps.md.
     """
-    from gan_kit.sweep.setup import prepare
+    from gankit_sweep.setup import prepare
 
     plan = prepare(recipe=recipe, params=params, seeds=seeds, trials=trials, jobs=jobs, study_name=study_name,
                    folder=folder, storage=storage, sampler=sampler, pruner=pruner, pruner_startup=pruner_startup,
@@ -102,7 +102,7 @@ def compare(paths, metric, extras, as_json, html_out, no_html) -> None:
     compare.html: the metric over kimg and over training time per configuration (the band spans
     the seeds), the losses, and the final sample grids side by side.
     """
-    from gan_kit.sweep.compare import compare_runs, print_table, to_json
+    from gankit_sweep.compare import compare_runs, print_table, to_json
 
     result = compare_runs(list(paths), metric=metric, extras=list(extras))
     for w in result.warnings:
@@ -114,7 +114,7 @@ def compare(paths, metric, extras, as_json, html_out, no_html) -> None:
     else:
         print_table(result)
     if not no_html:
-        from gan_kit.sweep.page import write_page
+        from gankit_sweep.page import write_page
 
         target = html_out or result.default_html
         note = write_page(result, target)

@@ -14,8 +14,8 @@ import io
 import math
 from pathlib import Path
 
-from gan_kit.tools.report import _CSS
-from gan_kit.sweep.compare import NOTE, Comparison, Group, fmt, table_rows
+from gan_kit import REPORT_CSS
+from gankit_sweep.compare import NOTE, Comparison, Group, fmt, table_rows
 
 __all__ = ["write_page", "curve"]
 
@@ -166,7 +166,7 @@ def write_page(c: Comparison, path: Path) -> str | None:
         if c.extras:
             plots.append(("Other keys", _plot(c, [(k, "kimg", k) for k in c.extras])))
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>gankit compare: {html.escape(c.metric)}"
-             f"</title><style>{_CSS} td {{ white-space: nowrap; }}</style></head><body>",
+             f"</title><style>{REPORT_CSS} td {{ white-space: nowrap; }}</style></head><body>",
              f"<h1>gankit compare: {html.escape(c.metric)} ({direction} is better)</h1>",
              f"<p class='muted'>{sum(len(g.runs) for g in c.groups)} runs in {len(c.groups)} configurations"
              + (f"; {html.escape(c.direction_note)}" if c.direction_note else "") + "</p>",

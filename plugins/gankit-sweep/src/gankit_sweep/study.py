@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
-from gan_kit.base.errors import GankitError
+from gan_kit import GankitError
 
 __all__ = ["HEARTBEAT_S", "GRACE_S", "open_storage", "open_study", "trial_name", "enqueue_grid", "ensure_seeds",
            "pop_waiting", "is_duplicate", "claim", "heartbeat", "recover_stale", "retry", "worker_alive", "names",
@@ -46,7 +46,7 @@ WORKER, BEAT = "gankit:worker", "gankit:heartbeat"
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet() -> Iterator[None]:
     """Optuna's experimental-feature and ask-outside-optimize warnings say nothing to a gankit user."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -93,7 +93,7 @@ def open_storage(url: str | None, folder: Path, *, existing: bool = False) -> tu
     from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
     from optuna.storages.journal import JournalFileBackend
 
-    with _quiet():
+    with quiet():
         path = _journal_path(url, folder)
         if path is not None:
             if existing and not path.is_file():
@@ -127,14 +127,14 @@ def _hide_password(url: str) -> str:
 def open_study(storage: Any, name: str, direction: str, sampler: Any, pruner: Any, spec: dict,
                legacy_digest: Any) -> tuple[Any, list[str]]:
     """Create study ``name`` or load it; ``(study, warnings)``. A study that exists must have
-    been started with the same ``spec`` (``gan_kit.sweep.spec``), else ``GankitError`` naming
+    been started with the same ``spec`` (``gankit_sweep.spec``), else ``GankitError`` naming
     what differs; a legacy record is replaced by ``spec`` once accepted."""
     import optuna
 
-    from gan_kit.sweep.spec import ATTR, check_spec, upgrade_needed
+    from gankit_sweep.spec import ATTR, check_spec, upgrade_needed
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with _quiet():
+    with quiet():
         study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=sampler,
                                     pruner=pruner, load_if_exists=True)
     saved = study.user_attrs.get(ATTR)
@@ -156,7 +156,7 @@ def find_study(storage: Any, name: str) -> Any:
         storage.get_study_id_from_name(name)
     except KeyError:
         return None
-    with _quiet():
+    with quiet():
         return optuna.load_study(study_name=name, storage=storage)
 
 
@@ -198,7 +198,7 @@ def _enqueue_lock(folder: Path) -> Iterator[None]:
 def enqueue_grid(study: Any, configs: list[dict], seeds: int, folder: Path) -> int:
     """Queue every (configuration x seed) not yet in the study; returns how many were queued."""
     added = 0
-    with _enqueue_lock(folder), _quiet():
+    with _enqueue_lock(folder), quiet():
         have = names(study)
         for i, params in enumerate(configs):
             for s in range(seeds):
@@ -212,7 +212,7 @@ def enqueue_grid(study: Any, configs: list[dict], seeds: int, folder: Path) -> i
 def ensure_seeds(study: Any, params: dict, config: int, seeds: int, folder: Path) -> None:
     """Queue the seeds of a sampled configuration that the study lacks (idempotent: also after a
     worker died between sampling it and queueing them)."""
-    with _enqueue_lock(folder), _quiet():
+    with _enqueue_lock(folder), quiet():
         have = names(study)
         for s in range(seeds):
             name = trial_name(config, s)
@@ -281,13 +281,14 @@ def worker_alive(worker: dict | None) -> bool | None:
     return start is None or worker.get("start") is None or start == worker["start"]
 
 
-def _storage(study: Any) -> Any:
+def study_storage(study: Any) -> Any:
+    """The Optuna storage object behind ``study``."""
     return study._storage  # the storage this module opened; Study keeps no public handle to it
 
 
 def claim(study: Any, trial: Any) -> None:
     """Mark ``trial`` as run by this process (``recover_stale`` reads it) and beat once."""
-    _storage(study).set_trial_system_attr(trial._trial_id, WORKER, {**me(), "trial": trial.number})
+    study_storage(study).set_trial_system_attr(trial._trial_id, WORKER, {**me(), "trial": trial.number})
     heartbeat(study, trial._trial_id)
 
 
@@ -298,7 +299,7 @@ def _native(storage: Any) -> bool:
 
 
 def heartbeat(study: Any, trial_id: int) -> None:
-    storage = _storage(study)
+    storage = study_storage(study)
     if _native(storage):
         storage.record_heartbeat(trial_id)
     else:
@@ -315,7 +316,7 @@ def retry(study: Any, frozen: Any) -> None:
     system["failed_trial"] = system.get("failed_trial", frozen.number)
     system["retry_history"] = [*system.get("retry_history", []), frozen.number]
     user = {k: v for k, v in frozen.user_attrs.items() if k != STATE}
-    with _quiet():
+    with quiet():
         study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, params=frozen.params,
                                                   distributions=frozen.distributions, user_attrs=user,
                                                   system_attrs=system))
@@ -347,10 +348,10 @@ def recover_stale(study: Any, mine: set[int]) -> list[str]:
     import optuna
     from optuna.trial import TrialState
 
-    storage, now, recovered = _storage(study), time.time(), []
+    storage, now, recovered = study_storage(study), time.time(), []
     native = _native(storage)
     if native:
-        with _quiet():
+        with quiet():
             optuna.storages.fail_stale_trials(study)  # its callback (set in open_storage) queues the retry
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t.number in mine or _alive(t, now, native):

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
-from gan_kit.cli import cli
-from gan_kit.sweep.compare import compare_runs, welch_p
+from sweep_cli import cli
+from gankit_sweep.compare import compare_runs, welch_p
 
 RECIPE = """\
 [run]
@@ -71,7 +71,7 @@ def test_groups_rank_and_statistics_match_the_textbook(study):
     assert wgan.n == 2 and wgan.states() == {"finished": 2, "unfinished": 1}
     assert hinge.best == pytest.approx(32.0) and hinge.kimg == 1.0 and hinge.train_s == 4.0 and hinge.img_per_s == 250.0
     # Welch's t by hand: t = (m1 - m2) / sqrt(v1/n1 + v2/n2), Welch-Satterthwaite degrees of freedom
-    a, b = [31.0, 35.0], [30.0, 34.0, 32.0]
+    # the seeds' values: hinge [31, 35], the other [30, 34, 32]
     va, vb = 8.0 / 2, 2.0 ** 2 / 3
     t = (33.0 - 32.0) / math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va ** 2 / 1 + vb ** 2 / 2)

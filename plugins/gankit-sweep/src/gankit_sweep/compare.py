@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from gan_kit.base.errors import GankitError
+from gan_kit import GankitError
 
 __all__ = ["RunInfo", "Group", "Comparison", "compare_runs", "to_json", "print_table", "find_runs", "ALPHA"]
 
@@ -138,8 +138,7 @@ def _with_current_defaults(path: Path, saved: dict) -> dict:
     loads (a plugin not installed here, an option since removed)."""
     if not saved:
         return saved
-    from gan_kit.recipe import load_recipe
-    from gan_kit.recipe.dump import recipe_to_dict
+    from gan_kit import load_recipe, recipe_to_dict
 
     try:
         return recipe_to_dict(load_recipe(path)[0])
@@ -153,7 +152,7 @@ def _number(v: Any) -> float | None:
 
 
 def _read_run(path: Path, key: str, higher: bool, extras: list[str]) -> RunInfo:
-    from gan_kit.sweep.trials import read_rows, read_state
+    from gankit_sweep.trials import read_rows, read_state
 
     try:
         recipe = tomllib.loads((path / "recipe.toml").read_text(encoding="utf-8"))
@@ -192,7 +191,7 @@ def _last_values(rows: list[dict], keys: list[str]) -> dict[str, float]:
 
 def _metric_and_direction(paths: list[Path], metric: str | None) -> tuple[str, bool, str]:
     """The metric key, whether higher is better, and a note when the direction is a guess."""
-    from gan_kit.sweep.trials import read_state
+    from gankit_sweep.trials import read_state
 
     states = [read_state(p) for p in paths]
     key = None
@@ -216,10 +215,9 @@ def _metric_and_direction(paths: list[Path], metric: str | None) -> tuple[str, b
     if known:
         return key, bool(known[0]), ""
     try:
-        from gan_kit.plugin_api.manager import build_plugins
+        from gan_kit import component_class
 
-        comp = build_plugins().registry.get("metric", key.split("/")[1])
-        hib = getattr(comp.factory, "higher_is_better", False)
+        hib = getattr(component_class("metric", key.split("/")[1]), "higher_is_better", False)
         if isinstance(hib, bool):
             return key, hib, ""
     except Exception:  # noqa: BLE001 - a metric of a plugin this process does not load
@@ -230,7 +228,7 @@ def _metric_and_direction(paths: list[Path], metric: str | None) -> tuple[str, b
 def _labels(groups: list[Group]) -> None:
     """``k=v`` labels: the sweep's parameters where every run has them, else the recipe keys in
     which the configurations differ."""
-    from gan_kit.sweep.spaces import config_label
+    from gankit_sweep.spaces import config_label
 
     known = [g for g in groups if g.runs[0].recipe]  # a trial without its recipe.toml yet differs in nothing
     keys = set().union(*(g.runs[0].recipe for g in known)) if known else set()

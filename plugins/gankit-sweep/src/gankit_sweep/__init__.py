@@ -1,4 +1,4 @@
-"""``gankit sweep`` and ``gankit compare``: many runs of one recipe on Optuna, and their numbers
+"""The gankit-sweep plugin: ``gankit sweep`` and ``gankit compare``, many runs of one recipe on Optuna, and their numbers
 side by side with error bars over seeds.
 
 A sweep drives ordinary runs: every trial is one (configuration, seed), trained by a ``gankit
@@ -8,5 +8,21 @@ module: ``spaces`` (``--param`` parsing and checking), ``study`` (storage, study
 trials), ``spec`` (what a study remembers of its command, and the check of a later one),
 ``trials`` (a trial's child process and files), ``driver`` (the loop), ``setup`` (the command
 line turned into a sweep), ``compare`` (the statistics), ``page`` (compare.html); the click
-commands are ``gan_kit.cli.sweep``.
+commands are ``gankit_sweep.commands``, added to ``gankit`` through the ``register_commands`` hook
+(entry point ``gankit: sweep``). It uses gankit's public API only (``from gan_kit import ...``).
 """
+
+from __future__ import annotations
+
+from gan_kit import hookimpl
+
+
+@hookimpl
+def register_commands(cli):
+    # Optuna, scipy and the sweep modules load only when a sweep command runs: this module is
+    # loaded with every gankit command (and every run's plugin manager).
+    from gankit_sweep.commands import compare, sweep
+
+    cli.add_command(sweep)
+    cli.add_command(compare)
+

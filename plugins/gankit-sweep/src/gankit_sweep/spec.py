@@ -20,9 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from gan_kit.base.errors import GankitError
+from gan_kit import GankitError
 
 __all__ = ["VERSION", "study_spec", "check_spec", "upgrade_needed"]
 
@@ -47,7 +47,7 @@ def table_digest(table: dict) -> str:
 def study_spec(*, recipe: Path, table: dict, params, overrides, budget_kimg: float | None,
                budget_minutes: float | None, metric: str, sampler: str) -> dict:
     """The record of a sweep command: ``table`` is the recipe file's merged table
-    (``gan_kit.recipe.read_table``)."""
+    (``gan_kit.read_table``)."""
     table = _json_safe(table)
     return {"version": VERSION, "recipe": str(recipe), "recipe_digest": table_digest(table), "recipe_table": table,
             "params": list(params), "sets": list(overrides), "budget_kimg": budget_kimg,
@@ -99,7 +99,7 @@ def _table_changes(then: dict | None, now: dict, limit: int = 3) -> str:
     """``: loss.name "hinge" then, "bce" now; ...`` for up to ``limit`` keys ('' when unknown)."""
     if not isinstance(then, dict):
         return ""
-    from gan_kit.base.options import toml_value
+    from gan_kit import toml_value
 
     a, b = _flatten(then), _flatten(now)
     keys = sorted(k for k in a.keys() | b.keys() if a.get(k, ...) != b.get(k, ...))

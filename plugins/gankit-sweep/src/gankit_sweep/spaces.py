@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from gan_kit.base.errors import GankitError, RecipeError
+from gan_kit import GankitError, RecipeError
 
 __all__ = ["Space", "SpaceError", "parse_space", "parse_spaces", "check_spaces", "OWNED_KEYS", "set_item",
            "configurations", "config_key", "config_label"]
@@ -131,7 +131,7 @@ class Space:
 
 
 def _toml(value: Any) -> str:
-    from gan_kit.base.options import toml_value
+    from gan_kit import toml_value
 
     return toml_value(value)
 
@@ -216,7 +216,7 @@ def _parse_range(key: str, item: str, fn: str, args: str) -> Space:
 
 
 def _parse_list(key: str, item: str, text: str) -> Space:
-    from gan_kit.recipe import parse_set
+    from gan_kit import parse_set
 
     try:
         values = tomllib.loads(f"v = {text}")["v"]
@@ -224,7 +224,7 @@ def _parse_list(key: str, item: str, text: str) -> Space:
         values = []
         for part in _split_items(text[1:-1]):
             if not part:
-                raise SpaceError(f"--param {item!r}: an empty item in the list (separate values by single commas)")
+                raise SpaceError(f"--param {item!r}: an empty item in the list (separate values by single commas)") from None
             try:
                 values.append(parse_set(f"{key}={part}")[1])
             except ValueError as e:
@@ -317,7 +317,7 @@ def parse_spaces(items: tuple[str, ...] | list[str], sets: tuple[str, ...] | lis
     """Every ``--param`` parsed; also refuses a key swept twice, a key both swept and given with
     ``--set``, and the keys the sweep ``owned`` for this command (e.g. ``run.total_kimg`` under
     ``--budget-kimg``). Raises one ``SpaceError`` listing every problem."""
-    from gan_kit.recipe import parse_set
+    from gan_kit import parse_set
 
     problems, spaces = [], []
     owned = owned or {}
@@ -391,7 +391,7 @@ def check_spaces(recipe_path: Path, spaces: list[Space], sets: list[str], plugin
     value that cannot train alone nor with any value of the other spaces is named with its
     ``--param`` (the problem of loading it alone); otherwise a combination that cannot train is
     named. Raises ``SpaceError``."""
-    from gan_kit.recipe import load_recipe
+    from gan_kit import load_recipe
 
     swept = {k for sp in spaces for k in sp.keys()}
     given = f"{recipe_path} (--set): "

@@ -19,9 +19,9 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from gan_kit.cli import cli
-from gan_kit.sweep import trials as tr
-from gan_kit.sweep.spaces import SpaceError, parse_space, parse_spaces
+from sweep_cli import cli
+from gankit_sweep import trials as tr
+from gankit_sweep.spaces import SpaceError, parse_space, parse_spaces
 from gan_kit.testing import TINY_RECIPE
 
 CONST_METRIC = '''
@@ -151,8 +151,8 @@ def test_budget_keys_belong_to_the_sweep(tmp_path, monkeypatch):
 
 
 def test_a_param_typo_names_the_param_and_a_bad_storage_url_what_storage_takes(tmp_path, monkeypatch):
-    from gan_kit.base.errors import GankitError
-    from gan_kit.sweep.study import open_storage
+    from gan_kit import GankitError
+    from gankit_sweep.study import open_storage
 
     recipe = tiny(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -189,7 +189,7 @@ def test_dry_run_warns_of_a_pruner_without_every_kimg_in_a_syntax_set_takes(tmp_
     assert "warning: metric.0.every_kimg is not set" in result.stderr
     fix = result.stderr.split("(e.g. --set ", 1)[1].split(")")[0]
     assert fix == "metric.0.every_kimg=4"
-    from gan_kit.recipe import load_recipe
+    from gan_kit import load_recipe
 
     assert load_recipe(recipe, [fix])[0].metrics[0].slot.every_kimg == 4  # the suggestion loads
     assert "1 seed: no interval (compare needs --seeds 2 or more)" in result.output
@@ -197,7 +197,7 @@ def test_dry_run_warns_of_a_pruner_without_every_kimg_in_a_syntax_set_takes(tmp_
     assert not (tmp_path / "runs").exists()
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # the gankit checkout: its docs and recipes
 
 
 def docs_examples() -> tuple[list[list[str]], list[str], list[str], list[str]]:
@@ -250,7 +250,7 @@ def test_every_example_of_the_sweeps_docs_checks_against_the_shipped_recipe(tmp_
         result = CliRunner().invoke(cli, ["sweep", "recipes/pggan.toml", "--param", param, "--dry-run", "--out",
                                           str(tmp_path / "study")])
         assert result.exit_code == 2 and result.stderr.strip() == line, (line, result.stderr)
-    from gan_kit.recipe import load_recipe
+    from gan_kit import load_recipe
 
     assert load_recipe(ROOT / "recipes" / "pggan.toml", ["metric.0.every_kimg=4"])[0].metrics[0].slot.every_kimg == 4
     assert not (tmp_path / "study").exists()
@@ -285,8 +285,8 @@ for tick in range(start, ticks):
 def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=(), edit=None):
     """The in-process sweep over ``x=[values]``, its children the stand-in above; ``edit(text)``
     changes the recipe file."""
-    from gan_kit.sweep import driver
-    from gan_kit.sweep.setup import prepare
+    from gankit_sweep import driver
+    from gankit_sweep.setup import prepare
 
     script = tmp_path / "child.py"
     script.write_text(FAKE_CHILD)
@@ -311,7 +311,7 @@ def fake_sweep(tmp_path, monkeypatch, values, *, ticks=4, extra=(), edit=None):
 
 
 def test_ctrl_c_stops_the_trials_and_the_same_sweep_continues_them(tmp_path, monkeypatch):
-    from gan_kit.base.errors import Interrupted
+    from gan_kit import Interrupted
 
     sweep = fake_sweep(tmp_path, monkeypatch, [1, 2], ticks=6)
     original = sweep._poll
@@ -354,7 +354,7 @@ def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
     assert failed["state"] == "failed" and failed["reason"] == "error: a trial that cannot train"
     assert tr.read_state(tmp_path / "study" / "c001-s0")["state"] == "complete"
     assert sorted(states(tmp_path / "study", "s")) == [("c000-s0", "FAIL"), ("c001-s0", "COMPLETE")]
-    from gan_kit.base.errors import GankitError
+    from gan_kit import GankitError
 
     with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(--param "
                                           r"'metric.0.value=\[-1, 1\]' then, 'metric.0.value=\[-1, 1, 5\]' now\)"):
@@ -380,15 +380,15 @@ def test_a_sampled_configuration_runs_with_every_seed(tmp_path, monkeypatch):
 def test_the_study_remembers_what_the_user_wrote_not_gankits_defaults(tmp_path, monkeypatch, capsys):
     import re
 
-    import gan_kit.recipe
-    from gan_kit.base.errors import GankitError
+    import gan_kit
+    from gan_kit import GankitError
 
     fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0))  # starts the study; nothing trains
     study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
     record = study.user_attrs["gankit"]
     assert record["budget_kimg"] == 4.0 and record["sets"] == [] and "run" in record["recipe_table"]
     # a gankit update that adds an option with a default changes the resolved recipe, not the file
-    monkeypatch.setattr(gan_kit.recipe, "recipe_to_toml", lambda *a, **k: "[run]\nnew_option = 1\n")
+    monkeypatch.setattr(gan_kit, "recipe_to_toml", lambda *a, **k: "[run]\nnew_option = 1\n")
     assert fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0)) is not None
     with pytest.raises(GankitError) as e:
         fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=8.0))
@@ -411,7 +411,7 @@ def test_the_start_line_says_the_threads_set_by_the_user(tmp_path, monkeypatch, 
 
 
 def test_a_study_started_by_an_older_gankit_continues(tmp_path, monkeypatch, capsys):
-    from gan_kit.base.errors import GankitError
+    from gan_kit import GankitError
 
     fake_sweep(tmp_path, monkeypatch, [1, 2], extra=dict(budget_kimg=4.0))
     study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
@@ -428,7 +428,7 @@ def test_a_study_started_by_an_older_gankit_continues(tmp_path, monkeypatch, cap
 
 
 def test_dry_run_checks_the_study_as_the_real_run_does_and_says_what_is_left(tmp_path, monkeypatch, capsys):
-    from gan_kit.base.errors import GankitError
+    from gan_kit import GankitError
 
     assert fake_sweep(tmp_path, monkeypatch, [-1, 1], ticks=1).run() == 1  # c000 failed, c001 complete
     capsys.readouterr()
@@ -520,39 +520,3 @@ def test_kill_9_then_the_same_command_resumes_and_a_pruner_stops_a_worse_trial(t
     third = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
     assert third.returncode == 0 and "started" not in third.stdout and "resuming" not in third.stdout
     assert "1 complete, 1 pruned" in third.stdout
-
-
-# ------------------------------------------------------------------- run.max_minutes --
-
-
-def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path, capsys):
-    from gan_kit.runs import checkpoint as ckpt
-    from gan_kit.runs.engine import Run, train
-    from gan_kit.base.errors import GankitError
-    from gan_kit.recipe import load_recipe
-    from gan_kit.testing import write_tiny_recipe
-
-    path = write_tiny_recipe(tmp_path)
-    recipe, plugins = load_recipe(path, ["run.total_kimg=50", "run.max_minutes=0.00001"])  # 0.6 ms
-    run = Run(recipe, plugins)
-    stats = train(run)
-    assert stats["Progress/final"] is True and run.step == 1  # the first step spends the budget
-    rows = tr.read_rows(tmp_path / "run")
-    assert rows[-1]["Progress/final"] and rows[-1]["Timing/train_s"] == run.train_seconds >= 0.0006
-    assert (tmp_path / "run" / "samples" / "final.png").is_file()
-    # the 4px phase was cut short: no phase checkpoint or grid claims it finished
-    assert not list((tmp_path / "run" / "checkpoints").glob("phase-*"))
-    assert not list((tmp_path / "run" / "samples").glob("phase-*"))
-    # the done line says why the run ended below the total_kimg its first line announced
-    err = capsys.readouterr().err
-    assert "done: 0.0 kimg in " in err and "stopped by run.max_minutes = 1e-05 before run.total_kimg = 50" in err
-    state = ckpt.load(tmp_path / "run" / "checkpoints" / "latest.pt")
-    assert state["train_seconds"] == run.train_seconds and state["cur_nimg"] == 8
-    again = Run(recipe, plugins)
-    with pytest.raises(GankitError, match=r"--resume: the run has trained .* minutes >= run.max_minutes = 1e-05"):
-        train(again, resume=True)
-    more, plugins = load_recipe(path, ["run.total_kimg=50", f"run.max_minutes={run.train_seconds / 60 + 1e-5}"])
-    longer = Run(more, plugins)
-    train(longer, resume=True)
-    assert longer.step == 2 and longer.train_seconds > run.train_seconds  # one more step, time summed
-    assert "stopped by run.max_minutes" in capsys.readouterr().err

@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 
-from gan_kit.base.errors import GankitError
-from gan_kit.sweep import study as st
-from gan_kit.sweep.driver import Objective, Settings, Sweep
-from gan_kit.sweep.spaces import check_spaces, config_label, configurations, parse_spaces
-from gan_kit.sweep.trials import child_command, threads_per_job
+from gan_kit import GankitError
+from gankit_sweep import study as st
+from gankit_sweep.driver import Objective, Settings, Sweep
+from gankit_sweep.spaces import check_spaces, config_label, configurations, parse_spaces
+from gankit_sweep.trials import child_command, threads_per_job
 
 __all__ = ["prepare", "objective_of", "DEFAULT_TRIALS"]
 
@@ -26,7 +26,7 @@ DEFAULT_TRIALS = 10
 def objective_of(recipe: Any, plugins: Any, metric: str | None) -> tuple[Objective, Any]:
     """``(Objective, metric spec)`` of ``--metric`` (default: the recipe's first ``[[metric]]``);
     the direction is the metric component's ``higher_is_better``."""
-    from gan_kit.plugin_api.components import BuildContext
+    from gan_kit import BuildContext
 
     if not recipe.metrics:
         raise GankitError(f"{recipe.path}: the recipe has no [[metric]], and a sweep needs one as its objective (add "
@@ -54,8 +54,8 @@ def data_checker(plugins: Any):
     ``[data]`` table."""
     import json
 
-    from gan_kit.plugin_api.components import BuildContext
-    from gan_kit.recipe.datachecks import metric_problem
+    from gan_kit import BuildContext
+    from gan_kit import metric_problem
 
     sizes: dict[str, int | str] = {}
 
@@ -92,7 +92,7 @@ def _sampler(kind: str, spaces) -> Any:
         return optuna.samplers.RandomSampler(seed=0)
     if kind == "random":
         return optuna.samplers.RandomSampler()
-    with st._quiet():  # constant_liar: parallel workers do not all pick the same promising point
+    with st.quiet():  # constant_liar: parallel workers do not all pick the same promising point
         return optuna.samplers.TPESampler(constant_liar=True)
 
 
@@ -127,8 +127,8 @@ def existing_study(storage: str | None, folder: Path, study_name: str, spec: dic
     """For ``--dry-run``: the study as the real run would find it, checked against ``spec`` as
     the real run checks it (``GankitError`` when it would be refused), in lines: new, or how
     many of its trials are finished and which remain. Creates nothing."""
-    from gan_kit.sweep.driver import _sampled_configs
-    from gan_kit.sweep.spec import ATTR, check_spec
+    from gankit_sweep.driver import sampled_configs
+    from gankit_sweep.spec import ATTR, check_spec
 
     store, where = st.open_storage(storage, folder, existing=True)
     study = st.find_study(store, study_name) if store is not None else None
@@ -138,7 +138,7 @@ def existing_study(storage: str | None, folder: Path, study_name: str, spec: dic
     for w in check_spec(study_name, saved, spec, legacy_digest) if saved else []:
         click.echo(f"warning: {w}", err=True)
     states = st.name_states(study)
-    sampled = _sampled_configs(study) if configs is None else {}
+    sampled = sampled_configs(study) if configs is None else {}
     expected = _names_of(configs if configs is not None else sampled, seeds)
     done = [n for n in expected if states.get(n) in ("complete", "pruned")]
     failed = [n for n in expected if states.get(n) == "failed"]
@@ -168,8 +168,8 @@ def prepare(*, recipe: Path, params, seeds: int, trials: int | None, jobs: int, 
             overrides, retry_failed: bool, dry_run: bool) -> Sweep | None:
     """Check everything, open the study and queue its trials; returns the ``Sweep`` to run (None
     after ``dry_run``, which prints the plan instead)."""
-    from gan_kit.recipe import load_recipe, read_table, recipe_to_toml
-    from gan_kit.sweep.spec import study_spec
+    from gan_kit import load_recipe, read_table, recipe_to_toml
+    from gankit_sweep.spec import study_spec
 
     owned, sets = {}, list(overrides)
     if budget_kimg is not None:

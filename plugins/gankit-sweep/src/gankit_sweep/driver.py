@@ -26,10 +26,10 @@ import click
 
 from optuna.exceptions import UpdateFinishedTrialError
 
-from gan_kit.base.errors import GankitError, Interrupted
-from gan_kit.sweep import study as st
-from gan_kit.sweep import trials as tr
-from gan_kit.sweep.spaces import Space, config_label
+from gan_kit import GankitError, Interrupted
+from gankit_sweep import study as st
+from gankit_sweep import trials as tr
+from gankit_sweep.spaces import Space, config_label
 
 __all__ = ["Objective", "Settings", "Sweep"]
 
@@ -131,7 +131,7 @@ class Sweep:
         if recovered:
             _echo(f"queued again (their sweep process is gone): {', '.join(recovered)}")
         if self.s.sampler != "grid":  # a larger --seeds adds seeds to the configurations sampled so far
-            for config, params in _sampled_configs(self.study).items():
+            for config, params in sampled_configs(self.study).items():
                 st.ensure_seeds(self.study, params, config, self.s.seeds, self.s.folder)
         again = st.requeue_failed(self.study, self.s.retry_failed)
         if again:
@@ -166,8 +166,8 @@ class Sweep:
             tid = st.pop_waiting(self.storage, self.study_id)
             if tid is not None:
                 trial = optuna.trial.Trial(self.study, tid)
-            elif self.s.sampler != "grid" and len(_sampled_configs(self.study)) < (self.s.trials or 0):
-                with st._quiet():
+            elif self.s.sampler != "grid" and len(sampled_configs(self.study)) < (self.s.trials or 0):
+                with st.quiet():
                     trial = self.study.ask()
             else:
                 return False
@@ -295,7 +295,7 @@ class Sweep:
         elif self.signal is not None and rc in (128 + signal.SIGINT, 128 + signal.SIGTERM):
             _set_attr(a.trial, st.STATE, "interrupted")
             self.study.tell(a.trial, state=TrialState.FAIL, skip_if_finished=True)
-            st.retry(self.study, st._storage(self.study).get_trial(a.trial._trial_id))
+            st.retry(self.study, st.study_storage(self.study).get_trial(a.trial._trial_id))
             tr.write_state(a.run_dir, state="interrupted", **timing)
             kimg = checkpoint_kimg
             where = f"its checkpoint at kimg {kimg:g}" if kimg is not None else "the start (no checkpoint yet)"
@@ -343,7 +343,7 @@ def _echo(msg: str) -> None:
     sys.stdout.flush()
 
 
-def _sampled_configs(study: Any) -> dict[int, dict]:
+def sampled_configs(study: Any) -> dict[int, dict]:
     """Configuration number -> its parameters, over every trial that has them."""
     out: dict[int, dict] = {}
     for t in study.get_trials(deepcopy=False):
@@ -355,10 +355,10 @@ def _sampled_configs(study: Any) -> dict[int, dict]:
 
 def _checkpoint_progress(path: Path) -> tuple[float | None, float]:
     """(kimg, training seconds) a checkpoint was written at."""
-    from gan_kit.runs import checkpoint as ckpt
+    from gan_kit import load_checkpoint
 
     try:
-        state = ckpt.load(path)
+        state = load_checkpoint(path)
     except GankitError:
         return None, 0.0
     return state["cur_nimg"] / 1000, float(state.get("train_seconds", 0.0))
