@@ -1,4 +1,4 @@
-"""ADA's full pipeline as the paper runs it (gankit issue 22): every op of stylegan2-ada-pytorch's
+"""ADA's full pipeline as the paper runs it: every op of stylegan2-ada-pytorch's
 'bgc' (and its presets) equals the reference's formulas on the same draws, the ops are applied
 with the reference's probabilities, p moves by the reference's rule, and old 'ada' recipes either
 keep their meaning or get a one-line error.

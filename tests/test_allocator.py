@@ -1,4 +1,4 @@
-"""run.retain_cpu_memory (issue 15): freed CPU tensor memory stays in the process, so repeated
+"""run.retain_cpu_memory: freed CPU tensor memory stays in the process, so repeated
 large allocations stop page-faulting (gan_kit/base/allocator.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Augmentation of D's inputs (issue 13): DiffAugment and ADA are differentiable, draw afresh per
+"""Augmentation of D's inputs: DiffAugment and ADA are differentiable, draw afresh per
 call and per sample, ADA's p follows the overfitting heuristic by the paper's step and resumes
 exactly, and bad options are one-line errors."""
 

@@ -1,4 +1,4 @@
-"""Augmentation inside training (issue 13): every image D sees - in every strategy and every
+"""Augmentation inside training: every image D sees - in every strategy and every
 penalty - went through the augmentation; ADA's p rises on a D that overfits and falls on one that
 does not; p and the augmentation RNG survive an exact resume."""
 

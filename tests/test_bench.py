@@ -1,4 +1,4 @@
-"""`gankit bench` (issue 3): the hand-written reference does exactly the math of d-then-g, and the
+"""`gankit bench`: the hand-written reference does exactly the math of d-then-g, and the
 command prints every strategy and ends with the ratio line. No timing is asserted."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """channels_last memory format gives the same images, logits and gradients as the default
-format, G's nearest-neighbour upsampling and D's fade-in included (issue 7)."""
+format, G's nearest-neighbour upsampling and D's fade-in included."""
 
 from __future__ import annotations
 

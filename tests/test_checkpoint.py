@@ -1,4 +1,4 @@
-"""Checkpoints: exact resume, atomic writes under SIGKILL, clear errors (issue 4)."""
+"""Checkpoints: exact resume, atomic writes under SIGKILL, clear errors."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """torch.compile: compiled and eager training steps give the same gradients for every update
-strategy (issue 7). The checks trace with the "aot_eager" backend, which runs the same Dynamo
+strategy. The checks trace with the "aot_eager" backend, which runs the same Dynamo
 capture and AOTAutograd forward/backward graphs as inductor but skips C++ code generation (minutes
 per graph on a 2-core CPU); the growth/recompile behaviour is the same for both backends."""
 

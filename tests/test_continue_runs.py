@@ -1,4 +1,4 @@
-"""Continuing and starting from checkpoints as people do (issue 21): relative paths resolved once
+"""Continuing and starting from checkpoints as people do: relative paths resolved once
 against the recipe that named them and saved absolute, so the printed ``gankit run --resume DIR``
 works from any directory; ``--resume`` taking a checkpoint file; ``--init-from`` starting a new
 run (fine-tuning) from another run's weights; the run-directory lock."""

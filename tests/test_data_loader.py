@@ -125,7 +125,7 @@ def test_gankit_run_with_workers_ends_on_a_data_error(tmp_path, tiny_recipe_text
     done = subprocess.run([sys.executable, "-m", "gan_kit", "run", str(recipe), "--set", "run.num_workers=2"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "img07.png" in done.stderr, done.stderr
-    # Known and left (closing note of issue 12): about one exit in ten, multiprocessing's own
+    # Known and left: about one exit in ten, multiprocessing's own
     # temp-dir cleanup races a worker's socket file and logs "Directory not empty: /tmp/pymp-..."
     # after the one-line error. Any other traceback fails the test.
     stderr = re.sub(r"Traceback \(most recent call last\):\n(?:  .*\n)+OSError: \[Errno 39\] Directory not empty: "

@@ -1,5 +1,5 @@
 """Two processes through torchrun on the CPU (gloo): ranks stay identical and match one process
-with the same global batch (issue 7)."""
+with the same global batch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A run never loses work (issue 12): SIGINT / SIGTERM finish the iteration and checkpoint, resume
+"""A run never loses work: SIGINT / SIGTERM finish the iteration and checkpoint, resume
 from the run directory alone, changed optimizer settings take effect on resume, refused changes
 are one line, the tick counter and metrics.jsonl continue where the checkpoint was."""
 

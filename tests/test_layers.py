@@ -6,7 +6,8 @@
   under ``if TYPE_CHECKING:`` are the only ones left out; no contract ignores an import.
 * The top contract has one rung per folder of gan_kit/ (no module loose at the package root
   but the facade, ``__main__`` and ``testing``), and every package has a contract of its own.
-* No module under gan_kit/ is longer than 450 lines, no class longer than 250.
+* No import cycle anywhere in the package (inside functions too), and no private name (``_x``)
+  imported across modules, in gan_kit or the plugins/ distributions.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "gan_kit"
-MAX_MODULE_LINES = 450
-MAX_CLASS_LINES = 250
 
 
 def _importlinter_config() -> dict:
@@ -50,6 +49,46 @@ def test_the_contracts_ignore_no_import_but_type_checking_ones():
     assert layers["containers"] == ["gan_kit"]
     # the package's top and bottom as the design page has them
     assert layers["layers"][1] == "cli" and layers["layers"][-1] == "base"
+
+
+def _table(markdown: str, heading: str) -> list[list[str]]:
+    """The cells of the Markdown table under ``heading`` (header and rule rows left out), ``\\|``
+    inside a cell read as ``|``."""
+    section = markdown.split(heading, 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]
+    return [[cell.strip() for cell in row.replace("\\|", "\0").strip("|").split("|")] for row in rows]
+
+
+def _names(cell: str) -> list[str]:
+    return [n.rstrip("/") for n in re.findall(r"`([^`]+)`", cell)]
+
+
+def _layer_text(cell: str) -> list[str]:
+    """``a`` | ``b`` > ``c`` -> ["a | b", "c"]."""
+    return [" | ".join(_names(part)) for part in cell.split(" > ")]
+
+
+def test_the_architecture_page_names_every_layer_of_the_contracts_in_order():
+    """docs/architecture.md's two tables are the contracts: the top one lists the rungs of the
+    folders' contract top to bottom, the second every package's own layers (or its independent
+    modules), so the page cannot drift from pyproject.toml."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    contracts = {c["id"]: c for c in _importlinter_config()["contracts"]}
+    top = [" | ".join(_names(row[0].replace("\0", "|"))) for row in _table(page, "## The layers, top to bottom")]
+    assert top == [" | ".join(n.strip() for n in layer.split("|")) for layer in contracts["layers"]["layers"]]
+    inside = {row[0]: row[1].replace("\0", "|") for row in _table(page, "## Inside each package")}
+    expected, found = {}, {}
+    for c in contracts.values():
+        if c["type"] == "layers" and c["id"] != "layers":
+            for container in c["containers"]:
+                expected[container] = [" | ".join(n.strip() for n in layer.split("|")) for layer in c["layers"]]
+                found[container] = _layer_text(inside.get(f"`{container}`", ""))
+        elif c["type"] == "independence":
+            rows = [cell for cell in inside.values() if cell.startswith("independent:")
+                    and set(_names(cell)) & set(c["modules"])]
+            expected[c["id"]] = sorted(c["modules"])
+            found[c["id"]] = sorted(_names(rows[0])) if rows else []
+    assert found == expected
 
 
 def _rungs(contract: dict) -> set[str]:
@@ -83,41 +122,115 @@ def test_every_package_with_modules_of_its_own_has_a_contract():
     assert missing == []
 
 
-def longest_parts(path: Path) -> tuple[int, list[tuple[str, int]]]:
-    """A Python file's line count and each class's length in lines (``(qualified name,
-    lines)``, decorators included, nested classes on their own as well)."""
-    text = path.read_text(encoding="utf-8")
-    classes: list[tuple[str, int]] = []
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                start = min([child.lineno] + [d.lineno for d in child.decorator_list])
-                classes.append((prefix + child.name, child.end_lineno - start + 1))
-                visit(child, f"{prefix}{child.name}.")
-            else:
-                visit(child, prefix)
-
-    visit(ast.parse(text), "")
-    return len(text.splitlines()), classes
+# ------------------------------------------------------------ no cycle, no private import --
 
 
-def test_the_measure_counts_decorators_and_nested_classes(tmp_path):
-    source = tmp_path / "m.py"
-    source.write_text("import attrs\n\n\n@attrs.define\nclass A:\n    x: int\n\n    class B:\n        y = 1\n\n"
-                      "def f():\n    class C:\n        pass\n", encoding="utf-8")
-    assert longest_parts(source) == (13, [("A", 6), ("A.B", 2), ("C", 2)])
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph`` (module -> modules it imports): every strongly connected
+    component of two or more modules, or of one module importing itself, sorted (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
 
 
-def test_no_module_is_above_450_lines_and_no_class_above_250():
-    too_long = []
-    files = sorted(PACKAGE.rglob("*.py"))
-    assert len(files) > 50 and PACKAGE / "runs" / "run" / "__init__.py" in files
-    for path in files:
-        lines, classes = longest_parts(path)
-        name = path.relative_to(PACKAGE.parent).as_posix()
-        if lines > MAX_MODULE_LINES:
-            too_long.append(f"{name}: {lines} lines (at most {MAX_MODULE_LINES}; split it by job)")
-        too_long += [f"{name}: class {cls} is {n} lines (at most {MAX_CLASS_LINES})"
-                     for cls, n in classes if n > MAX_CLASS_LINES]
-    assert too_long == []
+def test_the_cycle_finder_finds_cycles_and_only_cycles():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}) == [["a", "b", "c"], ["e"]]
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def package_graph() -> dict[str, set[str]]:
+    """gan_kit's imports, module -> the gan_kit modules it imports, every import counted
+    (inside functions too), as import-linter (grimp) reads them, ``if TYPE_CHECKING:`` left out."""
+    import grimp
+
+    graph = grimp.build_graph("gan_kit", exclude_type_checking_imports=True)
+    return {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+
+
+def test_no_import_cycle_anywhere_in_the_package():
+    """No module of gan_kit imports itself round a circle of others, at any level of the tree
+    (the layers contracts see only imports between their layers)."""
+    graph = package_graph()
+    assert len(graph) > 80 and "gan_kit.runs.engine" in graph["gan_kit.tools.bench"]
+    assert import_cycles(graph) == []
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted name -> file of every module of gan_kit and of the plugins/ distributions."""
+    out = {}
+    for src in [PACKAGE.parent, *sorted((ROOT / "plugins").glob("*/src"))]:
+        for path in sorted(src.glob("*/**/*.py")) if src != PACKAGE.parent else sorted(PACKAGE.rglob("*.py")):
+            if "__pycache__" in path.parts or ".egg-info" in str(path):
+                continue
+            parts = list(path.relative_to(src).with_suffix("").parts)
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def private_imports(source: str, modules: set[str], first_party: tuple[str, ...]) -> list[str]:
+    """Where ``source`` takes a private name (``_x``; dunders aside) from another module:
+    ``from m import _x`` or ``alias._x`` on a module it imported."""
+    tree = ast.parse(source)
+    out, bound = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.split(".")[0] in first_party:
+            for a in node.names:
+                if f"{node.module}.{a.name}" in modules:
+                    bound[a.asname or a.name] = f"{node.module}.{a.name}"
+                elif a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"line {node.lineno}: from {node.module} import {a.name}")
+        elif isinstance(node, ast.Import):
+            bound.update({a.asname: a.name for a in node.names
+                          if a.asname and a.name.split(".")[0] in first_party})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            out.append(f"line {node.lineno}: {node.value.id}.{node.attr} (of {bound[node.value.id]})")
+    return out
+
+
+def test_the_private_import_finder_sees_both_forms():
+    modules = {"gan_kit.a", "gan_kit.b"}
+    source = "from gan_kit.a import _x, y\nfrom gan_kit import b as B\nB._z()\nB.__name__\nfrom os import _exit\n"
+    assert private_imports(source, modules, ("gan_kit",)) == ["line 1: from gan_kit.a import _x",
+                                                             "line 3: B._z (of gan_kit.b)"]
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A helper two modules share is public in the module both import (or moved down to one);
+    a name with a leading underscore is used only where it is defined."""
+    files = module_files()
+    first_party = tuple(sorted({name.split(".")[0] for name in files}))
+    assert {"gan_kit", "gankit_sweep", "gankit_lsgan"} <= set(first_party)
+    found = [f"{path.relative_to(ROOT).as_posix()} {problem}" for path in files.values()
+             for problem in private_imports(path.read_text(encoding="utf-8"), set(files), first_party)]
+    assert found == []

@@ -1,5 +1,4 @@
-"""Adversarial losses on fixed logits: hand-computed values, finiteness at +-1e4 (issue 3,
-"Done when" 4), and the wgan-gp preset."""
+"""Adversarial losses on fixed logits: hand-computed values, finiteness at +-1e4, and the wgan-gp preset."""
 
 from __future__ import annotations
 

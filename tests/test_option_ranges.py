@@ -1,4 +1,4 @@
-"""Property test of option ranges (issue 12, "Values and files"): for every numeric option of every
+"""Property test of option ranges: for every numeric option of every
 registered component (built-in and entry-point plugins alike) and of the core tables, values drawn
 out of range, infinite, NaN and huge are either refused at load with exactly one line naming the
 key, or accepted; an accepted value passes `gankit recipe check` (exit 0), and the first accepted

@@ -1,5 +1,5 @@
 """D regularisers: gradient-penalty norm per sample over C, H, W together, finite at zero
-gradient, the target option, r1 with lazy interval, drift (issue 3, "Done when" 4)."""
+gradient, the target option, r1 with lazy interval, drift."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Plugin code written in plain float32 PyTorch - no ``ctx.autocast()``, no ``.float()`` - trains
-under fp32, bf16 and fp16 (issue 21): the networks gankit hands out run their forwards at the
+under fp32, bf16 and fp16: the networks gankit hands out run their forwards at the
 run's precision and return float32 (``gan_kit.training.networks.AtPrecision``), penalties receive
 float32 images, and the verbs backpropagate outside autocast (PyTorch's AMP recipe)."""
 

@@ -106,8 +106,8 @@ def test_recipe_naming_a_component_of_a_broken_plugin_says_so(site, write_recipe
     path = write_recipe('[loss]\nname = "from-broken"\n')
     result = CliRunner().invoke(cli, ["recipe", "check", str(path)])
     assert result.exit_code == 2
-    assert (f"(plugin broken (fake-broken 0.0.1, entry point gankit: broken = fake_gankit_broken) failed to load "
-            f"and may provide it: ModuleNotFoundError: No module named 'no_such_dependency_x')") in result.stderr
+    assert ("(plugin broken (fake-broken 0.0.1, entry point gankit: broken = fake_gankit_broken) failed to load "
+            "and may provide it: ModuleNotFoundError: No module named 'no_such_dependency_x')") in result.stderr
 
 
 class DupA:

@@ -1,5 +1,5 @@
 """Mixed precision: fp16 with a GradScaler and a gradient penalty; penalty gradients scaled
-before autograd.grad and unscaled after (issue 7)."""
+before autograd.grad and unscaled after."""
 
 from __future__ import annotations
 

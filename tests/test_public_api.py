@@ -1,4 +1,4 @@
-"""Plugin authors need only the public ``gan_kit`` API (issue 11, done-when 2).
+"""Plugin authors need only the public ``gan_kit`` API.
 
 * Nothing under plugins/ or docs/ (Python files and the code blocks of Markdown pages) imports
   ``gan_kit.builtin``, a private name, or any module but the top-level ``gan_kit`` and
@@ -157,7 +157,7 @@ def test_public_names_are_exported_and_internal_ones_are_not():
 
 # ------------------------------------------------------------ built-in strategies and penalties --
 
-#: What a strategy or penalty must leave to the StepContext verbs (issue 11).
+#: What a strategy or penalty must leave to the StepContext verbs.
 MECHANICS = re.compile(r"\bDDP\b|DistributedDataParallel|GradScaler|scaler|\bcompile|torch\.distributed", re.I)
 
 

@@ -1,4 +1,4 @@
-"""Loading details (issue 12): a UTF-8 byte-order mark, the keys given with --set, declared
+"""Loading details: a UTF-8 byte-order mark, the keys given with --set, declared
 ranges with their exact one-line messages and their place in the help text, and the wgan-gp clash
 fix for --set users."""
 

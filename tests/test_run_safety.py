@@ -1,4 +1,4 @@
-"""A run never writes a broken checkpoint nor loses its end (issue 12): non-finite gradients are
+"""A run never writes a broken checkpoint nor loses its end: non-finite gradients are
 caught before any update, a failing metric leaves the final checkpoint and grid, G_ema of a
 BatchNorm generator samples with statistics of its own."""
 

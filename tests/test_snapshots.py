@@ -1,4 +1,4 @@
-"""Checkpoint retention, sample intervals and raw-G grids (issue 12)."""
+"""Checkpoint retention, sample intervals and raw-G grids."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_keep_the_last_snapshots_and_one_every_k_ticks(tmp_path):
     names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("snapshot-*.pt"))
     ticks = sorted(int(n.split("tick")[1][:-3]) for n in names)
     assert ticks == [0, 10, 20, 23, 24], names  # every 10th, and the last two
-    last = ckpt.load(tmp_path / "run" / "checkpoints" / f"snapshot-000000-tick24.pt")
+    last = ckpt.load(tmp_path / "run" / "checkpoints" / "snapshot-000000-tick24.pt")
     latest = ckpt.load(tmp_path / "run" / "checkpoints" / "latest.pt")
     assert last["cur_nimg"] == latest["cur_nimg"] == 200
     assert all(torch.equal(last["G"][k], v) for k, v in latest["G"].items())

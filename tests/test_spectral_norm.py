@@ -1,4 +1,4 @@
-"""Spectral normalisation selectable for D and G (issue 13): normalised weights have largest
+"""Spectral normalisation selectable for D and G: normalised weights have largest
 singular value ~1, eval-mode sampling is finite, exact resume keeps the power-iteration vectors,
 and equalized lr is refused."""
 
@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from gan_kit import RecipeError, weight_layers
-from gan_kit.runs import checkpoint as ckpt
 from gan_kit.runs.engine import train
 from gan_kit.testing import make_run
 

@@ -1,4 +1,4 @@
-"""Speed changes that keep the math (issue 15): each is compared with the implementation it
+"""Speed changes that keep the math: each is compared with the implementation it
 replaced, kept here as the reference.
 
 pggan: leaky ReLU in place after every conv/linear layer, the fade-in blend skipped while
@@ -24,7 +24,7 @@ def _lrelu(x):
 
 
 def old_generator_forward(self, z):
-    """pggan.Generator.forward before issue 15: out-of-place leaky ReLU, blend always computed."""
+    """pggan.Generator.forward before the speed changes: out-of-place leaky ReLU, blend always computed."""
     x = self.norm(z)
     x = self.norm(_lrelu(self.dense(x).reshape(z.shape[0], -1, 4, 4)))
     x = self.norm(_lrelu(self.conv4(x)))
@@ -45,7 +45,7 @@ def old_generator_forward(self, z):
 
 
 def old_discriminator_forward(self, img):
-    """pggan.Discriminator.forward before issue 15."""
+    """pggan.Discriminator.forward before the speed changes."""
     res = self.resolution
     x = _lrelu(self.from_rgb[str(res)](img))
     for r in [r for r in reversed(self.resolutions[1:]) if r <= res]:
@@ -180,7 +180,7 @@ def test_training_steps_equal_the_replaced_implementation(tiny_recipe, monkeypat
 
 
 class OldMinibatchStddev(torch.nn.Module):
-    """pggan.MinibatchStddev before issue 15 (no ``splits``)."""
+    """pggan.MinibatchStddev before the speed changes (no ``splits``)."""
 
     def __init__(self, group_size=4):
         super().__init__()
@@ -222,7 +222,7 @@ def test_discriminator_on_concatenated_batches_equals_separate_forwards():
     _same(both, torch.cat([D(real), D(fake)]), "D(cat(real, fake), splits=2)")
 
 
-# ------------------------------------------------------ benchmarks/bench_peers.py (issue 15) ----
+# ------------------------------------------------------ benchmarks/bench_peers.py ----
 
 
 def _bench_peers():

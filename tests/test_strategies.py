@@ -1,4 +1,4 @@
-"""Update strategies (issue 3, "Done when" 1, 2, 3, 5): isolation of the D and G updates for every
+"""Update strategies: isolation of the D and G updates for every
 strategy and d_steps, shared-fake's gradient against the documented D, single-loss == simultaneous
 under SGD, integer TOML values converted, and a short training run of each strategy."""
 

@@ -1,5 +1,4 @@
-"""StyleGAN2 architecture and path-length penalty (issue 14, done-when items 1-3 as far as they
-are the architecture's and the penalty's own code)."""
+"""StyleGAN2 architecture and path-length penalty."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import gan_kit.builtin.architectures.stylegan2 as sg2
-from gan_kit import GankitError, Penalty, RecipeError
+from gan_kit import GankitError, RecipeError
 from gan_kit.runs.engine import Run, train
 from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe

@@ -1,4 +1,4 @@
-"""Class-conditional StyleGAN2 (issue 22): the label embedded and joined to z in G's mapping
+"""Class-conditional StyleGAN2: the label embedded and joined to z in G's mapping
 network, D's logit projected on a label mapping (stylegan2-ada-pytorch's cmap), path length with
 the labels, training, resume and ``gankit sample --class``."""
 

@@ -1,5 +1,5 @@
 """The StyleGAN2 recipe under every update strategy, bf16 autocast, torch.compile (aot_eager) and
-two processes, with lazy R1 and path length (issue 14, done-when 4)."""
+two processes, with lazy R1 and path length."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""StyleGAN2's FIR resampling (issue 22): ``upfirdn2d`` and the resampling convolutions equal the
+"""StyleGAN2's FIR resampling: ``upfirdn2d`` and the resampling convolutions equal the
 definition of upfirdn2d (stylegan2-ada-pytorch) written out here, in float64, to 1e-12."""
 
 from __future__ import annotations

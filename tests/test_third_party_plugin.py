@@ -1,5 +1,4 @@
-"""A third-party plugin written with nothing but the names ``gan_kit`` exports (issue 11,
-done-when 1): an update strategy with its own order (the G step first, then two D steps), a
+"""A third-party plugin written with nothing but the names ``gan_kit`` exports: an update strategy with its own order (the G step first, then two D steps), a
 penalty on the public input-gradient verb, a penalty calling ``torch.autograd.grad`` itself, a
 metric, a growth scheduler, and a lifecycle-only plugin keeping its state in ``run.stash``.
 
@@ -9,7 +8,6 @@ is listed with its hooks, and disabling it by name removes its components."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import math

@@ -1,4 +1,4 @@
-"""The default CPU thread count comes from the cores free when a run starts (issue 21): a 2-thread
+"""The default CPU thread count comes from the cores free when a run starts: a 2-thread
 run beside another job collapsed to 10-19 img/s against 400 with one thread."""
 
 from __future__ import annotations

@@ -194,7 +194,8 @@ def describe_type(tp: Any) -> str:
     return str(tp)
 
 
-def _tname(value: Any) -> str:
+def toml_type_name(value: Any) -> str:
+    """The TOML name of a value's type (``"integer"``, ``"table"``, ...), for error messages."""
     return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array",
             dict: "table"}.get(type(value), type(value).__name__)
 
@@ -210,7 +211,7 @@ def convert(value: Any, tp: Any) -> Any:
         allowed = typing.get_args(tp)
         if value in allowed and type(value) is type(allowed[0]):
             return value
-        raise ValueError(f"expected one of {', '.join(toml_value(a) for a in allowed)}, got {_tname(value)} {toml_value(value)}")
+        raise ValueError(f"expected one of {', '.join(toml_value(a) for a in allowed)}, got {toml_type_name(value)} {toml_value(value)}")
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
         optional = type(None) in args
@@ -230,35 +231,35 @@ def convert(value: Any, tp: Any) -> Any:
                     shaped = e
         if shaped is not None:
             raise shaped
-        raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {toml_value(value)}")
+        raise ValueError(f"expected {describe_type(tp)}, got {toml_type_name(value)} {toml_value(value)}")
     if tp is type(None):
         if value is None:
             return None
-        raise ValueError(f"expected none, got {_tname(value)} {toml_value(value)}")
+        raise ValueError(f"expected none, got {toml_type_name(value)} {toml_value(value)}")
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ValueError(f"expected boolean, got {_tname(value)} {toml_value(value)}")
+        raise ValueError(f"expected boolean, got {toml_type_name(value)} {toml_value(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise ValueError(f"expected integer, got {_tname(value)} {toml_value(value)}")
+        raise ValueError(f"expected integer, got {toml_type_name(value)} {toml_value(value)}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             try:
                 return float(value)
             except OverflowError:  # an integer beyond float range; NaN and inf are left to the range check
                 raise ValueError(f"expected float, got integer {value} (too large for a float)") from None
-        raise ValueError(f"expected float, got {_tname(value)} {toml_value(value)}")
+        raise ValueError(f"expected float, got {toml_type_name(value)} {toml_value(value)}")
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ValueError(f"expected string, got {_tname(value)} {toml_value(value)}")
+        raise ValueError(f"expected string, got {toml_type_name(value)} {toml_value(value)}")
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {toml_value(value)}")
+            raise ValueError(f"expected {describe_type(tp)}, got {toml_type_name(value)} {toml_value(value)}")
         args = typing.get_args(tp)
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(value) != len(args):
@@ -277,7 +278,7 @@ def convert(value: Any, tp: Any) -> Any:
         return tuple(out) if origin is tuple else out
     if origin is dict:
         if not isinstance(value, dict):
-            raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {toml_value(value)}")
+            raise ValueError(f"expected {describe_type(tp)}, got {toml_type_name(value)} {toml_value(value)}")
         kt, vt = typing.get_args(tp)
         out = {}
         for k, v in value.items():
@@ -297,7 +298,7 @@ def convert(value: Any, tp: Any) -> Any:
         return out
     if isinstance(tp, type) and isinstance(value, tp):
         return value
-    raise ValueError(f"expected {describe_type(tp)}, got {_tname(value)} {toml_value(value)}")
+    raise ValueError(f"expected {describe_type(tp)}, got {toml_type_name(value)} {toml_value(value)}")
 
 
 def toml_value(value: Any) -> str:

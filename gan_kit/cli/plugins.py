@@ -111,7 +111,7 @@ def plugins_command(recipe: Path | None, hook: str | None, as_json: bool) -> Non
 
     A plugin's name is what GANKIT_DISABLE_PLUGINS (and a recipe's disable_plugins) take.
     """
-    from gan_kit.plugin_api.manager import build_plugins, disabled_names
+    from gan_kit.plugin_api.manager import build_plugins
     from gan_kit.plugin_api.registry import suggest
 
     if recipe is not None:

@@ -18,9 +18,9 @@ def key_parts(key: str) -> tuple[str | int, ...]:
 
 def describe(value: Any) -> str:
     """A value as ``<TOML type> <TOML text>`` for messages, e.g. ``string "abc"``."""
-    from gan_kit.base.options import _tname, toml_value
+    from gan_kit.base.options import toml_type_name, toml_value
 
-    return f"{_tname(value)} {toml_value(value)}"
+    return f"{toml_type_name(value)} {toml_value(value)}"
 
 
 class Problems:

@@ -196,7 +196,7 @@ def _parse_core(raw: dict, problems: Problems) -> dict[str, Any]:
 def _parse_components(raw: dict, registry: Registry, problems: Problems, broken: list) -> dict[str, Any]:
     """Every component table parsed (a tuple of specs for array tables); None where a problem was found."""
     comps: dict[str, Any] = {}
-    for key, (kind, is_array, default, _) in COMPONENT_TABLES.items():
+    for key, (kind, is_array, _default, _) in COMPONENT_TABLES.items():
         if is_array:
             items = raw.get(key, [])
             if not isinstance(items, list):

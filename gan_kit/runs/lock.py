@@ -83,7 +83,7 @@ def lock_run_dir(out_dir: str | Path) -> tuple[RunLock | None, str | None]:
     os.lseek(fd, 0, os.SEEK_SET)
     command = " ".join(["gankit", *sys.argv[1:]])[:300]
     os.write(fd, (f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: "
-                  f"{command}\n").encode("utf-8"))
+                  f"{command}\n").encode())
     os.fsync(fd)
     return RunLock(fd, path, stale), None
 

@@ -12,7 +12,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import IO, Callable, Union
+from typing import IO, Callable
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".gif")
 
 #: What an image is decoded from: a file's path, or an open binary stream (a zip archive's member
 #: read into ``io.BytesIO``), named in messages by the ``name`` argument of ``open_image``.
-Source = Union[Path, IO[bytes]]
+Source = Path | IO[bytes]
 
 #: A crop box ``(left, top, right, bottom)`` in pixels of the decoded image, from its ``(w, h)``.
 BoxFn = Callable[[int, int], tuple[float, float, float, float]]

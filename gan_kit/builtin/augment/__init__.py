@@ -43,7 +43,7 @@ def parse_names(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _name_problems(text: str, available: tuple[str, ...], what: str, empty_fix: str) -> list[str]:
+def name_problems(text: str, available: tuple[str, ...], what: str, empty_fix: str) -> list[str]:
     """One message per problem of a comma-separated list of names (unknown, repeated, empty)."""
     names = parse_names(text)
     if not names:
@@ -60,7 +60,7 @@ def _name_problems(text: str, available: tuple[str, ...], what: str, empty_fix: 
     return out
 
 
-def _raise_first(cls: type, options: Any) -> None:
+def raise_first_problem(cls: type, options: Any) -> None:
     """Components built directly (tests, scripts) check their options as a recipe load does
     (field validators, then ``problems``) and raise the first problem."""
     for field in attrs.fields(type(options)):
@@ -72,12 +72,12 @@ def _raise_first(cls: type, options: Any) -> None:
         raise GankitError(f"augment.{key}: {message}")
 
 
-def _per_sample(draw: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+def per_sample(draw: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
     """``[N]`` float32 draw -> ``[N,1,1,1]`` in the images' dtype, ready to broadcast."""
     return draw.to(images.dtype).view(-1, 1, 1, 1)
 
 
-def _gather_rows_cols(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+def gather_rows_cols(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """``out[n, c, i, j] = images[n, c, rows[n, i], cols[n, j]]``: a per-sample permutation /
     selection of rows and columns (``rows [N,H']``, ``cols [N,W']``, int64), differentiable (the
     gradient scatters back to the selected pixels)."""
@@ -129,13 +129,13 @@ class DiffAugment(Augment):
 
     @classmethod
     def problems(cls, options, recipe):
-        for message in _name_problems(options.policy, DIFFAUGMENT_POLICIES, "policy",
+        for message in name_problems(options.policy, DIFFAUGMENT_POLICIES, "policy",
                                       "name at least one of color, translation, cutout, or remove the [augment] table"):
             yield "policy", message
 
     def __init__(self, options=None, context=None):
         super().__init__(options, context)
-        _raise_first(type(self), self.options)
+        raise_first_problem(type(self), self.options)
         steps: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
             "color": self.color, "translation": self.translation, "cutout": self.cutout}
         self.transforms = [steps[name] for name in parse_names(self.options.policy)]
@@ -151,11 +151,11 @@ class DiffAugment(Augment):
     def color(images: torch.Tensor) -> torch.Tensor:
         """Brightness, then saturation, then contrast (the authors' order)."""
         n, dev = images.shape[0], images.device
-        images = images + _per_sample(batch_rand(n, device=dev) - 0.5, images)
+        images = images + per_sample(batch_rand(n, device=dev) - 0.5, images)
         mean_c = images.mean(dim=1, keepdim=True)
-        images = mean_c + (images - mean_c) * _per_sample(batch_rand(n, device=dev) * 2.0, images)
+        images = mean_c + (images - mean_c) * per_sample(batch_rand(n, device=dev) * 2.0, images)
         mean = images.mean(dim=(1, 2, 3), keepdim=True)
-        return mean + (images - mean) * _per_sample(batch_rand(n, device=dev) + 0.5, images)
+        return mean + (images - mean) * per_sample(batch_rand(n, device=dev) + 0.5, images)
 
     def translation(self, images: torch.Tensor) -> torch.Tensor:
         """Integer shift by up to ``translation_ratio`` of the side, zero padded."""
@@ -171,7 +171,7 @@ class DiffAugment(Augment):
         padded = F.pad(images, (mx, mx, my, my))
         rows = torch.arange(h, device=dev).view(1, -1) - ty + my
         cols = torch.arange(w, device=dev).view(1, -1) - tx + mx
-        return _gather_rows_cols(padded, rows, cols)
+        return gather_rows_cols(padded, rows, cols)
 
     def cutout(self, images: torch.Tensor) -> torch.Tensor:
         """Zero a square of side ``cutout_ratio * side`` centred on a random pixel."""

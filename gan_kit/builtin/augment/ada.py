@@ -19,7 +19,7 @@ import torch
 from gan_kit import Augment, GankitError, hookimpl, option
 from gan_kit.builtin.augment.ada_pipeline import PRESETS, OfficialPipeline
 from gan_kit.builtin.augment.ada_subset import ADA_TRANSFORMS, SubsetPipeline
-from gan_kit.builtin.augment import _name_problems, _raise_first, parse_names
+from gan_kit.builtin.augment import name_problems, raise_first_problem, parse_names
 
 __all__ = ["AdaptiveAugment", "PIPELINES", "SUBSET", "register_augmentations"]
 
@@ -128,7 +128,7 @@ class AdaptiveAugment(Augment):
         o = options
         if o.pipeline == SUBSET:
             if o.transforms is not None:
-                for message in _name_problems(o.transforms, ADA_TRANSFORMS, "transform",
+                for message in name_problems(o.transforms, ADA_TRANSFORMS, "transform",
                                               "name at least one of " + ", ".join(ADA_TRANSFORMS)):
                     yield "transforms", message
             for key in _NOT_IN_SUBSET:
@@ -150,7 +150,7 @@ class AdaptiveAugment(Augment):
 
     def __init__(self, options=None, context=None):
         super().__init__(options, context)
-        _raise_first(type(self), self.options)
+        raise_first_problem(type(self), self.options)
         o = self.options
         if o.pipeline == SUBSET:
             enabled = frozenset(parse_names(o.transforms) if o.transforms is not None else ADA_TRANSFORMS)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from gan_kit import GankitError, batch_rand, batch_randn
-from gan_kit.builtin.augment import _gather_rows_cols, _per_sample
+from gan_kit.builtin.augment import gather_rows_cols, per_sample
 
 __all__ = ["ADA_TRANSFORMS", "SubsetPipeline"]
 
@@ -78,17 +78,17 @@ class SubsetPipeline:
         if "brightness" in on:
             b = batch_randn(n, device=dev) * o.brightness_std
             b = torch.where(applied(), b, torch.zeros_like(b))
-            images = images + _per_sample(b, images)
+            images = images + per_sample(b, images)
         if "contrast" in on:
             cf = torch.exp2(batch_randn(n, device=dev) * o.contrast_std)
             cf = torch.where(applied(), cf, torch.ones_like(cf))
-            images = images * _per_sample(cf, images)
+            images = images * per_sample(cf, images)
         if "saturation" in on:
             s = torch.exp2(batch_randn(n, device=dev) * o.saturation_std)
             hit = applied()
             if c > 1:  # one channel has no chroma: mean_c == x, nothing to scale
                 mean_c = images.mean(dim=1, keepdim=True)
-                saturated = mean_c + (images - mean_c) * _per_sample(s, images)
+                saturated = mean_c + (images - mean_c) * per_sample(s, images)
                 # mean_c + (x - mean_c) is not exactly x in floating point: keep the samples left
                 # alone bit-exact.
                 images = torch.where(hit.view(-1, 1, 1, 1), saturated, images)
@@ -108,7 +108,7 @@ class SubsetPipeline:
             rows, cols = rows % h, cols % w
         else:
             rows, cols = _reflect(rows, h), _reflect(cols, w)
-        return _gather_rows_cols(images, rows, cols)
+        return gather_rows_cols(images, rows, cols)
 
     def _scale(self, images: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         n = images.shape[0]

@@ -1,4 +1,4 @@
-"""Small things found by trying gankit as a new user would (issue 21): no circle between two
+"""What a user reads and sees is right: no circle between two
 recipe errors, a warning for upscaled images, ADA's p and every penalty in the tick line and the
 report, the resumed run's "done" line, a whole table re-typed on resume, GIF frames as grids,
 `gankit bench -h`, help never cut mid-sentence."""
