@@ -387,6 +387,13 @@ class Architecture(ComponentBase):
     def build(self, resolution: int, channels: int) -> tuple[nn.Module, nn.Module]:
         raise NotImplementedError
 
+    def export_view(self, G: nn.Module) -> nn.Module:
+        """G as ``gankit export`` traces it into TorchScript and ONNX: the same function as ``G``
+        (to rounding), written with ops that trace with a free batch size. The default is ``G``
+        itself; StyleGAN2 returns a copy whose modulated convolutions scale activations instead of
+        running one convolution with ``groups = N`` (ONNX's Conv needs a constant group count)."""
+        return G
+
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
         """Why D cannot take a per-process batch of ``batch`` images with ``world_size``
         processes (checked for every phase before training, e.g. a minibatch-stddev group that

@@ -2,7 +2,7 @@
 
 One module per command family: ``group`` (the ``gankit`` group, ``--version``, ``--debug``),
 ``run``, ``plugins`` (list-plugins, plugins), ``recipe`` (recipe show / check), ``sample``,
-``evaluate`` (eval), ``report``, ``sweep`` (sweep, compare) and ``bench``; the work itself is
+``evaluate`` (eval), ``export``, ``report``, ``sweep`` (sweep, compare) and ``bench``; the work itself is
 done by the modules below (``gan_kit.engine``, ``gan_kit.evaluate``, ...).
 
 Every user error (``GankitError``: recipe problems, plugin problems, bad checkpoints) prints as
@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import sys
 
-from gan_kit.cli import bench, evaluate, plugins, recipe, report, run, sample, sweep
+from gan_kit.cli import bench, evaluate, export, plugins, recipe, report, run, sample, sweep
 from gan_kit.cli.group import cli
 from gan_kit.errors import GankitError
 
 __all__ = ["cli", "main"]
 
 for _command in (run.run, plugins.list_plugins, plugins.plugins_command, recipe.recipe, sample.sample,
-                 evaluate.eval_command, report.report, sweep.sweep, sweep.compare, bench.bench_entry):
+                 evaluate.eval_command, report.report, sweep.sweep, sweep.compare, bench.bench_entry,
+                 export.export):
     cli.add_command(_command)
 
 
