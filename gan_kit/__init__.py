@@ -24,10 +24,11 @@ from gan_kit.components import (
     Loss,
     Metric,
     Penalty,
+    Tracker,
     UpdateStrategy,
     WeightedPenalty,
 )
-from gan_kit.errors import CheckpointError, GankitError, PluginError, RecipeError, TrainingError
+from gan_kit.errors import CheckpointError, GankitError, Interrupted, PluginError, RecipeError, TrainingError
 from gan_kit.hookspecs import Register, hookimpl
 from gan_kit.layers import fan_in, init_gain, set_init_gain, weight_layers
 from gan_kit.options import option
@@ -66,6 +67,7 @@ __all__ = [
     "Initializer",
     "Loss",
     "Metric",
+    "Tracker",
     "Penalty",
     "UpdateStrategy",
     # what components receive
@@ -93,6 +95,7 @@ __all__ = [
     "mean_over_processes",
     # errors
     "GankitError",
+    "Interrupted",
     "PluginError",
     "RecipeError",
     "CheckpointError",

@@ -17,6 +17,8 @@ from torch import nn
 from gan_kit.phase import Phase
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
     from gan_kit.step import StepContext
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "DatasetFactory",
     "Metric",
     "Augment",
+    "Tracker",
     "AugmentedD",
     "Growable",
     "set_phase",
@@ -388,10 +391,8 @@ class Architecture(ComponentBase):
         raise NotImplementedError
 
     def export_view(self, G: nn.Module) -> nn.Module:
-        """G as ``gankit export`` traces it into TorchScript and ONNX: the same function as ``G``
-        (to rounding), written with ops that trace with a free batch size. The default is ``G``
-        itself; StyleGAN2 returns a copy whose modulated convolutions scale activations instead of
-        running one convolution with ``groups = N`` (ONNX's Conv needs a constant group count)."""
+        """G as ``gankit export`` traces it (TorchScript, ONNX): the same function, with ops that
+        trace with a free batch size (StyleGAN2: no conv with ``groups = N``). Default: ``G``."""
         return G
 
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
@@ -406,6 +407,24 @@ class DatasetFactory(ComponentBase):
 
     def build(self, resolution: int) -> torch.utils.data.Dataset:
         raise NotImplementedError
+
+
+class Tracker(ComponentBase):
+    """An experiment tracker (MLflow, W&B, ...), driven on rank 0 by the built-in ``trackers``
+    plugin: ``start(params, run_dir, resume_id) -> run id`` once (``params``: the resolved recipe
+    as dotted keys, ``penalty.0.weight``; ``resume_id``: what ``start`` returned for this run
+    directory before, so a resumed run continues the tracked run), ``log_metrics(metrics, step)``
+    every tick (finite numbers of the metrics.jsonl line; step = ``cur_nimg``),
+    ``log_artifact(path, folder)`` per sample grid (and checkpoint if asked), ``finish(status)``
+    with "FINISHED", "KILLED" (Ctrl-C, SIGTERM, stopped early) or "FAILED". docs/trackers.md."""
+
+    def start(self, params: dict[str, Any], run_dir: "Path", resume_id: str | None) -> str: ...
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+
+    def log_artifact(self, path: "Path", folder: str) -> None: ...
+
+    def finish(self, status: str) -> None: ...
 
 
 class Metric(ComponentBase):

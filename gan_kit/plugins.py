@@ -45,6 +45,7 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.reporting",
     "gan_kit.builtin.tensorboard",
     "gan_kit.builtin.checkpointing",
+    "gan_kit.builtin.trackers",
 )
 
 

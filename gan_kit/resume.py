@@ -29,7 +29,7 @@ __all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_r
 #: what shapes the networks, the data, the optimizer's state, the objective or the growth
 #: schedule must stay as the checkpoint was trained (a changed schedule would, e.g., skip a fade).
 MUTABLE = ("run.", "optim.lr", "optim.g_lr", "optim.d_lr", "optim.betas", "optim.eps", "ema.", "metric",
-           "plugins", "disable_plugins")
+           "plugins", "disable_plugins", "tracker")
 _PENALTY_WEIGHT = re.compile(r"penalty\[\d+\]\.weight$")
 
 
