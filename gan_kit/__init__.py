@@ -24,6 +24,7 @@ from gan_kit.plugin_api.components import (
     Loss,
     Metric,
     Penalty,
+    Tracker,
     UpdateStrategy,
     WeightedPenalty,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "Initializer",
     "Loss",
     "Metric",
+    "Tracker",
     "Penalty",
     "UpdateStrategy",
     # what components receive
@@ -115,6 +117,7 @@ __all__ = [
     "mean_over_processes",
     # errors
     "GankitError",
+    "Interrupted",
     "PluginError",
     "RecipeError",
     "CheckpointError",

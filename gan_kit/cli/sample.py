@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
@@ -13,7 +14,7 @@ __all__ = ["sample"]
 
 
 @click.command("sample")
-@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("-n", "--n", "num", type=click.IntRange(1), default=64, show_default=True,
               help="Number of images (with --interpolate: of rows).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the latents.")
@@ -32,7 +33,8 @@ __all__ = ["sample"]
 def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: int | None,
            class_: str | None) -> None:
     """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at
-    least 32 px, like the run's own grids), or a latent interpolation strip or GIF. A
+    least 32 px, like the run's own grids), or a latent interpolation strip or GIF. CHECKPOINT is
+    a checkpoint file or a folder written by `gankit export` (read without pickle). A
     class-conditional G draws class K with --class K, else one row per class."""
     import torch
 
@@ -46,9 +48,17 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
     if suffix == ".gif" and steps is None:
         raise GankitError("--out: a .gif needs --interpolate STEPS (a grid is written as .png or .jpg)")
     from gan_kit.runs import checkpoint as ckpt
+    from gan_kit.runs.exported import is_export_dir, load_exported_generator
 
-    state = ckpt.load(checkpoint)  # once: the generator and the class names come from it
-    G_ema, phase, recipe, arch = load_generator(checkpoint, state=state)
+    if is_export_dir(checkpoint):
+        G_ema, _, recipe, arch, state = load_exported_generator(checkpoint)
+        phase = SimpleNamespace(resolution=state["resolution"], alpha=state["alpha"])
+    else:
+        if checkpoint.is_dir():
+            raise GankitError(f"{checkpoint}: a folder that gankit export did not write (no config.json with "
+                              f"format = 'gankit-export'); name a checkpoint file, e.g. {checkpoint}/checkpoints/latest.pt")
+        state = ckpt.load(checkpoint)  # once: the generator and the class names come from it
+        G_ema, phase, recipe, arch = load_generator(checkpoint, state=state)
     if psi != 1.0 and not arch.supports_truncation:
         raise GankitError(f"--truncation: architecture {recipe.architecture.name!r} has no mapping network to "
                           f"truncate (use stylegan2, or leave --truncation at 1)")

@@ -17,6 +17,8 @@ from torch import nn
 from gan_kit.base.phase import Phase
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
     from gan_kit.training.step import StepContext
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "DatasetFactory",
     "Metric",
     "Augment",
+    "Tracker",
     "AugmentedD",
     "Growable",
     "set_phase",
@@ -387,6 +390,11 @@ class Architecture(ComponentBase):
     def build(self, resolution: int, channels: int) -> tuple[nn.Module, nn.Module]:
         raise NotImplementedError
 
+    def export_view(self, G: nn.Module) -> nn.Module:
+        """G as ``gankit export`` traces it (TorchScript, ONNX): the same function, with ops that
+        trace with a free batch size (StyleGAN2: no conv with ``groups = N``). Default: ``G``."""
+        return G
+
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
         """Why D cannot take a per-process batch of ``batch`` images with ``world_size``
         processes (checked for every phase before training, e.g. a minibatch-stddev group that
@@ -399,6 +407,24 @@ class DatasetFactory(ComponentBase):
 
     def build(self, resolution: int) -> torch.utils.data.Dataset:
         raise NotImplementedError
+
+
+class Tracker(ComponentBase):
+    """An experiment tracker (MLflow, W&B, ...), driven on rank 0 by the built-in ``trackers``
+    plugin: ``start(params, run_dir, resume_id) -> run id`` once (``params``: the resolved recipe
+    as dotted keys, ``penalty.0.weight``; ``resume_id``: what ``start`` returned for this run
+    directory before, so a resumed run continues the tracked run), ``log_metrics(metrics, step)``
+    every tick (finite numbers of the metrics.jsonl line; step = ``cur_nimg``),
+    ``log_artifact(path, folder)`` per sample grid (and checkpoint if asked), ``finish(status)``
+    with "FINISHED", "KILLED" (Ctrl-C, SIGTERM, stopped early) or "FAILED". docs/trackers.md."""
+
+    def start(self, params: dict[str, Any], run_dir: "Path", resume_id: str | None) -> str: ...
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+
+    def log_artifact(self, path: "Path", folder: str) -> None: ...
+
+    def finish(self, status: str) -> None: ...
 
 
 class Metric(ComponentBase):

@@ -150,6 +150,17 @@ def register_augmentations(register: Register) -> None:
 
 
 @hookspec
+def register_trackers(register: Register) -> None:
+    """Register experiment trackers (kind ``tracker``, recipe ``[[tracker]]``).
+
+    A ``gan_kit.Tracker`` receives, on rank 0, ``start(params, run_dir, resume_id) -> run id``,
+    ``log_metrics(metrics, step)`` at every tick, ``log_artifact(path, folder)`` for sample grids
+    (and checkpoints when asked) and ``finish(status)`` with "FINISHED", "FAILED" or "KILLED".
+    Example: ``register("mlflow", MLflowTracker)``.
+    """
+
+
+@hookspec
 def register_commands(cli: "click.Group") -> None:
     """Add click commands to the ``gankit`` command group.
 

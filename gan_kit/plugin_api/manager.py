@@ -47,6 +47,7 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.reporting",
     "gan_kit.builtin.reporting.tensorboard",
     "gan_kit.builtin.reporting.checkpointing",
+    "gan_kit.builtin.reporting.trackers",
 )
 
 

@@ -50,6 +50,8 @@ def recipe_to_dict(recipe: Recipe) -> dict:
     if recipe.metrics:
         out["metric"] = [_spec_table(s) for s in recipe.metrics]
     out["augment"] = _spec_table(recipe.augment)
+    if recipe.trackers:
+        out["tracker"] = [_spec_table(s) for s in recipe.trackers]
     return out
 
 

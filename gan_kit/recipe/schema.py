@@ -183,6 +183,7 @@ COMPONENT_TABLES: dict[str, tuple[str, bool, str | None, type | None]] = {
     "growth": ("growth", False, "progressive", None),
     "metric": ("metric", True, None, MetricSlot),
     "augment": ("augment", False, "none", None),
+    "tracker": ("tracker", True, None, None),
 }
 CORE_TABLES = {"run": RunOptions, "optim": OptimOptions, "ema": EmaOptions}
 TOP_LEVEL = ["extends", "plugins", "disable_plugins", *CORE_TABLES, *COMPONENT_TABLES]
@@ -226,6 +227,8 @@ class Recipe:
     augment: ComponentSpec
     raw: dict = attrs.field(eq=False, repr=False)
     disable_plugins: tuple[str, ...] = ()
+    #: ``[[tracker]]``: the experiment trackers the run reports to (none by default).
+    trackers: tuple[ComponentSpec, ...] = ()
     cli_keys: frozenset[str] = attrs.field(default=frozenset(), eq=False, repr=False)
     #: Relative path options as written (dotted key -> value) before they were made absolute
     #: (``option(path=True)``), for messages that name both.

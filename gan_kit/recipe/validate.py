@@ -253,7 +253,7 @@ def _cross_checks(recipe: Recipe, registry: Registry, problems: Problems) -> Non
                      f"true, but architecture {recipe.architecture.name!r} has no class-conditional form "
                      f"(use {' or '.join(able) or 'another'}, or set conditional = false)")
     for spec in (recipe.data, recipe.architecture, recipe.init, recipe.loss, *recipe.penalties,
-                 recipe.update, recipe.growth, *recipe.metrics, recipe.augment):
+                 recipe.update, recipe.growth, *recipe.metrics, recipe.augment, *recipe.trackers):
         comp = registry.get(spec.kind, spec.name)
         check = getattr(comp.factory, "problems", None)
         if check is None:
@@ -318,7 +318,7 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
         path=path, plugins=tuple(_absolute_plugin(p, path) for p in plugins), run=stand_in["run"], optim=stand_in["optim"], ema=stand_in["ema"],
         data=comps["data"], architecture=comps["architecture"], init=comps["init"], loss=comps["loss"],
         penalties=comps["penalty"], update=comps["update"], growth=comps["growth"], metrics=comps["metric"],
-        augment=comps["augment"], raw=raw, cli_keys=cli_keys, disable_plugins=_check_disable(raw, problems),
+        augment=comps["augment"], trackers=comps["tracker"], raw=raw, cli_keys=cli_keys, disable_plugins=_check_disable(raw, problems),
         written_paths=written,
     )
     _cross_checks(recipe, registry, problems)

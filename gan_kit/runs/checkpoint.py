@@ -110,6 +110,28 @@ def set_rng_state(state: dict) -> None:
             torch.cuda.set_rng_state_all(cuda)
 
 
+def build_generator(recipe_text: str, channels: int, num_classes: int = 0, *, source: str = "checkpoint[recipe]"):
+    """A fresh G as the recipe ``recipe_text`` builds it (architecture, initializer
+    parametrizations, spectral norm where the recipe puts it), weights not loaded yet.
+
+    Returns ``(G, recipe, architecture)``. ``source`` names the recipe's origin in errors.
+    Raises ``RecipeError`` when the recipe names a component no installed plugin registers.
+    """
+    from gan_kit.plugin_api.components import BuildContext
+    from gan_kit.recipe import load_recipe
+
+    recipe, plugins = load_recipe(Path(source), text=recipe_text)
+    ctx = BuildContext(resolution=recipe.resolution, channels=channels, recipe=recipe, num_classes=num_classes)
+    arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
+    G, _ = arch.build(recipe.resolution, channels)
+    plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx).apply(G)
+    if recipe.architecture.slot.spectral_norm in ("G", "both"):
+        from gan_kit.training.networks import apply_spectral_norm
+
+        apply_spectral_norm(G, "G", recipe)
+    return G, recipe, arch
+
+
 def load_generator(path: str | Path, device: str | torch.device = "cpu", state: dict | None = None):
     """G_ema of a checkpoint, rebuilt from the recipe saved in it and set to the saved phase.
 
@@ -119,23 +141,13 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu", state: 
     from ``path`` (read once by a caller that needs more of it). Raises ``CheckpointError`` /
     ``RecipeError``.
     """
-    from gan_kit.plugin_api.components import BuildContext, set_phase
+    from gan_kit.plugin_api.components import set_phase
     from gan_kit.base.phase import Phase
-    from gan_kit.recipe import load_recipe
 
     if state is None:
         state = load(path, map_location=device)
-    recipe, plugins = load_recipe(Path(f"{path}[recipe]"), text=state["recipe"])
-    channels = int(state["channels"])
-    ctx = BuildContext(resolution=recipe.resolution, channels=channels, recipe=recipe,
-                       num_classes=int(state.get("num_classes", 0)))
-    arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
-    G, _ = arch.build(recipe.resolution, channels)
-    plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx).apply(G)
-    if recipe.architecture.slot.spectral_norm in ("G", "both"):
-        from gan_kit.training.networks import apply_spectral_norm
-
-        apply_spectral_norm(G, "G", recipe)
+    G, recipe, arch = build_generator(state["recipe"], int(state["channels"]), int(state.get("num_classes", 0)),
+                                      source=f"{path}[recipe]")
     G.load_state_dict(state["G_ema"])
     G = G.to(device).eval().requires_grad_(False)
     phase = Phase(**state["phase"])

@@ -18,6 +18,7 @@ from typing import Any
 
 from gan_kit.runs import checkpoint as ckpt
 from gan_kit.base.errors import CheckpointError, GankitError
+from gan_kit.runs.exported import is_export_dir, load_weights, read_config
 from gan_kit.base.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
 
@@ -28,7 +29,7 @@ __all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_r
 #: what shapes the networks, the data, the optimizer's state, the objective or the growth
 #: schedule must stay as the checkpoint was trained (a changed schedule would, e.g., skip a fade).
 MUTABLE = ("run.", "optim.lr", "optim.g_lr", "optim.d_lr", "optim.betas", "optim.eps", "ema.", "metric",
-           "plugins", "disable_plugins")
+           "plugins", "disable_plugins", "tracker")
 _PENALTY_WEIGHT = re.compile(r"penalty\[\d+\]\.weight$")
 
 
@@ -181,11 +182,23 @@ def classes_problem(state: dict, run: Any) -> str | None:
 
 
 def init_source(value: str | Path) -> Path:
-    """The checkpoint file ``--init-from`` names: the file itself, or a run folder's latest."""
+    """What ``--init-from`` names: a checkpoint file, a run folder (its latest checkpoint) or a
+    folder written by ``gankit export`` (the folder itself)."""
     from gan_kit.runs.rundir import latest_checkpoint
 
     path = Path(value)
-    return latest_checkpoint(path) if path.is_dir() else path
+    if path.is_dir() and not is_export_dir(path):
+        return latest_checkpoint(path)
+    return path
+
+
+def _init_state(path: Path) -> dict:
+    """The part of an ``--init-from`` source that ``init_problem`` reads: a checkpoint's dict, or an
+    exported folder's config.json (its recipe and channels; no D, no optimizer)."""
+    if is_export_dir(path):
+        config = read_config(path)
+        return {"recipe": config["recipe"], "channels": config["channels"], "exported": True}
+    return ckpt.load(path)
 
 
 def init_problem(state: dict, recipe: Recipe, channels: int | None = None) -> str | None:
@@ -214,7 +227,7 @@ def check_init_from(value: str | Path, recipe: Recipe) -> None:
     """``--init-from``'s file and architecture, checked once before torchrun starts N processes
     (``CheckpointError``, one line)."""
     path = init_source(value)
-    problem = init_problem(ckpt.load(path), recipe)
+    problem = init_problem(_init_state(path), recipe)
     if problem:
         raise CheckpointError(f"--init-from {path}: {problem}")
 
@@ -224,21 +237,29 @@ def init_from(run: Any, value: str | Path) -> Path:
     stylegan2-ada-pytorch's ``--resume`` with a pretrained network): the optimizers, counters,
     RNG and component state (ADA's p, path-length mean) stay fresh, as the recipe built them.
 
-    ``value``: a checkpoint file or a run folder (its ``latest.pt``). Raises ``CheckpointError``
-    in one line when the file is unreadable or its networks do not fit the recipe's (another
-    architecture, its options, resolution or channels). Returns the checkpoint's path.
+    ``value``: a checkpoint file, a run folder (its ``latest.pt``) or a folder written by
+    ``gankit export`` (its ``model.safetensors`` starts both G and G_ema, read without pickle; D
+    stays as the recipe initialised it, since an export carries no D). Raises
+    ``CheckpointError`` in one line when the file is unreadable or its networks do not fit the
+    recipe's (another architecture, its options, resolution or channels). Returns the path.
     """
     path = init_source(value)
-    state = ckpt.load(path, map_location=run.device)  # CheckpointError names a missing or foreign file
+    exported = is_export_dir(path)
+    state = _init_state(path)  # CheckpointError names a missing or foreign file
     problem = init_problem(state, run.recipe, run.channels)
     if problem is None:
+        if exported:
+            weights = {"G_ema": load_weights(path, run.device)}
+            weights["G"] = weights["G_ema"]
+        else:
+            weights = state
         try:
-            for name in ("G", "D", "G_ema"):
-                getattr(run, name).load_state_dict(state[name])
+            for name in ("G", "G_ema") if exported else ("G", "D", "G_ema"):
+                getattr(run, name).load_state_dict(weights[name])
         except (RuntimeError, KeyError, ValueError) as e:
             text = " ".join(str(e).split())
             problem = (f"its {name} does not fit this recipe's (the architecture's options must match the "
-                       f"checkpoint's run: {text[:200]})")
+                       f"{'exported model' if exported else 'checkpoint'}'s run: {text[:200]})")
     if problem:
         raise CheckpointError(f"--init-from {path}: {problem}")
     run.initialized_from = path

@@ -116,6 +116,8 @@ class RunBuilding:
         self.lazy_penalties = [p for p in penalties if p.penalty.interval > 1]
         self.strategy = self.build(r.update)
         self.metrics = [(s, self.build(s)) for s in r.metrics]
+        #: ``[[tracker]]`` components (the ``trackers`` plugin drives them, on rank 0).
+        self.trackers = [(s, self.build(s)) for s in r.trackers]
         for spec, metric in self.metrics:
             problem = metric_problem(spec, metric, len(self.metric_dataset), r.data.name)
             if problem:

@@ -6,6 +6,8 @@ mapping ("cmap") projected onto D's last features in its epilogue."""
 
 from __future__ import annotations
 
+import copy
+
 import math
 from typing import Literal
 
@@ -298,6 +300,15 @@ class StyleGAN2(Architecture):
     @property
     def latent_dim(self) -> int:
         return self.options.latent_dim
+
+    def export_view(self, G: nn.Module) -> nn.Module:
+        # The "scaled" modulated convolution is the same formula with one shared-weight conv, so
+        # the traced graph does not bake the batch size into a grouped convolution.
+        view = copy.deepcopy(G)
+        for module in view.modules():
+            if isinstance(module, ModulatedConv):
+                module.modconv = "scaled"
+        return view
 
     def build(self, resolution, channels):
         o = self.options

@@ -1,0 +1,34 @@
+"""``gankit export``: a checkpoint's G_ema as safetensors + config.json + model card, TorchScript
+and ONNX (``gan_kit.tools.export``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gan_kit.cli.errors import user_errors
+from gan_kit.tools.export import FORMATS, export_model
+
+__all__ = ["export"]
+
+
+@click.command("export")
+@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder to write (created; files in it are replaced): the Hub's model layout.")
+@click.option("--format", "formats", default=",".join(FORMATS), show_default=True,
+              help="Comma-separated: safetensors (weights for gankit sample / --init-from), torchscript "
+                   "(model.ts), onnx (model.onnx). config.json, README.md and samples.png are always written.")
+@click.option("--truncation", "psi", type=float, default=1.0, show_default=True,
+              help="Truncation psi baked into model.ts / model.onnx (architectures with a mapping network).")
+@user_errors
+def export(checkpoint: Path, out: Path, formats: str, psi: float) -> None:
+    """Export CHECKPOINT's G_ema to a folder that runs without gankit: model.safetensors,
+    config.json, README.md (a model card for the Hugging Face Hub), samples.png, model.ts and
+    model.onnx. `huggingface_hub.upload_folder` publishes the folder as it is."""
+    chosen = [f.strip() for f in formats.split(",") if f.strip()]
+    config = export_model(checkpoint, out, chosen, psi)
+    files = [name for name in config["files"].values() if name]
+    click.echo(f"exported {config['architecture']} G_ema at {config['resolution']}px "
+               f"({config['kimg']} kimg) to {out}: {', '.join(['config.json', 'README.md'] + files)}")

@@ -1,0 +1,263 @@
+"""``gankit export``: a checkpoint's G_ema as a folder that leaves gankit.
+
+The folder has the layout the Hugging Face Hub expects of a model repository, so
+``huggingface_hub.upload_folder(folder_path=DIR, repo_id=...)`` publishes it unchanged:
+
+- ``model.safetensors`` - G_ema's state dict (buffers included: StyleGAN2's ``w_avg``, the
+  constant noise), read back by ``gankit sample DIR`` and ``gankit run --init-from DIR`` without
+  pickle;
+- ``config.json`` - what G is: architecture and options, resolution, alpha, channels, latent
+  size, classes, truncation, the versions, the whole resolved recipe;
+- ``README.md`` - the model card (YAML front matter for the Hub; how it was trained, the run's
+  metrics, a sample grid, how to load it);
+- ``samples.png`` - a grid of G_ema's images on latents of seed 0;
+- ``model.ts`` (TorchScript) and ``model.onnx`` - G_ema traced with constant noise and the chosen
+  truncation: ``images[N, C, r, r] = model(z[N, latent_dim])`` (``model(z, labels[N])`` for a
+  class-conditional G), values in about [-1, 1]; they run with only ``torch`` or only
+  ``onnxruntime`` installed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import tomllib
+from safetensors.torch import save_file
+from torch import nn
+
+from gan_kit.runs.checkpoint import load as load_checkpoint
+from gan_kit.runs.checkpoint import load_generator
+from gan_kit.base.errors import GankitError
+from gan_kit.runs.exported import CONFIG_FILE, EXPORT_FORMAT, EXPORT_FORMAT_VERSION, WEIGHTS_FILE
+from gan_kit.tools.grids import save_grid
+from gan_kit.base.version import __version__
+
+__all__ = ["FORMATS", "ExportedGenerator", "export_model"]
+
+#: What ``--format`` accepts; the default writes all of them.
+FORMATS = ("safetensors", "torchscript", "onnx")
+ONNX_OPSET = 18
+
+
+class ExportedGenerator(nn.Module):
+    """G_ema fixed for export: deterministic (constant noise, no style mixing, no ``w_avg``
+    update), truncation ``psi`` baked in. ``forward(z[N, latent_dim], labels[N] int64 = None)
+    -> images[N, C, r, r]``; ``labels`` only for a class-conditional G."""
+
+    def __init__(self, G: nn.Module, *, conditional: bool, kwargs: dict):
+        super().__init__()
+        self.G = G
+        self.conditional = conditional
+        self.kwargs = dict(kwargs)
+
+    def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        args = (z, labels) if self.conditional else (z,)
+        return self.G(*args, **self.kwargs)
+
+
+def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str] = FORMATS,
+                 truncation_psi: float = 1.0, *, seed: int = 0) -> dict:
+    """Write the export folder ``out`` from ``checkpoint``'s G_ema; return its ``config.json``.
+
+    ``formats``: any of ``FORMATS`` (config.json, README.md and samples.png are always written).
+    ``truncation_psi`` is baked into the TorchScript and ONNX files and recorded in config.json;
+    values other than 1 need an architecture with a mapping network (StyleGAN2). Raises
+    ``GankitError`` for an unknown format or a truncation the architecture cannot apply, and
+    ``CheckpointError`` / ``RecipeError`` for an unreadable checkpoint.
+    """
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise GankitError(f"--format: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)})")
+    checkpoint, out = Path(checkpoint), Path(out)
+    state = load_checkpoint(checkpoint)
+    G, phase, recipe, arch = load_generator(checkpoint, state=state)
+    if truncation_psi != 1.0 and not arch.supports_truncation:
+        raise GankitError(f"--truncation: architecture {recipe.architecture.name!r} has no mapping network to "
+                          f"truncate (use 1, or export a stylegan2 checkpoint)")
+    num_classes = int(arch.context.num_classes)
+    kwargs = {"truncation_psi": float(truncation_psi), "noise_mode": "const"} if arch.supports_truncation else {}
+    model = ExportedGenerator(arch.export_view(G), conditional=num_classes > 0, kwargs=kwargs).eval()
+    out.mkdir(parents=True, exist_ok=True)
+    config = _config(state, recipe, arch, phase, truncation_psi, formats, checkpoint)
+    if "safetensors" in formats:
+        # Tied or shared storages would be refused by safetensors: every tensor saved on its own.
+        save_file({k: v.detach().cpu().contiguous().clone() for k, v in G.state_dict().items()},
+                  str(out / WEIGHTS_FILE), metadata={"format": EXPORT_FORMAT, "gankit_version": __version__})
+        _ordinary_file(out / WEIGHTS_FILE)
+    example = _example_inputs(arch.latent_dim, num_classes, batch=2, seed=seed)
+    if "torchscript" in formats or "onnx" in formats:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.simplefilter("ignore", FutureWarning)  # torch marks jit.trace deprecated; the file format stays
+            traced = torch.jit.trace(model, example, check_trace=False)
+        if "torchscript" in formats:
+            traced.save(str(out / "model.ts"))
+        if "onnx" in formats:
+            _export_onnx(model, example, out / "model.onnx", num_classes > 0)
+    grid_inputs = _example_inputs(arch.latent_dim, num_classes, batch=_grid_count(num_classes), seed=seed)
+    with torch.no_grad():
+        save_grid(model(*grid_inputs).float(), out / "samples.png", nrow=_grid_rows(num_classes))
+    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(model_card(config, _run_metrics(checkpoint)), encoding="utf-8")
+    return config
+
+
+def _ordinary_file(path: Path) -> None:
+    # safetensors writes its file private (0600); an export is meant to be shared, so the umask decides
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def _example_inputs(latent_dim: int, num_classes: int, *, batch: int, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(batch, latent_dim, generator=gen)
+    labels = torch.arange(batch, dtype=torch.int64) % num_classes if num_classes else None
+    return (z, labels) if num_classes else (z,)
+
+
+def _grid_count(num_classes: int) -> int:
+    return num_classes * max(1, 64 // num_classes) if num_classes else 64
+
+
+def _grid_rows(num_classes: int) -> int | None:
+    return max(1, 64 // num_classes) if num_classes else None
+
+
+def _export_onnx(model: nn.Module, example: tuple, path: Path, conditional: bool) -> None:
+    """``model.onnx`` through torch.export (the exporter torch maintains; it needs ``onnxscript``:
+    ``pip install 'gankit[export]'``), the batch size left free."""
+    try:
+        import onnxscript  # noqa: F401  (torch.onnx's exporter imports it; say what to install)
+    except ImportError:
+        raise GankitError("--format onnx needs onnx and onnxscript: pip install 'gankit[export]' "
+                          "(or leave onnx out of --format)") from None
+    batch = torch.export.Dim("batch", min=1)
+    names = ["z", "labels"] if conditional else ["z"]
+    shapes = {name: {0: batch} for name in names}
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, example, str(path), dynamo=True, input_names=names, output_names=["images"],
+                              dynamic_shapes=shapes, opset_version=ONNX_OPSET, external_data=False, verbose=False)
+    except Exception as e:  # torch.export / onnxscript raise many kinds; one line names the cause
+        first = " ".join(str(e).split())[:300] or type(e).__name__
+        raise GankitError(f"--format onnx: this G could not be exported to ONNX ({type(e).__name__}: {first}); "
+                          f"export the other formats with --format safetensors,torchscript") from None
+
+
+def _config(state: dict, recipe: Any, arch: Any, phase: Any, psi: float, formats: Sequence[str],
+            checkpoint: Path) -> dict:
+    saved = tomllib.loads(state["recipe"])
+    num_classes = int(arch.context.num_classes)
+    inputs = [{"name": "z", "shape": ["batch", arch.latent_dim], "dtype": "float32",
+               "distribution": "standard normal"}]
+    if num_classes:
+        inputs.append({"name": "labels", "shape": ["batch"], "dtype": "int64", "range": [0, num_classes - 1]})
+    return {
+        "format": EXPORT_FORMAT,
+        "format_version": EXPORT_FORMAT_VERSION,
+        "architecture": recipe.architecture.name,
+        "architecture_options": saved.get("architecture", {}),
+        "resolution": phase.resolution,
+        "final_resolution": recipe.resolution,
+        "alpha": phase.alpha,
+        "phase": {k: getattr(phase, k) for k in ("index", "resolution", "alpha", "batch_size", "lr_scale", "end_nimg")},
+        "channels": int(state["channels"]),
+        "latent_dim": int(arch.latent_dim),
+        "num_classes": num_classes,
+        "class_names": [str(n) for n in state.get("class_names") or []],
+        "truncation_psi": float(psi),
+        "supports_truncation": bool(arch.supports_truncation),
+        "noise_mode": "const" if arch.supports_truncation else None,
+        "inputs": inputs,
+        "output": {"name": "images", "shape": ["batch", int(state["channels"]), phase.resolution, phase.resolution],
+                   "range": [-1.0, 1.0]},
+        "files": {"safetensors": WEIGHTS_FILE if "safetensors" in formats else None,
+                  "torchscript": "model.ts" if "torchscript" in formats else None,
+                  "onnx": "model.onnx" if "onnx" in formats else None, "samples": "samples.png"},
+        "kimg": round(int(state.get("cur_nimg", 0)) / 1000, 3),
+        "source_checkpoint": str(checkpoint.resolve()),
+        "versions": {"gankit": __version__, "torch": torch.__version__, "checkpoint_gankit": state.get("gankit_version")},
+        "recipe": state["recipe"],
+    }
+
+
+def _run_metrics(checkpoint: Path) -> dict[str, float]:
+    """The last value of each ``Metrics/*`` key in the run's metrics.jsonl (the checkpoint's
+    ``checkpoints/`` folder's parent), up to the checkpoint's kimg; empty when there is none."""
+    path = checkpoint.resolve().parent.parent / "metrics.jsonl"
+    if checkpoint.resolve().parent.name != "checkpoints" or not path.is_file():
+        return {}
+    last: dict[str, float] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        for key, value in row.items():
+            if key.startswith("Metrics/") and isinstance(value, (int, float)) and math.isfinite(value):
+                last[key[len("Metrics/"):]] = float(value)
+        if "Progress/kimg" in row:
+            last["at kimg"] = float(row["Progress/kimg"])
+    return last
+
+
+def model_card(config: dict, metrics: dict[str, float]) -> str:
+    """The ``README.md`` of an export folder: Hub front matter, then what the model is, how it was
+    trained (from the recorded recipe), its metrics and how to load it."""
+    recipe = tomllib.loads(config["recipe"])
+    arch, res, ch = config["architecture"], config["resolution"], config["channels"]
+    penalties = ", ".join(p.get("name", "?") for p in recipe.get("penalty", [])) or "none"
+    data = recipe.get("data", {})
+    conditional = config["num_classes"] > 0
+    tags = ["gan", "gankit", arch, "image-generation"] + (["class-conditional"] if conditional else [])
+    front = ["---", "library_name: gankit",
+             "pipeline_tag: unconditional-image-generation" if not conditional else "pipeline_tag: image-generation",
+             "tags:"] + [f"- {t}" for t in tags] + ["---", ""]
+    lines = [f"# {arch} generator, {res}x{res}, {ch} channel{'s' if ch != 1 else ''}", "",
+             f"G_ema of a {arch} GAN trained with [gankit](https://pypi.org/project/gankit/) "
+             f"{config['versions']['checkpoint_gankit'] or ''} for {config['kimg']} kimg on `{data.get('name', '?')}`"
+             + (f" ({config['num_classes']} classes)" if conditional else "") + ".", "",
+             "![samples](samples.png)", "", "## Training", "",
+             "| | |", "|---|---|",
+             f"| architecture | `{arch}` |",
+             f"| loss | `{recipe.get('loss', {}).get('name', '?')}` |",
+             f"| penalties | {penalties} |",
+             f"| update strategy | `{recipe.get('update', {}).get('name', '?')}` |",
+             f"| growth | `{recipe.get('growth', {}).get('name', '?')}` |",
+             f"| data | `{data.get('name', '?')}` at {config['final_resolution']} px |",
+             f"| images shown | {config['kimg']} kimg |",
+             f"| truncation psi (baked into model.ts / model.onnx) | {config['truncation_psi']} |", ""]
+    metrics = dict(metrics)
+    at = metrics.pop("at kimg", None)
+    if metrics:
+        lines += ["## Metrics", "", f"The run's last values (metrics.jsonl{f', at {at} kimg' if at is not None else ''}):",
+                  "", "| metric | value |", "|---|---|"] + [f"| {k} | {v:.4g} |" for k, v in sorted(metrics.items())] + [""]
+    z_torch = f"torch.randn(16, {config['latent_dim']})"
+    z_numpy = f"np.random.default_rng(0).standard_normal((16, {config['latent_dim']}), dtype=np.float32)"
+    call = "model(z, labels)" if conditional else "model(z)"
+    k = config["num_classes"]
+    label_torch = f"labels = torch.arange(16) % {k}  # int64 class indices\n" if conditional else ""
+    label_numpy = f"labels = np.arange(16, dtype=np.int64) % {k}\n" if conditional else ""
+    feeds = '{"z": z, "labels": labels}' if conditional else '{"z": z}'
+    lines += ["## Use", "",
+              f"Inputs: `z` float32 `[N, {config['latent_dim']}]` from a standard normal"
+              + (f", `labels` int64 `[N]` in 0..{config['num_classes'] - 1}" if conditional else "")
+              + f"; output: images float32 `[N, {ch}, {res}, {res}]` in about [-1, 1].", "",
+              "With PyTorch only (TorchScript):", "", "```python", "import torch", "",
+              'model = torch.jit.load("model.ts")', f"z = {z_torch}", label_torch + f"images = {call}", "```", "",
+              "With onnxruntime only:", "", "```python", "import numpy as np", "import onnxruntime", "",
+              'session = onnxruntime.InferenceSession("model.onnx")', f"z = {z_numpy}", label_numpy
+              + f"images = session.run(None, {feeds})[0]", "```", "",
+              "With gankit (the safetensors weights; fine-tune with `--init-from`):", "", "```bash",
+              "gankit sample . -n 64 --out grid.png", "gankit run RECIPE --init-from .   # G and G_ema from here, D fresh",
+              "```", "", "## Recipe", "", "The resolved recipe the model was trained with:", "", "```toml",
+              config["recipe"].rstrip(), "```", ""]
+    return "\n".join(front + lines)
