@@ -44,7 +44,7 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         init_from: str | None, overwrite: bool, dry_run: bool, nproc: int | None) -> None:
     """Train the GAN described by RECIPE (or continue the run in RUN_DIR with --resume)."""
     from gan_kit.runs.engine import Run, preflight, train
-    from gan_kit.runs.launch import load_for_run, resume_source
+    from gan_kit.runs.launch import load_for_run, prepare_run, resume_source
 
     resuming = resume is not None
     if resuming and overwrite:
@@ -75,7 +75,7 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         distributed.init()
     clean = False
     try:
-        r, plugins, changes = load_for_run(recipe, out_dir, overrides, resume)
+        r, plugins, point = prepare_run(recipe, out_dir, overrides, resume)  # the checkpoint read once
         warn_broken(plugins)
         the_run = Run(r, plugins)
         if init_from is not None:
@@ -85,10 +85,10 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         if dry_run:
             if launcher:  # planned here, once; still check the batches for nproc processes
                 preflight(r, plugins, nproc, check_run_dir=False)
-            _print_plan(the_run, changes if resuming else None, source[1] if source else None)
+            _print_plan(the_run, point)
             clean = True
             return
-        train(the_run, resume=source[1] if source else resuming, overwrite=overwrite)
+        train(the_run, resume=point if point is not None else resuming, overwrite=overwrite)
         clean = True
     finally:
         if distributed is not None:
@@ -96,7 +96,9 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
             distributed.shutdown(clean=clean)
 
 
-def _print_plan(run, changes: list[str] | None = None, checkpoint: Path | None = None) -> None:
+def _print_plan(run, point=None) -> None:
+    """The plan of a run (``--dry-run``); with the resume point of ``--resume``, where it
+    continues and the recipe changes."""
     console = Console(soft_wrap=True)  # long paths stay on one line (logs, pipes)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     r = run.recipe
@@ -111,12 +113,8 @@ def _print_plan(run, changes: list[str] | None = None, checkpoint: Path | None =
         table.add_row(str(ph.index), f"{ph.resolution}px", f"{ph.start_nimg / 1000:g}", f"{ph.fade_nimg / 1000:g}",
                       str(ph.batch_size), f"{ph.lr_scale:g}")
     console.print(table)
-    if changes is not None:
-        from gan_kit.runs.rundir import latest_checkpoint
-        from gan_kit.runs import checkpoint as ckpt
-
-        checkpoint = checkpoint or latest_checkpoint(run.out_dir)
-        state = ckpt.load(checkpoint)
+    if point is not None:
+        checkpoint, state, changes = point.checkpoint, point.state, point.changes
         console.print(f"resume from {checkpoint} at kimg {state['cur_nimg'] / 1000:g} "
                       f"(step {state['step']}, tick {state['tick']})")
         console.print("recipe changes: " + ("; ".join(changes) if changes else "none"))

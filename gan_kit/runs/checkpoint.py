@@ -79,6 +79,19 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict:
     return state
 
 
+def to_device(state: Any, device: Any) -> Any:
+    """``state`` (a loaded checkpoint, or part of one) with every tensor on ``device``, as
+    ``load(path, map_location=device)`` would have given it; the RNG states (``"rng"``) stay on
+    the CPU, where ``torch.set_rng_state`` takes them. Containers are copied, tensors moved."""
+    if isinstance(state, torch.Tensor):
+        return state.to(device)
+    if isinstance(state, dict):
+        return {k: (v if k == "rng" else to_device(v, device)) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(to_device(v, device) for v in state)
+    return state
+
+
 def rng_state() -> dict:
     """Every RNG state (torch CPU, CUDA when present, numpy, python), weights_only-safe."""
     np_state = np.random.get_state()

@@ -12,7 +12,7 @@ import attrs
 from gan_kit.base.errors import GankitError
 from gan_kit.recipe import Recipe, load_recipe
 
-__all__ = ["load_for_run", "resume_source"]
+__all__ = ["load_for_run", "prepare_run", "resume_source"]
 
 
 def resume_source(resume: str, out_dir: Path | None) -> tuple[Path, Path] | None:
@@ -41,16 +41,27 @@ def _with_out(recipe: Recipe, out_dir: Path | None) -> Recipe:
 
 def load_for_run(recipe_path: Path | None, out_dir: Path | None, overrides: tuple[str, ...],
                  resume: str | None) -> tuple[Recipe, Any, list[str]]:
-    """``(recipe, plugins, changes)`` for ``gankit run``.
+    """``(recipe, plugins, changes)`` for ``gankit run``: ``prepare_run`` with the resume
+    point's recipe changes (``[]`` for a fresh run)."""
+    recipe, plugins, point = prepare_run(recipe_path, out_dir, overrides, resume)
+    return recipe, plugins, list(point.changes) if point is not None else []
+
+
+def prepare_run(recipe_path: Path | None, out_dir: Path | None, overrides: tuple[str, ...],
+                resume: str | None) -> tuple[Recipe, Any, Any]:
+    """``(recipe, plugins, resume point)`` for ``gankit run``; the point (a
+    ``gan_kit.runs.resume.ResumePoint``: the checkpoint read once, the recipe changes) is None
+    for a fresh run.
 
     Fresh run: ``recipe_path`` is required. Resume (``resume`` is not None; ``""`` when
     ``--resume`` came without a folder; a checkpoint file: see ``resume_source``, whose saved
     recipe is used): the run directory is ``resume``, else ``--out``, else the
     recipe's ``run.out_dir``; the recipe is the checkpoint's, or ``recipe_path`` when given, with
-    ``overrides`` on top; ``changes`` lists what differs from the checkpoint (refused changes
-    raise ``CheckpointError``). Raises ``GankitError`` with the command that works.
+    ``overrides`` on top; the point's ``changes`` list what differs from the checkpoint (refused
+    changes raise ``CheckpointError``). Raises ``GankitError`` with the command that works.
     """
-    from gan_kit.runs.resume import recipe_changes, refused_override, saved_recipe_text
+    from gan_kit.runs import checkpoint as ckpt
+    from gan_kit.runs.resume import ResumePoint, recipe_changes, refused_override
     from gan_kit.runs.rundir import latest_checkpoint, no_checkpoint_problem
 
     if resume is None:
@@ -58,7 +69,7 @@ def load_for_run(recipe_path: Path | None, out_dir: Path | None, overrides: tupl
             raise GankitError("gankit run: give a RECIPE file (e.g. gankit run recipes/pggan.toml), or "
                               "--resume RUN_DIR to continue a run")
         recipe, plugins = load_recipe(recipe_path, list(overrides))
-        return _with_out(recipe, out_dir), plugins, []
+        return _with_out(recipe, out_dir), plugins, None
     if resume and recipe_path is None and Path(resume).suffix == ".toml":
         recipe_path, resume = Path(resume), ""  # `gankit run --resume recipes/x.toml`
     source = resume_source(resume, out_dir)
@@ -86,11 +97,13 @@ def load_for_run(recipe_path: Path | None, out_dir: Path | None, overrides: tupl
         checkpoint = latest_checkpoint(run_dir)
         if not checkpoint.is_file():
             raise GankitError(no_checkpoint_problem(run_dir))
-    saved = saved_recipe_text(checkpoint)
+    state = ckpt.load(checkpoint, map_location="cpu")  # the only read of the checkpoint on the way to training
+    saved = state["recipe"]
     refused_override(overrides, run_dir, saved)
     if recipe_path is not None:
         recipe, plugins = load_recipe(recipe_path, list(overrides))
     else:
         recipe, plugins = load_recipe(run_dir / "recipe.toml", list(overrides), text=saved)
     recipe = _with_out(recipe, run_dir)
-    return recipe, plugins, recipe_changes(saved, recipe, checkpoint, run_dir, plugins)
+    changes = recipe_changes(saved, recipe, checkpoint, run_dir, plugins)
+    return recipe, plugins, ResumePoint(checkpoint=checkpoint, state=state, changes=tuple(changes))

@@ -16,13 +16,15 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from gan_kit.runs import checkpoint as ckpt
 from gan_kit.base.errors import CheckpointError, GankitError
 from gan_kit.runs.exported import is_export_dir, load_weights, read_config
 from gan_kit.base.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
 
-__all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
+__all__ = ["MUTABLE", "ResumePoint", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
            "check_init_from", "init_from", "init_problem", "init_source"]
 
 #: Recipe keys (prefixes) that may change when a run resumes; every other change is refused:
@@ -134,25 +136,46 @@ def _lookup(table: Any, keys: list) -> Any:
 _MISSING = object()
 
 
+@attrs.frozen
+class ResumePoint:
+    """Where ``gankit run --resume`` continues, resolved once: the checkpoint file, its state
+    (read once, on the CPU) and the recipe changes against it (already checked: a refused
+    change raised). ``resume_run`` restores a run from it without reading the file again."""
+
+    checkpoint: Path
+    state: dict = attrs.field(repr=False)
+    changes: tuple[str, ...] = ()
+
+    @property
+    def saved_recipe(self) -> str:
+        """The resolved recipe stored in the checkpoint."""
+        return self.state["recipe"]
+
+
 def saved_recipe_text(checkpoint: Path) -> str:
     """The resolved recipe stored in a checkpoint (``CheckpointError`` if unreadable)."""
     return ckpt.load(checkpoint, map_location="cpu")["recipe"]
 
 
-def resume_run(run: Any, path: str | Path | None = None) -> list[str]:
+def resume_run(run: Any, path: str | Path | ResumePoint | None = None) -> list[str]:
     """Restore ``run`` from its latest (or the given) checkpoint exactly; returns the recipe
-    changes (see ``recipe_changes``), which already took effect.
+    changes (see ``recipe_changes``), which already took effect. Given a ``ResumePoint``, its
+    state is used (moved to the run's device) and the file is not read again.
 
     Raises ``GankitError`` when there is no checkpoint, ``CheckpointError`` for a refused change
     or a checkpoint that does not fit the networks.
     """
     from gan_kit.runs.rundir import latest_checkpoint, no_checkpoint_problem
 
-    path = Path(path) if path else latest_checkpoint(run.out_dir)
-    if not path.is_file():
-        raise GankitError(no_checkpoint_problem(run.out_dir))
-    state = ckpt.load(path, map_location=run.device)
-    changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir, run.plugins)
+    if isinstance(path, ResumePoint):
+        point, path = path, path.checkpoint
+        state, changes = ckpt.to_device(point.state, run.device), list(point.changes)
+    else:
+        path = Path(path) if path else latest_checkpoint(run.out_dir)
+        if not path.is_file():
+            raise GankitError(no_checkpoint_problem(run.out_dir))
+        state = ckpt.load(path, map_location=run.device)
+        changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir, run.plugins)
     problem = classes_problem(state, run)
     if problem:
         raise GankitError(f"--resume: {path}: {problem}")

@@ -27,7 +27,7 @@ from gan_kit.runs.engine.ticks import Ticks, TrainClock
 from gan_kit.base.errors import GankitError, Interrupted, TrainingError
 from gan_kit.base.phase import Phase, fade_real
 from gan_kit.base.randomness import sharded
-from gan_kit.runs.resume import resume_run
+from gan_kit.runs.resume import ResumePoint, resume_run
 from gan_kit.runs.run import Run, resolve_device
 from gan_kit.runs.rundir import clear_run_dir, preflight, resume_command, run_dir_problem, write_recipe
 from gan_kit.runs.lock import RunLock, lock_run_dir
@@ -37,12 +37,13 @@ from gan_kit.training.step import StepContext
 __all__ = ["Run", "train", "train_step", "split_reals", "lazy_regularization", "Ticks", "resolve_device", "preflight"]
 
 
-def train(run: Run, *, resume: bool | str | Path = False, max_steps: int | None = None,
+def train(run: Run, *, resume: bool | str | Path | ResumePoint = False, max_steps: int | None = None,
           overwrite: bool = False) -> dict[str, Any]:
     """Train until ``run.total_nimg`` images have been shown (or ``max_steps`` iterations, or
     ``run.max_minutes`` of training time, which ends the run as reaching ``total_nimg`` does).
 
-    ``resume``: continue from the run directory's latest checkpoint (or the given file) exactly.
+    ``resume``: continue from the run directory's latest checkpoint (or the given file, or the
+    ``ResumePoint`` ``gankit run --resume`` resolved, which is not read again) exactly.
     A fresh run refuses a run directory that already holds a run (``GankitError``) unless
     ``overwrite`` removes that run's files first. While it trains, the run holds the directory's
     lock (``gan_kit.runs.lock``): a second run there is refused in one line naming this process.
@@ -109,7 +110,7 @@ def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
         run.hook.run_teardown(run=run, error=error)
 
 
-def _open_run_dir(run: Run, resume: bool | str | Path, overwrite: bool) -> RunLock | None:
+def _open_run_dir(run: Run, resume: bool | str | Path | ResumePoint, overwrite: bool) -> RunLock | None:
     """Take the run directory's lock (rank 0), resume (printing each recipe change) or check that
     a fresh run may use the directory; then write ``recipe.toml``. Returns the lock (None on
     other ranks), released here if anything fails."""
@@ -132,7 +133,7 @@ def _open_run_dir(run: Run, resume: bool | str | Path, overwrite: bool) -> RunLo
             print(f"note: {run.out_dir}: the run lock was left by a run that ended without releasing it "
                   f"({lock.stale}); taking it over", file=sys.stderr)
         if resume:
-            for change in resume_run(run, resume if isinstance(resume, (str, Path)) else None):
+            for change in resume_run(run, resume if isinstance(resume, (str, Path, ResumePoint)) else None):
                 if run.is_main:
                     print(f"note: resuming with a changed recipe: {change}", file=sys.stderr)
             if run.cur_nimg >= run.total_nimg:
