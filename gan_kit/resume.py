@@ -150,7 +150,10 @@ def resume_run(run: Any, path: str | Path | None = None) -> list[str]:
     path = Path(path) if path else latest_checkpoint(run.out_dir)
     if not path.is_file():
         raise GankitError(no_checkpoint_problem(run.out_dir))
-    state = ckpt.load(path, map_location=run.device)
+    # On the host, whatever the run's device: load_state_dict copies weights and optimizer state
+    # to where the networks live, and the RNG states must be CPU tensors (torch.set_rng_state
+    # refuses a CUDA ByteTensor).
+    state = ckpt.load(path, map_location="cpu")
     changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir, run.plugins)
     problem = classes_problem(state, run)
     if problem:
