@@ -72,16 +72,24 @@ def training_views(G: nn.Module, D: nn.Module, *, recipe: Any, device: torch.dev
     what penalties do (eager - compiled graphs have no double backward - but still the DDP
     wrappers, so a penalty-only backward is averaged too). All share G's and D's parameters.
 
-    Under several processes with ``run.grad_sync = "ddp"`` G and D are wrapped in DDP, then
+    Under several CUDA processes BatchNorm layers become ``SyncBatchNorm`` (in place). Under
+    several processes with ``run.grad_sync = "ddp"`` G and D are wrapped in DDP
+    (``find_unused_parameters`` only when ``growth.name`` is not "static"), then
     compiled when asked (``torch.compile(DDP(net))`` lets Dynamo split graphs at DDP's buckets);
     with an augmentation, D applies it to its input outside any compiled graph (an augmentation's
     parameters, such as ADA's p, change during training).
     """
     G_train, D_train = G, D
+    if world_size > 1:
+        from gan_kit.distributed import sync_batchnorm
+
+        for net in (G, D):
+            sync_batchnorm(net, device, world_size)
     if world_size > 1 and recipe.run.grad_sync == "ddp":
         from gan_kit.distributed import wrap_ddp
 
-        G_train, D_train = wrap_ddp(G, device), wrap_ddp(D, device)
+        growing = recipe.growth.name != "static"  # a growing schedule leaves parameters unused in a phase
+        G_train, D_train = wrap_ddp(G, device, growing=growing), wrap_ddp(D, device, growing=growing)
     G_penalty, D_penalty = G_train, D_train
     if recipe.run.compile:
         G_train = _compile(G_train, recipe.run.compile_backend)
