@@ -13,7 +13,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from gan_kit.components import AugmentedD
 from gan_kit.errors import GankitError
 
-__all__ = ["apply_spectral_norm", "training_views", "AtPrecision", "at_precision", "find_ddp"]
+__all__ = ["apply_spectral_norm", "training_views", "AtPrecision", "at_precision", "find_ddp", "plan_recompiles",
+           "GRAPHS_PER_PHASE"]
 
 
 class AtPrecision(nn.Module):
@@ -129,6 +130,26 @@ def apply_spectral_norm(net: nn.Module, name: str, recipe: Any) -> None:
                           f"torch conv / linear layers in {name} to normalise (set spectral_norm = \"none\")")
     for layer in layers:
         spectral_norm(layer)
+
+
+#: Graphs torch.compile makes per network and growth phase: the network's forward runs trained
+#: and frozen (requires_grad off, or no_grad for D's fakes), and the resolution is a Python int,
+#: so each phase has its own pair. Measured with dynamo's counters in tests/test_compile.py.
+GRAPHS_PER_PHASE = 2
+
+
+def plan_recompiles(phases: int) -> int:
+    """Raise dynamo's per-function recompile limit (``recompile_limit``, formerly
+    ``cache_size_limit``; 8 by default) to what ``phases`` growth phases need, with room for
+    one more variant per phase, so a long progressive run never falls back to eager for its
+    later phases. Returns the limit set."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    limit = max(getattr(config, name), (GRAPHS_PER_PHASE + 1) * phases)
+    setattr(config, name, limit)
+    return limit
 
 
 def _compile(net: nn.Module, backend: str) -> nn.Module:

@@ -112,6 +112,10 @@ class Run(RunBuilding, RunImages, RunCheckpoints):
         self._build_optimizers()
         self._build_precision()
         self._check_batches()
+        if recipe.run.compile:
+            from gan_kit.networks import plan_recompiles
+
+            plan_recompiles(len(self.phases()))  # every phase's graphs fit dynamo's cache
         # Fixed latents for sample grids come from their own generator so that drawing them never
         # moves the training RNG (exact resume).
         gen = torch.Generator().manual_seed(recipe.run.seed + 12345)
