@@ -79,6 +79,30 @@ def test_alpha_moving_through_a_fade_never_recompiles(tiny_recipe):
     # every graph of the 8px phase is compiled on its first step; none after, whatever alpha does
     assert fade[1][2] == fade[-1][2]
     assert fade[0][2] > seen[0][2]  # growing did compile the new resolution's graphs
+    # a bounded number of graphs per phase: each network trained and frozen (no graph breaks)
+    from gan_kit.training.networks import GRAPHS_PER_PHASE
+
+    first = [s for s in seen if s[0] == 0]
+    assert first[-1][2] <= 2 * GRAPHS_PER_PHASE and fade[-1][2] - first[-1][2] <= 2 * GRAPHS_PER_PHASE, seen
+
+
+def test_the_recompile_limit_fits_every_phase_of_the_plan(tiny_recipe):
+    """A progressive run 4 -> 64 px has 5 phases, two graphs per network each: more than dynamo's
+    default limit of 8 entries, past which the later phases would run eager. The run raises the
+    limit from its phase plan."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    before = getattr(config, name)
+    try:
+        setattr(config, name, 8)
+        recipe, plugins = load_recipe(tiny_recipe, ["run.compile=true", "run.compile_backend=aot_eager",
+                                                    "data.resolution=64", "run.total_kimg=10"])
+        run = Run(recipe, plugins)
+        phases = len({p.index for p in run.phases()})
+        assert phases == 5
+        assert getattr(config, name) >= 2 * phases
+    finally:
+        setattr(config, name, before)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -227,9 +227,9 @@ def test_ema_rampup_reads_the_image_count_before_the_iteration(tmp_path, monkeyp
     betas, equal_after_first = [], []
     real_update = engine_module.update_ema
 
-    def recording(G_ema, G, beta):
+    def recording(G_ema, G, beta, skip=None):  # skip: the device's skipped-iteration flag
         betas.append(beta)
-        real_update(G_ema, G, beta)
+        real_update(G_ema, G, beta, skip=skip)
         if len(betas) == 1:
             equal_after_first.append(all(torch.equal(a, b) for a, b in zip(G.parameters(), G_ema.parameters())))
 

@@ -187,9 +187,13 @@ def phase_started(run: "Run", phase: "Phase") -> None:
 
 @hookspec
 def step_finished(run: "Run", stats: Mapping[str, float]) -> None:
-    """Called after every training iteration with that iteration's stats as floats (slash-path
-    names such as ``Loss/D``, ``Loss/G``, ``Loss/D/gradient-penalty``), averaged over processes.
-    Keep it cheap: it is on the hot path."""
+    """Called after every training iteration with that iteration's stats, a read-only mapping of
+    floats (slash-path names such as ``Loss/D``, ``Loss/G``, ``Loss/D/gradient-penalty``; this
+    process's values - the tick's are averaged over processes). The values stay on the device
+    until first read: reading them costs one host-device sync for the iteration (the engine
+    itself reads them at the tick), so a hook on the hot path reads them rarely or not at all
+    (the progress bar: twice a second). A non-finite gradient that the device skipped shows as
+    ``Grad/G`` / ``Grad/D`` = NaN."""
 
 
 @hookspec

@@ -86,7 +86,10 @@ class RunOptions:
     max_skipped: int = option(100, help='With on_nonfinite = "skip": stop after this many skipped steps.', min=0)
     num_workers: int = option(0, help="Data-loader worker processes (0 = load in the main process).",
                               min=0, max=1024, hint="e.g. num_workers = 4; 0 loads in the main process")
-    compile: bool = option(False, help="torch.compile G and D (recompiles at most once per phase).")
+    compile: bool = option(False, help="torch.compile G's and D's training forwards: about two graphs per network per "
+                                       "growth phase (trained, and frozen / no-grad), compiled on the phase's first "
+                                       "step; dynamo's recompile limit is raised to fit the phase plan. Penalties "
+                                       "(double backward) run eager.")
     tf32: bool = option(True, help="Allow TF32 matmul/convolution on CUDA (Ampere and newer).")
     cudnn_benchmark: bool = option(True, help="Let cuDNN pick the fastest convolution algorithms (CUDA).")
     compile_backend: str = option("inductor", help='torch.compile backend ("inductor"; "aot_eager" traces '

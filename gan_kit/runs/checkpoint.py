@@ -79,21 +79,14 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict:
     return state
 
 
-def to_device(state: Any, device: Any) -> Any:
-    """``state`` (a loaded checkpoint, or part of one) with every tensor on ``device``, as
-    ``load(path, map_location=device)`` would have given it; the RNG states (``"rng"``) stay on
-    the CPU, where ``torch.set_rng_state`` takes them. Containers are copied, tensors moved."""
-    if isinstance(state, torch.Tensor):
-        return state.to(device)
-    if isinstance(state, dict):
-        return {k: (v if k == "rng" else to_device(v, device)) for k, v in state.items()}
-    if isinstance(state, (list, tuple)):
-        return type(state)(to_device(v, device) for v in state)
-    return state
+def rng_state(device: torch.device | str | None = None, world_size: int = 1) -> dict:
+    """Every RNG state (torch CPU, numpy, python and, on CUDA, the generator of this process's own
+    ``device``), weights_only-safe.
 
-
-def rng_state() -> dict:
-    """Every RNG state (torch CPU, CUDA when present, numpy, python), weights_only-safe."""
+    Under several processes every rank calls this (a collective): ``"cuda_ranks"`` holds each
+    rank's own CUDA generator state, in rank order, so each restores its own (all ranks share one
+    seed, but a rank's generator is the one of *its* GPU, not rank 0's ``get_rng_state_all()``).
+    """
     np_state = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
@@ -101,8 +94,17 @@ def rng_state() -> dict:
                   "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
         "python": _py_state(random.getstate()),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        own = torch.cuda.get_rng_state(device)
+        if world_size > 1:
+            import torch.distributed as dist
+
+            gathered: list = [None] * world_size
+            dist.all_gather_object(gathered, own)  # CPU ByteTensors, whatever the backend
+            state["cuda_ranks"] = gathered
+        else:
+            state["cuda_ranks"] = [own]
     return state
 
 
@@ -110,17 +112,36 @@ def _py_state(s):
     return [s[0], list(s[1]), s[2]]
 
 
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
+def _host(t: Any) -> torch.Tensor:
+    """An RNG state as the CPU ``ByteTensor`` / int64 tensor the setters need, wherever
+    ``torch.load``'s ``map_location`` put it (a CUDA run loads its checkpoint to the GPU)."""
+    t = torch.as_tensor(t)
+    if t.device.type == "meta":
+        raise CheckpointError("the checkpoint's RNG state was loaded to the 'meta' device, which holds no data; "
+                              "load it with map_location='cpu'")
+    return t.cpu()
+
+
+def set_rng_state(state: dict, device: torch.device | str | None = None, rank: int = 0) -> None:
+    """Restore what ``rng_state`` saved. The CPU / numpy / python states go back on the host
+    whatever device the checkpoint was mapped to; on CUDA this process's ``device`` gets rank
+    ``rank``'s saved generator (rank 0's when the checkpoint was written by fewer processes: all
+    ranks draw the same global numbers, ``gan_kit.base.randomness``)."""
+    torch.set_rng_state(_host(state["torch"]).to(torch.uint8))
     n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
+    np.random.set_state(("MT19937", _host(n["keys"]).numpy().astype(np.uint32), int(n["pos"]), int(n["has_gauss"]),
+                         float(n["cached_gaussian"])))
     p = state["python"]
     random.setstate((p[0], tuple(p[1]), p[2]))
-    if "cuda" in state and torch.cuda.is_available():
-        cuda = state["cuda"]
-        if len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(cuda)
+    device = torch.device(device) if device is not None else None
+    if device is None or device.type != "cuda":
+        return
+    ranks = state.get("cuda_ranks")
+    if ranks:
+        torch.cuda.set_rng_state(_host(ranks[rank] if rank < len(ranks) else ranks[0]).to(torch.uint8), device)
+    elif "cuda" in state and len(state["cuda"]) == torch.cuda.device_count():
+        # checkpoints before "cuda_ranks": rank 0's get_rng_state_all()
+        torch.cuda.set_rng_state_all([_host(t).to(torch.uint8) for t in state["cuda"]])
 
 
 def build_generator(recipe_text: str, channels: int, num_classes: int = 0, *, source: str = "checkpoint[recipe]"):

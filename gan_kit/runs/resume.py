@@ -167,14 +167,17 @@ def resume_run(run: Any, path: str | Path | ResumePoint | None = None) -> list[s
     """
     from gan_kit.runs.rundir import latest_checkpoint, no_checkpoint_problem
 
-    if isinstance(path, ResumePoint):
+    if isinstance(path, ResumePoint):  # read once by launch, on the host
         point, path = path, path.checkpoint
-        state, changes = ckpt.to_device(point.state, run.device), list(point.changes)
+        state, changes = point.state, list(point.changes)
     else:
         path = Path(path) if path else latest_checkpoint(run.out_dir)
         if not path.is_file():
             raise GankitError(no_checkpoint_problem(run.out_dir))
-        state = ckpt.load(path, map_location=run.device)
+        # On the host, whatever the run's device: load_state_dict copies weights and optimizer state
+        # to where the networks live, and the RNG states must be CPU tensors (torch.set_rng_state
+        # refuses a CUDA ByteTensor).
+        state = ckpt.load(path, map_location="cpu")
         changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir, run.plugins)
     problem = classes_problem(state, run)
     if problem:

@@ -6,8 +6,9 @@ Every process runs the same training loop on its slice of each global batch. Wit
 ``DistributedDataParallel`` modules, so gradients are averaged by DDP's bucketed all-reduce while
 the backward still runs (communication overlaps computation). Three GAN details:
 
-* ``find_unused_parameters=True``: a progressive network holds every resolution's blocks from the
-  start, and a phase uses only some of them (and the old toRGB/fromRGB only while fading);
+* ``find_unused_parameters=True`` for growing networks only: a progressive network holds every
+  resolution's blocks from the start, and a phase uses only some of them (and the old
+  toRGB/fromRGB only while fading); a static one uses all of its parameters in every backward;
 * the G step's forward through the frozen D runs under ``D.no_sync()`` (``strategies.frozen``),
   since D takes no gradient there and DDP would otherwise wait for it;
 * DDP hooks into the gradients a *backward* accumulates. A gradient penalty's ``autograd.grad``
@@ -19,8 +20,11 @@ the backward still runs (communication overlaps computation). Three GAN details:
 
 ``run.grad_sync = "all-reduce"`` instead averages every gradient with one flattened all-reduce
 right before each optimizer step (``StepContext.opt_step``), whatever produced it - StyleGAN3's
-scheme; no overlap. Buffers (BatchNorm running statistics) are broadcast from rank 0 after every
-iteration in both modes (DDP's own per-forward buffer broadcast is off).
+scheme; no overlap. DDP looks for unused parameters only in growing networks; on CUDA a BatchNorm
+network's layers become ``SyncBatchNorm`` (global-batch statistics, as one process); buffers are
+broadcast from rank 0 at every tick, phase change and checkpoint (``Run.check_in_sync``), and
+after every iteration only for a network whose BatchNorm statistics are per process (BatchNorm on
+the CPU, where SyncBatchNorm does not run). DDP's own per-forward buffer broadcast is off.
 
 All processes share one RNG seed and draw every per-sample random number (latents z, gradient-
 penalty interpolation weights) at the global batch size, each keeping its strided slice
@@ -192,15 +196,40 @@ def broadcast_parameters(*modules: torch.nn.Module) -> None:
                 dist.broadcast(p, src=0)
 
 
-def wrap_ddp(module: torch.nn.Module, device: torch.device) -> DDP:
+def wrap_ddp(module: torch.nn.Module, device: torch.device, *, growing: bool = True) -> DDP:
     """``module`` in a ``DistributedDataParallel`` wrapper set up for GAN training (see above).
 
+    ``growing``: the network grows (a progressive schedule), so a phase leaves some of its
+    parameters unused and DDP must look for them after every backward
+    (``find_unused_parameters=True``, a graph traversal per backward); a network that uses all
+    its parameters in every backward skips that. DDP's own buffer broadcast before every forward
+    is off (``broadcast_buffers=False``): the engine syncs buffers itself (``buffers_each_step``).
     The wrapper shares ``module``'s parameters: optimizers, EMA and checkpoints keep using
     ``module`` itself.
     """
     device_ids = [device.index] if device.type == "cuda" else None
-    return DDP(module, device_ids=device_ids, find_unused_parameters=True,
-               forward_sync_buffers=False)
+    return DDP(module, device_ids=device_ids, find_unused_parameters=growing, broadcast_buffers=False)
+
+
+def has_batchnorm(module: torch.nn.Module) -> bool:
+    """Whether ``module`` holds a BatchNorm layer whose statistics are per process (a
+    ``SyncBatchNorm`` is not: it normalises with the global batch's)."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    return any(isinstance(m, _BatchNorm) and not isinstance(m, torch.nn.SyncBatchNorm) for m in module.modules())
+
+
+def sync_batchnorm(module: torch.nn.Module, device: torch.device, world_size: int) -> bool:
+    """Under several CUDA processes, turn ``module``'s BatchNorm layers into ``SyncBatchNorm``
+    in place (same parameters and buffers, same state-dict keys), so every process normalises
+    with the statistics of the global batch - what one process computes - and the running
+    statistics are the same everywhere without a broadcast. PyTorch's SyncBatchNorm runs on
+    GPUs only: on the CPU (gloo) the layers stay per-process. Returns True when converted."""
+    if world_size < 2 or device.type != "cuda" or not has_batchnorm(module):
+        return False
+    for name, child in list(module.named_children()):
+        module.add_module(name, torch.nn.SyncBatchNorm.convert_sync_batchnorm(child))
+    return True
 
 
 def out_of_sync(modules: dict[str, torch.nn.Module], world_size: int) -> list[str]:
@@ -221,6 +250,30 @@ def out_of_sync(modules: dict[str, torch.nn.Module], world_size: int) -> list[st
     every = torch.stack(gathered)
     bad = (every.amax(0) - every.amin(0) > 1e-9 * every.abs().amax(0).clamp_min(1.0)).tolist()
     return [name for i, name in enumerate(modules) if bad[2 * i] or bad[2 * i + 1]]
+
+
+def any_over_processes(flag: torch.Tensor) -> torch.Tensor:
+    """A bool scalar tensor, true on every process where it is true on some process (one
+    all-reduce on the device; no host read: NCCL queues it like a kernel)."""
+    t = flag.to(torch.float32).reshape(1)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.reshape(()) > 0
+
+
+def flags_over_processes(flags: list[bool], device: torch.device) -> tuple[bool, ...]:
+    """Each host flag OR-ed over all processes (one all-reduce and one host read)."""
+    t = torch.tensor([float(f) for f in flags], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return tuple(v > 0 for v in t.tolist())
+
+
+def sum_over_processes(values: list[float], device: torch.device) -> list[float]:
+    """Each number summed over all processes, in float64 (one all-reduce and one host read)."""
+    if not values:
+        return []
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
 
 
 def average_stats(stats: dict[str, float], device: torch.device) -> dict[str, float]:

@@ -33,21 +33,28 @@ def ema_beta(decay: float | None, half_life_kimg: float | None, rampup: float | 
 
 
 @torch.no_grad()
-def update_ema(G_ema: nn.Module, G: nn.Module, beta: float) -> None:
+def update_ema(G_ema: nn.Module, G: nn.Module, beta: float, skip: torch.Tensor | None = None) -> None:
     """``p_ema = beta * p_ema + (1 - beta) * p`` for every parameter; buffers are copied.
 
-    beta = 0 makes G_ema equal G; beta = 1 leaves it unchanged (both exactly).
+    beta = 0 makes G_ema equal G; beta = 1 leaves it unchanged (both exactly). ``skip``: a bool
+    scalar tensor on the device; where true G_ema is left exactly as it is (a skipped iteration),
+    decided on the device with no host sync (``lerp`` with weight 0 returns its start exactly).
     """
     ema_params = list(G_ema.parameters())
-    params = list(G.parameters())
-    if beta == 1.0:
-        pass
-    elif beta == 0.0:
-        torch._foreach_copy_(ema_params, [p.detach() for p in params])
-    else:
-        torch._foreach_lerp_(ema_params, [p.detach() for p in params], 1.0 - beta)
+    params = [p.detach() for p in G.parameters()]
+    if skip is None:
+        if beta == 0.0:
+            torch._foreach_copy_(ema_params, params)
+        elif beta != 1.0:
+            torch._foreach_lerp_(ema_params, params, 1.0 - beta)
+        for b_ema, b in zip(G_ema.buffers(), G.buffers()):
+            b_ema.copy_(b)
+        return
+    if beta != 1.0 and ema_params:
+        weight = torch.where(skip, 0.0, 1.0 - beta).to(ema_params[0].dtype)
+        torch._foreach_lerp_(ema_params, params, [weight] * len(ema_params))
     for b_ema, b in zip(G_ema.buffers(), G.buffers()):
-        b_ema.copy_(b)
+        b_ema.copy_(torch.where(skip, b_ema, b))
 
 
 @torch.no_grad()

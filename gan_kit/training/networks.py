@@ -13,7 +13,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from gan_kit.plugin_api.components import AugmentedD
 from gan_kit.base.errors import GankitError
 
-__all__ = ["apply_spectral_norm", "training_views", "AtPrecision", "at_precision", "find_ddp"]
+__all__ = ["apply_spectral_norm", "training_views", "AtPrecision", "at_precision", "find_ddp", "plan_recompiles",
+           "GRAPHS_PER_PHASE"]
 
 
 class AtPrecision(nn.Module):
@@ -72,16 +73,24 @@ def training_views(G: nn.Module, D: nn.Module, *, recipe: Any, device: torch.dev
     what penalties do (eager - compiled graphs have no double backward - but still the DDP
     wrappers, so a penalty-only backward is averaged too). All share G's and D's parameters.
 
-    Under several processes with ``run.grad_sync = "ddp"`` G and D are wrapped in DDP, then
+    Under several CUDA processes BatchNorm layers become ``SyncBatchNorm`` (in place). Under
+    several processes with ``run.grad_sync = "ddp"`` G and D are wrapped in DDP
+    (``find_unused_parameters`` only when ``growth.name`` is not "static"), then
     compiled when asked (``torch.compile(DDP(net))`` lets Dynamo split graphs at DDP's buckets);
     with an augmentation, D applies it to its input outside any compiled graph (an augmentation's
     parameters, such as ADA's p, change during training).
     """
     G_train, D_train = G, D
+    if world_size > 1:
+        from gan_kit.training.distributed import sync_batchnorm
+
+        for net in (G, D):
+            sync_batchnorm(net, device, world_size)
     if world_size > 1 and recipe.run.grad_sync == "ddp":
         from gan_kit.training.distributed import wrap_ddp
 
-        G_train, D_train = wrap_ddp(G, device), wrap_ddp(D, device)
+        growing = recipe.growth.name != "static"  # a growing schedule leaves parameters unused in a phase
+        G_train, D_train = wrap_ddp(G, device, growing=growing), wrap_ddp(D, device, growing=growing)
     G_penalty, D_penalty = G_train, D_train
     if recipe.run.compile:
         G_train = _compile(G_train, recipe.run.compile_backend)
@@ -121,6 +130,26 @@ def apply_spectral_norm(net: nn.Module, name: str, recipe: Any) -> None:
                           f"torch conv / linear layers in {name} to normalise (set spectral_norm = \"none\")")
     for layer in layers:
         spectral_norm(layer)
+
+
+#: Graphs torch.compile makes per network and growth phase: the network's forward runs trained
+#: and frozen (requires_grad off, or no_grad for D's fakes), and the resolution is a Python int,
+#: so each phase has its own pair. Measured with dynamo's counters in tests/test_compile.py.
+GRAPHS_PER_PHASE = 2
+
+
+def plan_recompiles(phases: int) -> int:
+    """Raise dynamo's per-function recompile limit (``recompile_limit``, formerly
+    ``cache_size_limit``; 8 by default) to what ``phases`` growth phases need, with room for
+    one more variant per phase, so a long progressive run never falls back to eager for its
+    later phases. Returns the limit set."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    limit = max(getattr(config, name), (GRAPHS_PER_PHASE + 1) * phases)
+    setattr(config, name, limit)
+    return limit
 
 
 def _compile(net: nn.Module, backend: str) -> nn.Module:

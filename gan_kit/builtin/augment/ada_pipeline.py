@@ -178,6 +178,33 @@ class OfficialPipeline:
         self.name = name
         self.geometric = any(op in self.ops for op in GEOMETRIC)
         self.colour = any(op in self.ops for op in COLOUR)
+        # Constant tensors per (device, dtype, size): made once, since a tensor built from a
+        # Python list on a GPU is a copy from pageable host memory that waits for the device.
+        self._cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+    def _constants(self, dev: torch.device, dtype: torch.dtype, h: int, w: int) -> tuple[torch.Tensor, ...]:
+        """``(corners [4,3], margin offset [4], margin limit [4], low-pass taps [12])`` for
+        ``h x w`` images: the output corners about the centre, the filters' support, one image
+        side, the normalised SYM6 filter."""
+        key = ("geometric", dev, dtype, h, w)
+        if key not in self._cache:
+            cx, cy = (w - 1) / 2, (h - 1) / 2
+            taps = torch.tensor(SYM6, dtype=torch.float64)
+            self._cache[key] = tuple(t.to(device=dev, dtype=dtype) for t in (
+                torch.tensor([[-cx, -cy, 1], [cx, -cy, 1], [cx, cy, 1], [-cx, cy, 1]], dtype=torch.float64),
+                torch.tensor([2 * HZ_PAD - cx, 2 * HZ_PAD - cy] * 2, dtype=torch.float64),
+                torch.tensor([w - 1, h - 1] * 2, dtype=torch.float64),
+                taps / taps.sum()))
+        return self._cache[key]
+
+    def _colour_constants(self, dev: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """``(v [4], rgb [4,4])``: the unit luma axis ``(1, 1, 1, 0) / sqrt(3)`` and the
+        projection on the colour coordinates."""
+        key = ("colour", dev, dtype)
+        if key not in self._cache:
+            v = torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=torch.float64)
+            self._cache[key] = ((v / math.sqrt(3)).to(device=dev, dtype=dtype), torch.diag(v).to(device=dev, dtype=dtype))
+        return self._cache[key]
 
     def __call__(self, images: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         n, c, _, _ = images.shape
@@ -255,22 +282,22 @@ class OfficialPipeline:
         # strongly shrunk sample reads near the pad's edge, where the upsampling's zeros reach, so
         # its pixels depend on the batch's margin (by up to ~1e-4): the margin is that of the
         # global batch (one all-reduce of 4 numbers when training under several processes).
-        cx, cy = (w - 1) / 2, (h - 1) / 2
-        corners = torch.tensor([[-cx, -cy, 1], [cx, -cy, 1], [cx, cy, 1], [-cx, cy, 1]], device=dev, dtype=dtype)
+        corners, offset, limit, taps = self._constants(dev, dtype, h, w)
         xy = (G_inv @ corners.t())[:, :2, :].permute(1, 0, 2).flatten(1)  # [xy, N * corner]
         margin = torch.cat([-xy, xy]).amax(dim=1)  # left, top, right, bottom
-        margin = margin + torch.tensor([2 * HZ_PAD - cx, 2 * HZ_PAD - cy] * 2, device=dev, dtype=dtype)
-        margin = margin.clamp(min=0).minimum(torch.tensor([w - 1, h - 1] * 2, device=dev, dtype=dtype))
-        mx0, my0, mx1, my1 = (int(v) for v in _global_max(margin).ceil().tolist())
+        margin = (margin + offset).clamp(min=0).minimum(limit)
+        # The call's one host read (the reference's too: the pad widths must be Python ints),
+        # which also brings the number of touched samples.
+        count = touched.sum().reshape(1).to(dtype)
+        mx0, my0, mx1, my1, k = (int(v) for v in torch.cat([_global_max(margin).ceil(), count]).tolist())
         # Only the touched samples are resampled (the others are returned as they are): the
-        # padded, upsampled images are up to 36 times larger than the input.
-        picked = touched.nonzero().squeeze(1)
-        if picked.numel() == 0:
+        # padded, upsampled images are up to 36 times larger than the input. Their indices,
+        # ascending, without nonzero's second sync: a stable sort puts the touched first.
+        if k == 0:
             return images
+        picked = torch.argsort((~touched).to(torch.uint8), stable=True)[:k]
         x = F.pad(images.index_select(0, picked).to(dtype), [mx0, mx1, my0, my1], mode="reflect")
         G = _const(_translate((mx0 - mx1) / 2, (my0 - my1) / 2, one)) @ G_inv.index_select(0, picked)
-        taps = torch.tensor(SYM6, device=dev, dtype=torch.float64)
-        taps = (taps / taps.sum()).to(dtype)
         x = upsample2x(x, taps)
         # Into the upsampled image's pixels: twice the scale, pixel centres half a pixel in.
         G = _const(_scale(2, 2, one)) @ G @ _const(_scale(0.5, 0.5, one))
@@ -311,7 +338,7 @@ class OfficialPipeline:
         if "contrast" in on:
             k = gate(torch.exp2(normal() * o.contrast_std), 1.0)
             C = _matrix([[k, 0, 0, 0], [0, k, 0, 0], [0, 0, k, 0], [0, 0, 0, 1]], like) @ C
-        v = (torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=torch.float64) / math.sqrt(3)).to(device=dev, dtype=dtype)
+        v, rgb = self._colour_constants(dev, dtype)
         vv = torch.outer(v, v)
         if "lumaflip" in on:
             i = gate(torch.floor(uniform(1, 1) * 2), 0.0, shape=(1, 1))
@@ -322,7 +349,6 @@ class OfficialPipeline:
             cross = torch.zeros(4, 4, device=dev, dtype=dtype)
             cross[0, 1], cross[0, 2], cross[1, 2] = -v[2], v[1], -v[0]
             cross = cross - cross.t()
-            rgb = torch.diag(torch.tensor([1.0, 1.0, 1.0, 0.0], device=dev, dtype=dtype))
             C = (torch.cos(theta) * rgb + torch.sin(theta) * cross + (1 - torch.cos(theta)) * vv
                  + (eye - rgb)) @ C
         if "saturation" in on and c > 1:

@@ -87,9 +87,10 @@ def step_finished(run, stats):
     if not st or st["progress"] is None:
         return
     now = time.perf_counter()
-    if now - st["last_t"] >= 0.5:
-        st["img_s"] = (run.cur_nimg - st["last_nimg"]) / (now - st["last_t"])
-        st["last_t"], st["last_nimg"] = now, run.cur_nimg
+    if now - st["last_t"] < 0.5:
+        return  # reading the stats is a host-device sync: the bar refreshes twice a second at most
+    st["img_s"] = (run.cur_nimg - st["last_nimg"]) / (now - st["last_t"])
+    st["last_t"], st["last_nimg"] = now, run.cur_nimg
     st["progress"].update(
         st["task"], completed=min(run.cur_nimg, run.total_nimg), phase=_phase_text(run.phase),
         kimg=f"{run.cur_nimg / 1000:.1f}/{run.total_nimg / 1000:g}",

@@ -12,7 +12,6 @@ fires from a ``finally``, on success, error and interrupt alike.
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,8 +22,9 @@ from gan_kit.plugin_api.components import DInputs, GInputs, bind_labels
 from gan_kit.training.data import GankitLoader, PhaseBatchSampler, make_loader
 from gan_kit.training.ema import ema_beta, update_ema
 from gan_kit.runs.engine.interrupts import interrupts, stop_on_interrupt
+from gan_kit.runs.engine.stats import StepStats, stack_stats
 from gan_kit.runs.engine.ticks import Ticks, TrainClock
-from gan_kit.base.errors import GankitError, Interrupted, TrainingError
+from gan_kit.base.errors import GankitError, Interrupted
 from gan_kit.base.phase import Phase, fade_real
 from gan_kit.base.randomness import sharded
 from gan_kit.runs.resume import ResumePoint, resume_run
@@ -33,6 +33,7 @@ from gan_kit.runs.rundir import clear_run_dir, preflight, resume_command, run_di
 from gan_kit.runs.lock import RunLock, lock_run_dir
 from gan_kit.base.stash import StashKey
 from gan_kit.training.step import StepContext
+from gan_kit.training.step.finite import scale_of
 
 __all__ = ["Run", "train", "train_step", "split_reals", "lazy_regularization", "Ticks", "resolve_device", "preflight"]
 
@@ -76,21 +77,18 @@ def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
             timed_out = False
             while run.cur_nimg < run.total_nimg and not timed_out and (max_steps is None or steps < max_steps):
                 phase = run.growth.phase_at(run.cur_nimg)
+                if phase.index != run.phase.index:
+                    ticks.settle()  # the finished phase's stats and non-finite flags, before its checkpoint
                 _enter_phase(run, phase, first=False)
-                stats = train_step(run, phase, next(batches), interrupted=lambda: interrupt.requested,
-                                   out_of_time=clock.out_of_time)
+                stats = train_step(run, phase, next(batches))
                 steps += 1
                 clock.update()
-                # Every process stops at the same iteration: the flag travels with the stats.
-                timed_out = stats.pop("Interrupt/out_of_time", 0.0) > 0
-                # Several processes stop at the iteration where one of them saw the signal (the
-                # flag travels with the stats' all-reduce); one process also stops for a signal
-                # that came during the step's hooks.
-                stop = stats.pop("Interrupt/requested", 0.0) > 0 or (run.world_size == 1 and interrupt.requested)
                 ticks.add(stats)
+                stop, timed_out = _stop_flags(run, interrupt.requested, clock.out_of_time(), ticks.due())
                 if ticks.due() and run.cur_nimg < run.total_nimg and not timed_out:
                     ticks.finish(final=False)  # a tick that ends at this step is written before stopping
                 if stop:
+                    ticks.settle()  # a non-finite "stop" pending wins: no checkpoint after it
                     stop_on_interrupt(run, interrupt.signal_name)
             final = run.cur_nimg >= run.total_nimg or timed_out
             stats = ticks.finish(final=final)
@@ -108,6 +106,24 @@ def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
     finally:
         loader.close()  # its worker processes, however training ended
         run.hook.run_teardown(run=run, error=error)
+
+
+#: Under several processes the interrupt and time-limit flags are combined across processes every
+#: this many iterations (and at every tick): one small all-reduce, the only host sync in between.
+FLAG_EVERY = 8
+
+
+def _stop_flags(run: Run, requested: bool, out_of_time: bool, tick_due: bool) -> tuple[bool, bool]:
+    """``(stop, timed_out)`` after an iteration: this process's own flags with one process; with
+    several, every process stops at the same iteration, the first (every ``FLAG_EVERY`` steps or
+    at a tick) after one of them saw a signal or ran out of time."""
+    if run.world_size == 1:
+        return requested, out_of_time
+    if run.step % FLAG_EVERY and not tick_due:
+        return False, False
+    from gan_kit.training.distributed import flags_over_processes
+
+    return flags_over_processes([requested, out_of_time], run.device)
 
 
 def _open_run_dir(run: Run, resume: bool | str | Path | ResumePoint, overwrite: bool) -> RunLock | None:
@@ -234,21 +250,27 @@ def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
 
 
 def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupted: Any = None,
-               out_of_time: Any = None) -> dict[str, float]:
+               out_of_time: Any = None) -> StepStats:
     """One training iteration on ``batch`` (this process's real images for it, or ``(images,
-    labels)`` in a class-conditional run): the strategy's
-    D and G steps, the lazy regularisation steps due, the GradScaler update, G_ema, and the
-    progress counters. Returns the iteration's stats as floats (averaged over processes), with
-    ``Interrupt/requested`` > 0 when ``interrupted()`` was true on some process, and
-    ``Interrupt/out_of_time`` > 0 when ``out_of_time()`` was (``run.max_minutes``).
+    labels)`` in a class-conditional run): the strategy's D and G steps, the lazy regularisation
+    steps due, the GradScaler update, G_ema, and the progress counters. No host-device sync: the
+    returned ``StepStats`` (this process's values) stay on the device until read, and the engine
+    reads them at the tick (``Ticks.settle``). ``Interrupt/requested`` / ``Interrupt/out_of_time``
+    are 1.0 when ``interrupted()`` / ``out_of_time()`` were true (host flags; omitted when not
+    given).
 
-    A non-finite loss or gradient (found before any optimizer step) stops the run with
-    ``TrainingError`` (``run.on_nonfinite = "stop"``) or skips the rest of the iteration and its
-    G_ema update (``"skip"``).
+    A non-finite gradient (found on the device before each optimizer step) skips that step, every
+    later step of the iteration and its G_ema update, on the device (``gan_kit.training.step.finite``); a
+    non-finite stat skips the G_ema update. ``Ticks.settle`` then stops the run with
+    ``TrainingError`` (``run.on_nonfinite = "stop"``: no step is taken after the bad one until
+    then) or counts the skipped iteration (``"skip"``).
     """
     images, labels = batch if isinstance(batch, (tuple, list)) else (batch, None)
     ctx = run.step_context(phase, split_reals(run, phase, images), split_labels(run, labels))
-    scale = run.scaler.get_scale() if run.scaler is not None else None
+    guard = run.finite_guard
+    guard.begin()
+    halted = guard.halted
+    scale = scale_of(run.scaler, run.device).clone() if run.scaler is not None else None
     # Every per-sample draw inside (augmentation, noise maps, mixing latents) is for the global
     # batch, sliced to this process (gan_kit.base.randomness).
     with sharded(run.rank, run.world_size):
@@ -256,31 +278,41 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
         raw.update(lazy_regularization(run, ctx))
     raw.update(run.augment.end_step(run.step + 1, phase.batch_size * run.strategy.d_steps))
     scaler_skipped = _update_scaler(run, scale)
-    if run.world_size > 1:
+    if run.buffers_each_step:  # per-process BatchNorm statistics (the CPU: no SyncBatchNorm there)
         from gan_kit.training.distributed import broadcast_buffers
 
-        broadcast_buffers(run.G, run.D)
-    stats = _to_floats(raw)
-    stats["Interrupt/requested"] = float(bool(interrupted and interrupted()))
-    stats["Interrupt/out_of_time"] = float(bool(out_of_time and out_of_time()))
-    if ctx.nonfinite is not None:
-        stats[f"Grad/{ctx.nonfinite}"] = math.nan
+        broadcast_buffers(*run.buffers_each_step)
+    host, keys, values = stack_stats(raw, [], run.device)
+    no = torch.zeros((), dtype=torch.bool, device=run.device)
+    grad_G, grad_D = guard.grad_bad.get("G", no), guard.grad_bad.get("D", no)
+    bad = grad_G | grad_D | (~torch.isfinite(values).all() if keys else no)
+    if ctx.nonfinite is not None:  # a strategy's own StepContext checked on the host
+        bad = bad | torch.ones((), dtype=torch.bool, device=run.device)
+    if scaler_skipped is not None:
+        bad = bad & ~scaler_skipped  # an fp16 overflow the scaler skipped is normal, not divergence
     if run.world_size > 1:
-        from gan_kit.training.distributed import average_stats
+        from gan_kit.training.distributed import any_over_processes
 
-        stats = average_stats(stats, run.device)  # a NaN or an interrupt on one process reaches all
+        bad = any_over_processes(bad)  # every process skips (or stops at) the same iteration
+    guard.end(bad)
+    flags = [grad_G, grad_D, bad, scaler_skipped if scaler_skipped is not None else no]
+    vector = torch.cat([values, torch.stack([f.float() for f in flags])])
+    if interrupted is not None:
+        host["Interrupt/requested"] = float(bool(interrupted()))
+    if out_of_time is not None:
+        host["Interrupt/out_of_time"] = float(bool(out_of_time()))
     nimg_before = run.cur_nimg
     run.cur_nimg += phase.batch_size * run.strategy.d_steps
     run.step += 1
     run.d_step += run.strategy.d_steps
-    bad = None if scaler_skipped else _first_nonfinite(stats)
-    if bad is not None:
-        _on_nonfinite(run, phase, bad, stats)
-    elif not scaler_skipped:
-        # The ramp-up reads the images shown *before* this iteration (StyleGAN2-ADA's
-        # training_loop: beta = 0 at the first step, so G_ema starts as a copy of G).
-        e = run.recipe.ema
-        update_ema(run.G_ema, run.G, ema_beta(e.decay, e.half_life_kimg, e.rampup, phase.batch_size, nimg_before))
+    # The ramp-up reads the images shown *before* this iteration (StyleGAN2-ADA's
+    # training_loop: beta = 0 at the first step, so G_ema starts as a copy of G). Left as it is
+    # for a skipped iteration, decided on the device.
+    e = run.recipe.ema
+    skip_ema = bad | halted | (scaler_skipped if scaler_skipped is not None else no)
+    update_ema(run.G_ema, run.G, ema_beta(e.decay, e.half_life_kimg, e.rampup, phase.batch_size, nimg_before),
+               skip=skip_ema)
+    stats = StepStats(host, keys, vector, step=run.step, nimg=run.cur_nimg, resolution=phase.resolution)
     run.hook.step_finished(run=run, stats=stats)
     return stats
 
@@ -306,42 +338,11 @@ def _strategy_stats(run: Run, ctx: StepContext) -> dict[str, Any]:
     return dict(raw)
 
 
-def _update_scaler(run: Run, scale: float | None) -> bool:
-    """Update the GradScaler after both networks' steps; True when it skipped an overflowed step
-    (the normal fp16 overflow handling, not divergence, unless the scale collapses)."""
+def _update_scaler(run: Run, scale: torch.Tensor | None) -> torch.Tensor | None:
+    """Update the GradScaler after both networks' steps; returns a device bool, true when it
+    skipped an overflowed step (the normal fp16 overflow handling, not divergence). A collapsed
+    scale is found at the tick (``Ticks.settle``)."""
     if run.scaler is None:
-        return False
+        return None
     run.scaler.update()
-    if run.scaler.get_scale() < 1e-6:
-        raise TrainingError(f"step {run.step + 1}: the fp16 loss scale collapsed to {run.scaler.get_scale():.3g}; "
-                            f"training diverged (try precision = \"bf16\")")
-    return run.scaler.get_scale() < scale
-
-
-def _on_nonfinite(run: Run, phase: Phase, bad: str, stats: dict[str, float]) -> None:
-    what = f"the {bad[5:]} gradient" if bad.startswith("Grad/") else bad
-    if run.recipe.run.on_nonfinite == "stop":
-        where = f" (last good checkpoint: {run.last_checkpoint})" if run.last_checkpoint else ""
-        raise TrainingError(
-            f"step {run.step} (kimg {run.cur_nimg / 1000:.3f}, {phase.resolution}px): {what} is "
-            f"{stats[bad]}; stopped before any update with it{where}. Lower optim.lr, add a penalty, or set "
-            f"run.on_nonfinite = \"skip\"")
-    run.skipped_steps += 1
-    if run.skipped_steps > run.recipe.run.max_skipped:
-        raise TrainingError(
-            f"step {run.step}: {run.skipped_steps} steps skipped for non-finite values (last: {what}), "
-            f"more than run.max_skipped = {run.recipe.run.max_skipped}; training diverged")
-
-
-def _first_nonfinite(stats: dict[str, float]) -> str | None:
-    return next((k for k, v in stats.items() if isinstance(v, float) and not math.isfinite(v)), None)
-
-
-def _to_floats(stats: dict[str, Any]) -> dict[str, float]:
-    """Convert tensor stats with one device sync."""
-    keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
-    out = {k: float(v) for k, v in stats.items() if not isinstance(v, torch.Tensor)}
-    if keys:
-        values = torch.stack([stats[k].detach().float().reshape(()) for k in keys]).cpu().tolist()
-        out.update(zip(keys, values))
-    return out
+    return scale_of(run.scaler, run.device) < scale

@@ -1,6 +1,12 @@
 """Ticks: the per-tick averages of the step stats and ``tick_finished`` every ``run.tick_kimg``
 thousand images (``Ticks``), and the training-time clock behind ``run.max_minutes``
-(``TrainClock``)."""
+(``TrainClock``).
+
+The iterations' stats stay on the device until ``Ticks.settle`` reads them all with one copy
+(at the tick, at a phase change, before an interrupt's checkpoint): the one host-device sync of
+the iterations between two ticks (docs/performance.md, "Host syncs"). ``settle`` also applies
+``run.on_nonfinite`` to the flags the device recorded (``gan_kit.training.step.finite``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,10 @@ import math
 import time
 from typing import Any
 
+import torch
+
+from gan_kit.runs.engine.stats import StepStats
+from gan_kit.base.errors import TrainingError
 from gan_kit.runs.run import Run
 
 __all__ = ["Ticks", "TrainClock"]
@@ -25,13 +35,43 @@ class Ticks:
         self.start_time = time.perf_counter()
         self.start_nimg = run.cur_nimg
         self.next_nimg = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
+        self.pending: list[StepStats | dict[str, float]] = []
 
-    def add(self, stats: dict[str, float]) -> None:
-        for k, v in stats.items():
-            if k.startswith("Interrupt/") or not math.isfinite(v):
-                continue
-            self.sums[k] = self.sums.get(k, 0.0) + v
-            self.counts[k] = self.counts.get(k, 0) + 1
+    def add(self, stats: StepStats | dict[str, float]) -> None:
+        """Keep an iteration's stats for the tick (read at ``settle``, not now)."""
+        self.pending.append(stats)
+
+    def settle(self) -> None:
+        """Read every pending iteration's stats (one device-to-host copy for all), apply the
+        non-finite policy to them in order, and add the finite ones to the tick's sums.
+
+        Raises ``TrainingError`` under ``run.on_nonfinite = "stop"`` at the first bad iteration
+        (the guard took no step after it, so the weights are those from before it), under
+        ``"skip"`` when more than ``run.max_skipped`` iterations were skipped, and when the fp16
+        loss scale collapsed."""
+        run = self.run
+        pending, self.pending = self.pending, []
+        lazy = [s for s in pending if isinstance(s, StepStats) and not s.materialised]
+        if lazy:
+            flat = torch.cat([s.vector for s in lazy]).cpu().tolist()
+            at = 0
+            for s in lazy:
+                n = s.vector.numel()
+                s.materialise(flat[at:at + n])
+                at += n
+        for s in pending:
+            floats = s.materialise() if isinstance(s, StepStats) else s
+            bad = s.flags.get("bad", False) if isinstance(s, StepStats) else _first_nonfinite(floats) is not None
+            if bad:
+                _on_nonfinite(run, s, floats)
+            for k, v in floats.items():
+                if k.startswith("Interrupt/") or not math.isfinite(v):
+                    continue
+                self.sums[k] = self.sums.get(k, 0.0) + v
+                self.counts[k] = self.counts.get(k, 0) + 1
+        if run.scaler is not None and pending and run.scaler.get_scale() < 1e-6:
+            raise TrainingError(f"step {run.step}: the fp16 loss scale collapsed to {run.scaler.get_scale():.3g}; "
+                                f"training diverged (try precision = \"bf16\")")
 
     def due(self) -> bool:
         return self.run.cur_nimg >= self.next_nimg
@@ -41,10 +81,11 @@ class Ticks:
         ``run.tick`` counts the finished tick before the hooks run, so a checkpoint written by
         them resumes with the next tick number."""
         run = self.run
+        self.settle()  # the tick's one read of the device: stats and non-finite flags
         run.check_in_sync()  # before the tick's hooks write a checkpoint
         run.refresh_G_ema()
         elapsed = max(time.perf_counter() - self.start_time, 1e-9)
-        stats: dict[str, Any] = {k: v / self.counts[k] for k, v in self.sums.items()}
+        stats: dict[str, Any] = self._averages()
         stats.update({
             "Progress/tick": run.tick,
             "Progress/kimg": run.cur_nimg / 1000.0,
@@ -65,6 +106,46 @@ class Ticks:
         self.start_time, self.start_nimg = time.perf_counter(), run.cur_nimg
         self.next_nimg = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
         return stats
+
+
+    def _averages(self) -> dict[str, float]:
+        """Each stat's mean over the tick's iterations (and, with several processes, over all
+        of them: one all-reduce of the sums and counts)."""
+        keys = sorted(self.sums)
+        if self.run.world_size > 1:
+            from gan_kit.training.distributed import sum_over_processes
+
+            both = sum_over_processes([self.sums[k] for k in keys] + [float(self.counts[k]) for k in keys],
+                                      self.run.device)
+            sums, counts = both[:len(keys)], both[len(keys):]
+            return {k: v / n for k, v, n in zip(keys, sums, counts) if n}
+        return {k: self.sums[k] / self.counts[k] for k in self.sums}
+
+
+def _first_nonfinite(stats: dict[str, float]) -> str | None:
+    return next((k for k, v in stats.items() if isinstance(v, float) and not math.isfinite(v)), None)
+
+
+def _on_nonfinite(run: Run, s: Any, stats: dict[str, float]) -> None:
+    """``run.on_nonfinite`` for the bad iteration ``s`` (its stats ``stats``)."""
+    step = getattr(s, "step", run.step)
+    bad = _first_nonfinite(stats)
+    if bad is None:
+        what, value = "a value on another process", "non-finite"
+    else:
+        what = f"the {bad[5:]} gradient" if bad.startswith("Grad/") else bad
+        value = stats[bad]
+    if run.recipe.run.on_nonfinite == "stop":
+        where = f" (last good checkpoint: {run.last_checkpoint})" if run.last_checkpoint else ""
+        kimg, res = getattr(s, "nimg", run.cur_nimg) / 1000, getattr(s, "resolution", run.phase.resolution)
+        raise TrainingError(
+            f"step {step} (kimg {kimg:.3f}, {res}px): {what} is {value}; stopped before any update with it{where}. "
+            f"Lower optim.lr, add a penalty, or set run.on_nonfinite = \"skip\"")
+    run.skipped_steps += 1
+    if run.skipped_steps > run.recipe.run.max_skipped:
+        raise TrainingError(
+            f"step {step}: {run.skipped_steps} steps skipped for non-finite values (last: {what}), "
+            f"more than run.max_skipped = {run.recipe.run.max_skipped}; training diverged")
 
 
 class TrainClock:

@@ -31,6 +31,7 @@ from gan_kit.runs.run.images import RunImages
 from gan_kit.runs.run.state import RunCheckpoints
 from gan_kit.base.stash import Stash
 from gan_kit.training.step import StepContext
+from gan_kit.training.step.finite import FiniteGuard
 from gan_kit.base.threads import set_threads
 
 __all__ = ["Run", "resolve_device", "seed_everything"]
@@ -111,6 +112,10 @@ class Run(RunBuilding, RunImages, RunCheckpoints):
         self._build_optimizers()
         self._build_precision()
         self._check_batches()
+        if recipe.run.compile:
+            from gan_kit.training.networks import plan_recompiles
+
+            plan_recompiles(len(self.phases()))  # every phase's graphs fit dynamo's cache
         # Fixed latents for sample grids come from their own generator so that drawing them never
         # moves the training RNG (exact resume).
         gen = torch.Generator().manual_seed(recipe.run.seed + 12345)
@@ -124,6 +129,9 @@ class Run(RunBuilding, RunImages, RunCheckpoints):
             n = self.grid_nrow * self.num_classes
             self.fixed_labels = torch.arange(self.num_classes).repeat_interleave(self.grid_nrow)
         self.fixed_z = torch.randn(n, self.latent_dim, generator=gen)
+        #: The non-finite policy's device-side flags (gan_kit.training.step.finite); the engine reads them
+        #: at the tick. Sticky under "stop": no step after the first bad one.
+        self.finite_guard = FiniteGuard(self.device, sticky=recipe.run.on_nonfinite == "stop")
 
     # --------------------------------------------------------------------------- per step --
 
@@ -140,7 +148,7 @@ class Run(RunBuilding, RunImages, RunCheckpoints):
                            step=self.step, d_step=self.d_step, rank=self.rank, world_size=self.world_size,
                            D_penalty=self.D_penalty, G_penalty=self.G_penalty,
                            all_reduce_grads=self.all_reduce_grads, augment=self.augment,
-                           joint_d_forward=self.arch.joint_d_forward)
+                           joint_d_forward=self.arch.joint_d_forward, guard=self.finite_guard)
 
     def latent(self, n: int) -> torch.Tensor:
         """Latents ``z[n, latent_dim]`` for this process: drawn for all processes together and
@@ -159,13 +167,18 @@ class Run(RunBuilding, RunImages, RunCheckpoints):
             set_phase(net, phase.resolution, phase.alpha)
 
     def check_in_sync(self) -> None:
-        """Raise ``TrainingError`` when G's or D's weights differ across processes (a collective;
-        a no-op with one process). Called at every tick and phase change, before the hooks that
+        """Give every process rank 0's buffers, then raise ``TrainingError`` when G's or D's
+        weights differ across processes (collectives; a no-op with one process). Called at
+        every tick and phase change, before the hooks that
         write checkpoints: a gradient DDP never saw is the silent multi-GPU bug this catches."""
         if self.world_size < 2:
             return
-        from gan_kit.training.distributed import out_of_sync
+        from gan_kit.training.distributed import broadcast_buffers, out_of_sync
 
+        # Buffers (BatchNorm running statistics, StyleGAN2's w_avg) follow rank 0 here, at the
+        # boundaries where a checkpoint may be written, not after every iteration: no network
+        # reads them while it trains (BatchNorm normalises with the batch's own statistics).
+        broadcast_buffers(self.G, self.D)
         bad = out_of_sync({"G": self.G, "D": self.D}, self.world_size)
         if bad:
             fix = ('its strategy must make weight gradients with ctx.backward(loss, net), not torch.autograd.grad '

@@ -99,9 +99,17 @@ class RunBuilding:
         self.G_ema = make_ema(self.G)
         self.all_reduce_grads = self.world_size > 1 and r.run.grad_sync == "all-reduce"
         self.augment = self.build(r.augment)
+        #: Networks whose buffers change every iteration and differ per process (BatchNorm
+        #: without SyncBatchNorm): broadcast from rank 0 after every iteration; all other buffers
+        #: at ticks, phase changes and checkpoints (Run.check_in_sync).
         views = training_views(self.G, self.D, recipe=r, device=self.device, world_size=self.world_size,
                                augment=self.augment if r.augment.name != "none" else None)
         self.G_train, self.D_train, self.G_penalty, self.D_penalty = views
+        self.buffers_each_step: list = []
+        if self.world_size > 1:
+            from gan_kit.training.distributed import has_batchnorm
+
+            self.buffers_each_step = [net for net in (self.G, self.D) if has_batchnorm(net)]
 
     def _build_objectives(self) -> None:
         r = self.recipe
@@ -149,9 +157,12 @@ class RunBuilding:
     def _optimizer(self, net: nn.Module, lr: float, ratio: float = 1.0) -> torch.optim.Optimizer:
         o = self.recipe.optim
         params = list(net.parameters())
+        # Fused optimizers on the CPU as on CUDA: they take the non-finite policy's and the
+        # GradScaler's skip flag on the device (found_inf), so a step costs no host sync
+        # (gan_kit.training.step.finite), and the CPU runs the code path a GPU run does.
+        kwargs = {"fused": True} if self.device.type in ("cuda", "cpu") else {}
         if o.name == "sgd":
-            return torch.optim.SGD(params, lr=lr * ratio)
-        kwargs = {"fused": True} if self.device.type == "cuda" else {}
+            return torch.optim.SGD(params, lr=lr * ratio, **kwargs)
         betas = (o.betas[0] ** ratio, o.betas[1] ** ratio)
         return torch.optim.Adam(params, lr=lr * ratio, betas=betas, eps=o.eps, **kwargs)
 

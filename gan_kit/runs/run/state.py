@@ -35,7 +35,9 @@ class RunCheckpoints:
                 out[name] = comp
         return out
 
-    def state_dict(self) -> dict:
+    def state_dict(self, rng: dict | None = None) -> dict:
+        """Everything ``load_state_dict`` restores. ``rng``: ``checkpoint.rng_state``'s dict
+        already gathered from every process (``save_checkpoint``); taken here otherwise."""
         return {
             "gankit_version": __version__,
             "channels": self.channels,
@@ -57,7 +59,7 @@ class RunCheckpoints:
             "train_seconds": self.train_seconds,
             "tick_stats": {k: [v, self.tick_counts[k]] for k, v in self.tick_sums.items()},
             "phase": _phase_dict(self.phase),
-            "rng": ckpt.rng_state(),
+            "rng": rng if rng is not None else ckpt.rng_state(self.device, self.world_size),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -82,7 +84,7 @@ class RunCheckpoints:
         self.tick_counts.clear()
         for k, (v, n) in state.get("tick_stats", {}).items():
             self.tick_sums[k], self.tick_counts[k] = float(v), int(n)
-        ckpt.set_rng_state(state["rng"])
+        ckpt.set_rng_state(state["rng"], self.device, self.rank)
 
     def save_checkpoint(self, name: str = "latest", phase: Phase | None = None) -> Path | None:
         """Write ``checkpoints/<name>.pt`` atomically (rank 0 only) and fire ``checkpoint_saved``.
@@ -93,6 +95,7 @@ class RunCheckpoints:
         (``TrainingError``) to write weights that hold NaN/inf: a checkpoint is always one a run
         can continue from.
         """
+        rng = ckpt.rng_state(self.device, self.world_size)  # a collective on CUDA: before rank 0 alone goes on
         if not self.is_main:
             return None
         bad = [label for label, net in (("G", self.G), ("D", self.D), ("G_ema", self.G_ema))
@@ -101,7 +104,7 @@ class RunCheckpoints:
             where = f" (last good checkpoint: {self.last_checkpoint})" if self.last_checkpoint else ""
             raise TrainingError(f"step {self.step}: non-finite weights in {' and '.join(bad)}; not writing "
                                 f"checkpoints/{name}.pt{where}")
-        state = self.state_dict()
+        state = self.state_dict(rng)
         if phase is not None:
             state["phase"] = _phase_dict(phase)
         path = ckpt.save_atomic(state, self.out_dir / "checkpoints" / f"{name}.pt")

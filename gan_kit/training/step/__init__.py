@@ -51,6 +51,7 @@ from torch import nn
 from gan_kit.plugin_api.components import Loss, WeightedPenalty
 from gan_kit.base.phase import Phase
 from gan_kit.base.randomness import batch_rand
+from gan_kit.training.step.finite import scale_of
 from gan_kit.training.step.objectives import Objectives
 
 __all__ = ["StepContext"]
@@ -104,7 +105,11 @@ class StepContext(Objectives):
     augment: Any = None
     joint_d_forward: bool = False
     check_nonfinite: bool = True
-    #: The first non-finite gradient found (``"G"`` / ``"D"``), set by ``step``; None if none.
+    #: The engine's device-side non-finite policy (``gan_kit.training.step.finite.FiniteGuard``); None:
+    #: the check runs on the host before each step (one sync each), as for a bare StepContext.
+    guard: Any = None
+    #: The first non-finite gradient found by the host check (``"G"`` / ``"D"``); None if none
+    #: (the device check reports through ``guard`` instead).
     nonfinite: str | None = None
     #: Networks whose optimizer stepped this iteration (``"G"``, ``"D"``).
     stepped: set = attrs.field(factory=set, init=False, repr=False)
@@ -174,9 +179,11 @@ class StepContext(Objectives):
         Under several processes with ``run.grad_sync = "all-reduce"`` the gradients are averaged
         first. Under fp16 the GradScaler steps (it skips a step whose gradients overflowed and
         lowers its scale). Otherwise, with ``run.on_nonfinite`` ``"stop"`` or ``"skip"``, gradients
-        holding NaN/inf are found before the update (one device sync per call on a GPU): the step
-        is not taken and ``ctx.nonfinite`` names the network, so the engine stops or skips the
-        iteration before any weight, optimizer state or G_ema changes.
+        holding NaN/inf are found before the update and the step is not taken, nor any later step
+        of the iteration, nor its G_ema update. In the engine that check stays on the device
+        (``gan_kit.training.step.finite``: no host sync; the engine applies the policy at the tick, and
+        this returns True for a step it issued); a bare StepContext checks on the host (one sync)
+        and returns False with ``ctx.nonfinite`` naming the network.
         """
         name = self._name(net)
         opt = self._opt(name)
@@ -196,6 +203,10 @@ class StepContext(Objectives):
                 self._scaler_stepped.clear()
             self.scaler.step(opt)  # the scaler already skips steps with inf/NaN gradients
             self._scaler_stepped.add(id(opt))
+            _drop_autocast_cache()
+            return True
+        if self.guard is not None:
+            self.guard.step(opt, name)
             _drop_autocast_cache()
             return True
         if self.check_nonfinite and not _all_finite(opt):
@@ -245,8 +256,10 @@ class StepContext(Objectives):
             grads = torch.autograd.grad(out, xs, create_graph=create_graph)
         grads = tuple(g.float() for g in grads)
         if self.scaler is not None:
-            inv = 1.0 / self.scaler.get_scale()
-            grads = tuple(g * inv for g in grads)
+            # The scale as a device tensor (get_scale() would read it on the host: a sync);
+            # a power of two, so dividing is exact as multiplying by its inverse was.
+            scale = scale_of(self.scaler, grads[0].device)
+            grads = tuple(g / scale for g in grads)
         return grads[0] if single else grads
 
     def input_gradients(self, D: nn.Module, x: torch.Tensor) -> torch.Tensor:

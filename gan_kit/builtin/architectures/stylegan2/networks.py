@@ -51,7 +51,10 @@ class MappingNetwork(nn.Module):
     def forward(self, z: torch.Tensor | None, labels: torch.Tensor | None = None) -> torch.Tensor:
         parts = [_normalize(z)] if self.z_dim else []
         if self.embed is not None:
-            one_hot = F.one_hot(labels, self.num_classes).to(self.embed.weight.dtype)
+            # A comparison, not F.one_hot: that one checks the labels' range on the host (a
+            # device sync per forward); the data set's labels are checked when it is built.
+            classes = torch.arange(self.num_classes, device=labels.device)
+            one_hot = (labels.unsqueeze(1) == classes).to(self.embed.weight.dtype)
             parts.append(_normalize(self.embed(one_hot)))
         x = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
         for layer in self.layers:
