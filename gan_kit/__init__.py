@@ -33,6 +33,7 @@ from gan_kit.layers import fan_in, init_gain, set_init_gain, weight_layers
 from gan_kit.options import option
 from gan_kit.phase import Phase
 from gan_kit.randomness import batch_rand, batch_randint, batch_randn
+from gan_kit.schedules import Schedule, warmed_up
 from gan_kit.distributed import mean_over_processes
 from gan_kit.stash import Stash, StashKey
 from gan_kit.step import StepContext
@@ -67,6 +68,7 @@ __all__ = [
     "Loss",
     "Metric",
     "Penalty",
+    "Schedule",
     "UpdateStrategy",
     # what components receive
     "BuildContext",
@@ -85,6 +87,8 @@ __all__ = [
     "fan_in",
     "init_gain",
     "set_init_gain",
+    # a linear warm-up for schedule shapes
+    "warmed_up",
     # per-sample random draws that match across process counts
     "batch_rand",
     "batch_randn",

@@ -186,9 +186,10 @@ class Penalty(ComponentBase):
         raise NotImplementedError
 
 
-@attrs.frozen
+@attrs.define
 class WeightedPenalty:
-    """A penalty instance with its recipe name (the stat ``Loss/D/<name>``) and weight."""
+    """A penalty instance with its recipe name (the stat ``Loss/D/<name>``) and weight (set
+    before every iteration when the recipe schedules it)."""
 
     name: str
     penalty: Penalty

@@ -21,6 +21,7 @@ KINDS: dict[str, str] = {
     "dataset": "register_datasets",
     "metric": "register_metrics",
     "augment": "register_augmentations",
+    "schedule": "register_schedules",
 }
 
 

@@ -29,7 +29,7 @@ __all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_r
 #: schedule must stay as the checkpoint was trained (a changed schedule would, e.g., skip a fade).
 MUTABLE = ("run.", "optim.lr", "optim.g_lr", "optim.d_lr", "optim.betas", "optim.eps", "ema.", "metric",
            "plugins", "disable_plugins")
-_PENALTY_WEIGHT = re.compile(r"penalty\[\d+\]\.weight$")
+_PENALTY_WEIGHT = re.compile(r"penalty\[\d+\]\.weight(\..+)?$")  # a constant, or its schedule's keys
 
 
 def mutable(key: str) -> bool:

@@ -213,6 +213,7 @@ EXAMPLE_OVERRIDES: dict[str, list[str]] = {
     "metric_plugin.py": ['metric=[{name="moment-gap", every_kimg=0.008, num_images=16}]'],
     "augment_plugin.py": ['augment={name="xflip", p=0.5}'],
     "lifecycle_plugin.py": [],
+    "schedule_plugin.py": ['optim.lr={schedule="restarts", start=0.002, end=0.0002, period_kimg=0.012}'],
 }
 
 
@@ -267,7 +268,7 @@ def test_example_plugin_trains_two_steps(filename, tmp_path):
     registered = {(c.kind, c.name) for c in run.registry if c.plugin == module.__name__}
     chosen = {(s.kind, s.name) for s in (run.recipe.data, run.recipe.architecture, run.recipe.init, run.recipe.loss,
                                          run.recipe.update, run.recipe.growth, run.recipe.augment,
-                                         *run.recipe.penalties, *run.recipe.metrics)}
+                                         *run.recipe.penalties, *run.recipe.metrics, *run.recipe.schedules)}
     assert registered <= chosen  # every component of the example is in use
     if filename == "penalty_plugin.py":
         # the two D penalties are in the D objective; the lazy G penalty ran at step 0 as its own step
@@ -281,6 +282,10 @@ def test_example_plugin_trains_two_steps(filename, tmp_path):
         assert 0 < stats["Metrics/moment-gap"] < 4
     if filename == "augment_plugin.py":
         assert stats["Augment/p"] == 0.5
+    if filename == "schedule_plugin.py":
+        # the second iteration (8 images shown) is 2/3 of the first 12-image period down the cosine
+        assert run.schedule_values["optim.lr"] == pytest.approx(0.0002 + 0.0018 * 0.5 * (1 + math.cos(math.pi * 8 / 12)))
+        assert run.recipe.schedules[0].options.period_kimg == 0.012
     if filename == "lifecycle_plugin.py":
         log = run.stash[module.log_key]
         assert (log.steps, log.phases, log.ticks) == (2, [4], 1)

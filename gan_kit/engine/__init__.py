@@ -146,6 +146,7 @@ def _open_run_dir(run: Run, resume: bool | str | Path, overwrite: bool) -> RunLo
                     f"{limit:g}; raise it to train further (--set run.max_minutes=...)")
         if run.is_main:
             write_recipe(run)
+        run.apply_schedules()  # at the resumed cur_nimg
         run.apply_optim_settings()
     except BaseException:
         if lock is not None:
@@ -246,6 +247,7 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
     G_ema update (``"skip"``).
     """
     images, labels = batch if isinstance(batch, (tuple, list)) else (batch, None)
+    run.apply_schedules()  # every scheduled option at this iteration's images shown (host floats only)
     ctx = run.step_context(phase, split_reals(run, phase, images), split_labels(run, labels))
     scale = run.scaler.get_scale() if run.scaler is not None else None
     # Every per-sample draw inside (augmentation, noise maps, mixing latents) is for the global
@@ -278,7 +280,7 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
     elif not scaler_skipped:
         # The ramp-up reads the images shown *before* this iteration (StyleGAN2-ADA's
         # training_loop: beta = 0 at the first step, so G_ema starts as a copy of G).
-        e = run.recipe.ema
+        e = run.ema_options  # the recipe's [ema], scheduled values in force
         update_ema(run.G_ema, run.G, ema_beta(e.decay, e.half_life_kimg, e.rampup, phase.batch_size, nimg_before))
     run.hook.step_finished(run=run, stats=stats)
     return stats

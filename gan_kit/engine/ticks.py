@@ -58,6 +58,8 @@ class Ticks:
             "Timing/img_per_s": (run.cur_nimg - self.start_nimg) / elapsed,
             "Timing/train_s": run.train_seconds,
         })
+        # each scheduled option's value in the tick's last iteration (Schedule/optim.lr)
+        stats.update({f"Schedule/{k}": v for k, v in run.schedule_values.items()})
         run.tick += 1
         self.sums.clear()
         self.counts.clear()

@@ -155,9 +155,12 @@ class RunBuilding:
 
     def apply_optim_settings(self) -> None:
         """Set each optimizer's lr (base x phase scale x lazy ratio), betas and eps from the
-        recipe: after every phase change, and after a resume (a loaded optimizer state brings
-        the old hyper-parameters with it)."""
-        o = self.recipe.optim
+        recipe's values in force (``optim_options``: scheduled ones at the images shown): after
+        every phase change, after a resume (a loaded optimizer state brings the old
+        hyper-parameters with it), and before every iteration when ``[optim]`` is scheduled."""
+        o = getattr(self, "optim_options", self.recipe.optim)
+        self.g_lr = o.g_lr if o.g_lr is not None else o.lr
+        self.d_lr = o.d_lr if o.d_lr is not None else o.lr
         scale = self.phase.lr_scale if self.phase is not None else 1.0
         for opt, base, net in ((self.opt_G, self.g_lr, "G"), (self.opt_D, self.d_lr, "D")):
             ratio = self.lazy_ratio(net)
