@@ -31,6 +31,7 @@ from gan_kit.errors import CheckpointError, GankitError, PluginError, RecipeErro
 from gan_kit.hookspecs import Register, hookimpl
 from gan_kit.layers import fan_in, init_gain, set_init_gain, weight_layers
 from gan_kit.options import option
+from gan_kit.ownership import FrozenFile, load_frozen, own_init
 from gan_kit.phase import Phase
 from gan_kit.randomness import batch_rand, batch_randint, batch_randn
 from gan_kit.schedules import Schedule, warmed_up
@@ -87,6 +88,10 @@ __all__ = [
     "fan_in",
     "init_gain",
     "set_init_gain",
+    # who owns which weights: the architecture's own initialisation, frozen sub-networks from files
+    "own_init",
+    "load_frozen",
+    "FrozenFile",
     # a linear warm-up for schedule shapes
     "warmed_up",
     # per-sample random draws that match across process counts

@@ -131,12 +131,14 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu", state: 
                        num_classes=int(state.get("num_classes", 0)))
     arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
     G, _ = arch.build(recipe.resolution, channels)
-    plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx).apply(G)
-    if recipe.architecture.slot.spectral_norm in ("G", "both"):
-        from gan_kit.networks import apply_spectral_norm
+    from gan_kit.networks import apply_spectral_norm, initialise
+    from gan_kit.ownership import load_without_frozen
 
+    initialise(G, plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx),
+               bool(getattr(arch, "owns_init", False)))
+    if recipe.architecture.slot.spectral_norm in ("G", "both"):
         apply_spectral_norm(G, "G", recipe)
-    G.load_state_dict(state["G_ema"])
+    load_without_frozen(G, state["G_ema"])  # a frozen sub-network came from its own file
     G = G.to(device).eval().requires_grad_(False)
     phase = Phase(**state["phase"])
     set_phase(G, phase.resolution, phase.alpha)

@@ -380,6 +380,12 @@ class Architecture(ComponentBase):
     #: taken within each part). The D objective then runs one D forward on both batches.
     joint_d_forward: ClassVar[bool] = False
 
+    #: True when ``build`` initialises every weight itself (R3GAN's fix-up initialisation): the
+    #: recipe's ``[init]`` is then not applied. Without it the recipe's initializer visits every
+    #: layer but frozen ones (``requires_grad`` False) and those marked ``gan_kit.own_init``;
+    #: ``architecture.spectral_norm`` skips frozen layers likewise (docs/writing-plugins.md).
+    owns_init: ClassVar[bool] = False
+
     @property
     def latent_dim(self) -> int:
         """Size of the latent z that G takes (architectures with a ``latent_dim`` option return it)."""

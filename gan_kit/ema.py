@@ -36,10 +36,12 @@ def ema_beta(decay: float | None, half_life_kimg: float | None, rampup: float | 
 def update_ema(G_ema: nn.Module, G: nn.Module, beta: float) -> None:
     """``p_ema = beta * p_ema + (1 - beta) * p`` for every parameter; buffers are copied.
 
-    beta = 0 makes G_ema equal G; beta = 1 leaves it unchanged (both exactly).
+    beta = 0 makes G_ema equal G; beta = 1 leaves it unchanged (both exactly). G's frozen
+    parameters (``requires_grad`` False) are not averaged: G_ema's copies stay as they were made.
     """
-    ema_params = list(G_ema.parameters())
-    params = list(G.parameters())
+    pairs = [(e, p) for e, p in zip(G_ema.parameters(), G.parameters()) if p.requires_grad]
+    ema_params = [e for e, _ in pairs]
+    params = [p for _, p in pairs]
     if beta == 1.0:
         pass
     elif beta == 0.0:

@@ -155,6 +155,9 @@ def resume_run(run: Any, path: str | Path | None = None) -> list[str]:
     problem = classes_problem(state, run)
     if problem:
         raise GankitError(f"--resume: {path}: {problem}")
+    from gan_kit.ownership import check_frozen_files
+
+    check_frozen_files(state.get("frozen_files", {}), run.frozen_files(), path)
     try:
         run.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError) as e:
@@ -233,8 +236,10 @@ def init_from(run: Any, value: str | Path) -> Path:
     problem = init_problem(state, run.recipe, run.channels)
     if problem is None:
         try:
+            from gan_kit.ownership import load_without_frozen
+
             for name in ("G", "D", "G_ema"):
-                getattr(run, name).load_state_dict(state[name])
+                load_without_frozen(getattr(run, name), state[name])  # frozen sub-networks come from their files
         except (RuntimeError, KeyError, ValueError) as e:
             text = " ".join(str(e).split())
             problem = (f"its {name} does not fit this recipe's (the architecture's options must match the "

@@ -260,7 +260,7 @@ def _core_checks(recipe: Recipe, registry: Registry, problems: Problems) -> None
                      f"{sn!r}, but architecture {recipe.architecture.name!r} has no spectral-norm form: its layers are "
                      f"not torch conv / linear layers (they apply the equalized learning rate themselves); set "
                      f"spectral_norm = \"none\", or use pggan or dcgan for spectral normalisation")
-    elif sn != "none" and recipe.init.name == "equalized-lr":
+    elif sn != "none" and recipe.init.name == "equalized-lr" and not getattr(arch, "owns_init", False):
         problems.add("architecture.spectral_norm",
                      f"{sn!r} with init 'equalized-lr' is meaningless: spectral normalisation divides each weight by its "
                      f"largest singular value, which cancels equalized lr's runtime scale (use init.name = \"normal\" or "

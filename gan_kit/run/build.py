@@ -19,7 +19,7 @@ from gan_kit.cpufeatures import auto_precision
 from gan_kit.datachecks import labels_problem, metric_cap_note, metric_problem
 from gan_kit.ema import make_ema
 from gan_kit.errors import GankitError
-from gan_kit.networks import apply_spectral_norm, at_precision, training_views
+from gan_kit.networks import apply_spectral_norm, at_precision, initialise, training_views
 from gan_kit.phase import Phase
 from gan_kit.recipe import ComponentSpec
 
@@ -82,8 +82,12 @@ class RunBuilding:
         self.latent_dim = int(self.arch.latent_dim)
         G, D = self.arch.build(r.resolution, self.channels)
         self.initializer = self.build(r.init)
-        self.initializer.apply(G)
-        self.initializer.apply(D)
+        owns = bool(getattr(self.arch, "owns_init", False))
+        if owns and "init" in r.raw and r.init.name != "equalized-lr" and self.is_main:
+            print(f"note: {r.path}: init: architecture {r.architecture.name!r} initialises its own weights "
+                  f"(owns_init), so init {r.init.name!r} is not applied", file=sys.stderr)
+        for net in (G, D):  # where the architecture allows: not frozen, not its own (gan_kit.ownership)
+            initialise(net, self.initializer, owns)
         sn = r.architecture.slot.spectral_norm
         for name, net in (("G", G), ("D", D)):
             if sn in (name, "both"):
@@ -146,7 +150,10 @@ class RunBuilding:
 
     def _optimizer(self, net: nn.Module, lr: float, ratio: float = 1.0) -> torch.optim.Optimizer:
         o = self.recipe.optim
-        params = list(net.parameters())
+        params = [p for p in net.parameters() if p.requires_grad]  # a frozen parameter is never stepped
+        if not params:
+            raise GankitError(f"{self.recipe.path}: architecture {self.recipe.architecture.name!r}: every parameter "
+                              f"of {type(net).__name__} is frozen (requires_grad False): nothing to train")
         if o.name == "sgd":
             return torch.optim.SGD(params, lr=lr * ratio)
         kwargs = {"fused": True} if self.device.type == "cuda" else {}
