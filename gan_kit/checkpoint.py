@@ -132,12 +132,14 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu", state: 
     arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
     G, _ = arch.build(recipe.resolution, channels)
     from gan_kit.networks import apply_spectral_norm, initialise
-    from gan_kit.ownership import load_without_frozen
+    from gan_kit.ownership import check_frozen_files, frozen_files, load_without_frozen
 
     initialise(G, plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx),
                bool(getattr(arch, "owns_init", False)))
     if recipe.architecture.slot.spectral_norm in ("G", "both"):
         apply_spectral_norm(G, "G", recipe)
+    saved = {k: v for k, v in state.get("frozen_files", {}).items() if k.startswith("G.") or k == "G"}
+    check_frozen_files(saved, {f"G.{k}" if k else "G": v for k, v in frozen_files(G).items()}, Path(path), "")
     load_without_frozen(G, state["G_ema"])  # a frozen sub-network came from its own file
     G = G.to(device).eval().requires_grad_(False)
     phase = Phase(**state["phase"])

@@ -159,18 +159,21 @@ def load_without_frozen(net: nn.Module, state: dict) -> None:
                            f"unexpected keys {list(unexpected)[:5]}")
 
 
-def check_frozen_files(saved: dict[str, dict], now: dict[str, FrozenFile], checkpoint: Path) -> None:
+def check_frozen_files(saved: dict[str, dict], now: dict[str, FrozenFile], checkpoint: Path,
+                       action: str = "--resume") -> None:
     """Refuse (``CheckpointError``, one line) to continue from ``checkpoint`` when a frozen
     sub-network's file changed since it was trained with it (another digest, or another file),
-    or the checkpoint recorded files this run does not load, or the reverse."""
+    or the checkpoint recorded files this run does not load, or the reverse. ``action`` starts
+    the message (``--resume``; ``""`` for a checkpoint read to sample or evaluate)."""
+    lead = f"{action}: " if action else ""
     for name in sorted(set(saved) | set(now)):
         old, new = saved.get(name), now.get(name)
         if old is None or new is None:
             which = f"loads {new.path} into {name}" if old is None else f"was trained with {name} from {old['path']}"
-            raise CheckpointError(f"--resume: {checkpoint}: the run {which}, and the checkpoint "
+            raise CheckpointError(f"{lead}{checkpoint}: the run {which}, and the checkpoint "
                                   f"{'does not record it' if old is None else 'this run does not load it'}; resume with "
                                   f"the architecture the run was trained with")
         if old["sha256"] != new.sha256:
-            raise CheckpointError(f"--resume: {checkpoint}: the frozen weights of {name} changed: {new.path} has SHA-256 "
+            raise CheckpointError(f"{lead}{checkpoint}: the frozen weights of {name} changed: {new.path} has SHA-256 "
                                   f"{new.sha256[:12]}..., the run was trained with {old['path']} at {old['sha256'][:12]}... "
                                   f"(restore that file, or start a new run with --out)")

@@ -212,6 +212,10 @@ def test_a_changed_frozen_weights_file_stops_a_resume_in_one_line(tiny_recipe, p
     assert "\n" not in msg and msg.startswith(f"--resume: {tmp_path / 'run' / 'checkpoints' / 'latest.pt'}: the "
                                               f"frozen weights of D.features changed: {tmp_path / 'd_features.pt'}")
     assert "restore that file, or start a new run with --out" in msg
+    # gankit sample / eval / export refuse a G whose frozen part changed just as well
+    torch.save({k: v * 2 for k, v in g.items()}, tmp_path / "g_out.pt")
+    with pytest.raises(CheckpointError, match=r"latest.pt: the frozen weights of G.out changed: "):
+        ckpt.load_generator(tmp_path / "run" / "checkpoints" / "latest.pt")
 
 
 def test_a_frozen_subnetwork_stays_bit_identical_under_two_processes(tiny_recipe, plugin, tmp_path, weights):

@@ -120,8 +120,11 @@ def test_values_are_set_before_every_iteration_where_they_act(tiny_recipe, tmp_p
         assert half_life == pytest.approx(0.1 + 0.9 * nimg / 80)
     rows = [json.loads(line) for line in (run.out_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["Schedule/optim.lr"] for r in rows] == [cos.value(n, 48) for n in (8, 24, 40)]
-    assert rows[-1]["Schedule/penalty[0].weight"] == lin.value(40, 48)
+    assert rows[-1]["Schedule/penalty.0.weight"] == lin.value(40, 48)  # keyed as --set spells it
     assert "Schedule/optim.d_lr" not in rows[-1]
+    from gan_kit.builtin.reporting import tick_keys  # the tick line shows each scheduled value
+
+    assert ("optim.lr", "Schedule/optim.lr") in tick_keys(rows[-1])
 
 
 def test_applying_schedules_runs_no_tensor_operation(tiny_recipe):
