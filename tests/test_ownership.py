@@ -196,6 +196,14 @@ def test_a_frozen_subnetwork_stays_bit_identical_and_is_recorded_not_copied(tiny
     frozen_equal(resumed, g, d)
     assert_same_state(straight, resumed)
 
+    # --init-from starts a new run from the trained weights, the frozen parts from their files
+    from gan_kit.resume import init_from
+
+    fresh = make(tiny_recipe, overrides, tmp_path / "fine-tune")
+    init_from(fresh, tmp_path / "straight")
+    assert torch.equal(fresh.D.head.bias, straight.D.head.bias)
+    frozen_equal(fresh, g, d)
+
     # gankit sample / export rebuild G_ema from the checkpoint's recipe and the file
     G, *_ = ckpt.load_generator(tmp_path / "straight" / "checkpoints" / "latest.pt")
     assert torch.equal(G.out.weight, g["weight"]) and torch.equal(G.fc.weight, straight.G_ema.fc.weight)

@@ -65,7 +65,8 @@ class ScheduleTables:
         if refuse or not schedulable(f) or not _float_typed(f):
             name = dotted.rsplit(".", 1)[-1]
             why = refuse or (f"{name} is fixed for the run, not a schedulable option of {owner or 'its table'}"
-                             if not schedulable(f) else f"{name} is not a number")
+                             if not schedulable(f) else
+                             f"{name} is not a float option (a plugin bug: only floats may be schedulable)")
             self.problems.add(dotted, f"a schedule is not allowed here: {why} (write a constant, e.g. "
                                       f"{name} = {_example(f)}; only options marked Schedulable in gankit "
                                       f"list-plugins -v take one)")
