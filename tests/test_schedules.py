@@ -238,3 +238,26 @@ def test_a_two_process_run_resumes_bit_identical_with_schedules(tiny_recipe, tmp
     assert b["opt_G"]["param_groups"][0]["lr"] == pytest.approx(
         shape("cosine", start=0.002, end=0.0002, warmup_kimg=0.02, kimg=0.08).value(72, 80)
         * b["phase"]["lr_scale"])
+
+
+def test_a_resumed_run_may_change_a_schedulable_option_and_nothing_fixed(tiny_recipe, tmp_path):
+    """What may change mid-run may change on resume: a component's schedulable option (here from
+    a schedule to a constant) and a penalty weight's schedule; an option fixed for the run is
+    still refused in one line."""
+    from gan_kit.errors import CheckpointError
+
+    base = ['penalty=[{name="scaled", scale={schedule="square", top=4.0}}]', f"run.out_dir='{tmp_path / 'run'}'"]
+
+    def run(overrides, resume):
+        recipe, plugins = load_recipe(tiny_recipe, [*base, *overrides], extra_plugins=[ShapePlugin()])
+        r = Run(recipe, plugins)
+        train(r, resume=resume)
+        return r
+
+    run(["run.total_kimg=0.016"], False)
+    resumed = run(["run.total_kimg=0.032", "penalty.0.scale=2.0",
+                   'penalty.0.weight={schedule="linear", start=1.0, end=0.5}'], True)
+    assert resumed.penalties[0].penalty.options.scale == 2.0 and resumed.schedule_values["penalty[0].weight"] < 1
+    with pytest.raises(CheckpointError, match=r"architecture.latent_dim = 8, the recipe now says 16; this cannot "
+                                              r"change in a resumed run"):
+        run(["run.total_kimg=0.048", "architecture.latent_dim=16"], True)
