@@ -32,8 +32,10 @@ from gan_kit.base.errors import CheckpointError, GankitError, Interrupted, Plugi
 from gan_kit.plugin_api.hookspecs import Register, hookimpl
 from gan_kit.base.layers import fan_in, init_gain, set_init_gain, weight_layers
 from gan_kit.base.options import option, toml_value
+from gan_kit.plugin_api.ownership import FrozenFile, load_frozen, own_init
 from gan_kit.base.phase import Phase
 from gan_kit.base.randomness import batch_rand, batch_randint, batch_randn
+from gan_kit.plugin_api.schedules import Schedule, warmed_up
 from gan_kit.training.distributed import mean_over_processes
 from gan_kit.base.stash import Stash, StashKey
 from gan_kit.training.step import StepContext
@@ -91,6 +93,7 @@ __all__ = [
     "Metric",
     "Tracker",
     "Penalty",
+    "Schedule",
     "UpdateStrategy",
     # what components receive
     "BuildContext",
@@ -109,6 +112,12 @@ __all__ = [
     "fan_in",
     "init_gain",
     "set_init_gain",
+    # who owns which weights: the architecture's own initialisation, frozen sub-networks from files
+    "own_init",
+    "load_frozen",
+    "FrozenFile",
+    # a linear warm-up for schedule shapes
+    "warmed_up",
     # per-sample random draws that match across process counts
     "batch_rand",
     "batch_randn",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+import torch
 from click.testing import CliRunner
 
 from gan_kit import hookimpl
@@ -214,6 +215,12 @@ EXAMPLE_OVERRIDES: dict[str, list[str]] = {
     "metric_plugin.py": ['metric=[{name="moment-gap", every_kimg=0.008, num_images=16}]'],
     "augment_plugin.py": ['augment={name="xflip", p=0.5}'],
     "lifecycle_plugin.py": [],
+    # <tmp> is the test's folder, where the test first writes random weights of the feature network
+    "projected_plugin.py": ['architecture={name="projected", features="<tmp>/features.pt", latent_dim=8, width=8, '
+                            'feature_noise={schedule="linear", start=0.5, end=0.0, kimg=0.016}}',
+                            'growth={name="static", batch_size=8}', 'architecture.spectral_norm="D"',
+                            'init={name="normal"}'],
+    "schedule_plugin.py": ['optim.lr={schedule="restarts", start=0.002, end=0.0002, period_kimg=0.012}'],
 }
 
 
@@ -261,14 +268,17 @@ def test_example_plugin_trains_two_steps(filename, tmp_path):
     from gan_kit.testing import make_run, train_steps
 
     module = load_example(EXAMPLES / filename)
-    run = make_run(tmp_path, plugins=[module], overrides=EXAMPLE_OVERRIDES[filename])
+    if filename == "projected_plugin.py":
+        module.save_random_features(tmp_path / "features.pt", channels=1)
+    overrides = [o.replace("<tmp>", tmp_path.as_posix()) for o in EXAMPLE_OVERRIDES[filename]]
+    run = make_run(tmp_path, plugins=[module], overrides=overrides)
     stats = train_steps(run, 2)
     assert run.step == 2
     assert math.isfinite(stats["Loss/D"]) and math.isfinite(stats["Loss/G"])
     registered = {(c.kind, c.name) for c in run.registry if c.plugin == module.__name__}
     chosen = {(s.kind, s.name) for s in (run.recipe.data, run.recipe.architecture, run.recipe.init, run.recipe.loss,
                                          run.recipe.update, run.recipe.growth, run.recipe.augment,
-                                         *run.recipe.penalties, *run.recipe.metrics)}
+                                         *run.recipe.penalties, *run.recipe.metrics, *run.recipe.schedules)}
     assert registered <= chosen  # every component of the example is in use
     if filename == "penalty_plugin.py":
         # the two D penalties are in the D objective; the lazy G penalty ran at step 0 as its own step
@@ -282,6 +292,21 @@ def test_example_plugin_trains_two_steps(filename, tmp_path):
         assert 0 < stats["Metrics/moment-gap"] < 4
     if filename == "augment_plugin.py":
         assert stats["Augment/p"] == 0.5
+    if filename == "projected_plugin.py":
+        # the frozen features are the file's, untouched by init, spectral norm and two steps; the
+        # heads were normalised; the scheduled noise reached D's buffer; checkpoints skip the file
+        saved = torch.load(tmp_path / "features.pt", weights_only=True)
+        assert all(torch.equal(run.D.features.state_dict()[k], v) for k, v in saved.items())
+        assert not hasattr(run.D.features.stage1[0], "parametrizations") and hasattr(run.D.heads[0][0], "parametrizations")
+        assert float(run.D.noise_std) == pytest.approx(0.5 * (1 - 8 / 16))
+        assert run.schedule_values["architecture.feature_noise"] == pytest.approx(0.25)
+        state = run.state_dict()
+        assert not [k for k in state["D"] if k.startswith("features.")] and "mix.0.weight" in state["D"]
+        assert state["frozen_files"]["D.features"]["path"] == str(tmp_path / "features.pt")
+    if filename == "schedule_plugin.py":
+        # the second iteration (8 images shown) is 2/3 of the first 12-image period down the cosine
+        assert run.schedule_values["optim.lr"] == pytest.approx(0.0002 + 0.0018 * 0.5 * (1 + math.cos(math.pi * 8 / 12)))
+        assert run.recipe.schedules[0].options.period_kimg == 0.012
     if filename == "lifecycle_plugin.py":
         log = run.stash[module.log_key]
         assert (log.steps, log.phases, log.ticks) == (2, [4], 1)

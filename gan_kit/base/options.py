@@ -23,7 +23,7 @@ from typing import Any, Literal, Union
 import attrs
 
 __all__ = ["option", "Range", "option_range", "range_problems", "convert", "ConvertError", "describe_type",
-           "option_fields", "toml_value", "toml_key", "field_default", "INT64_MIN", "INT64_MAX"]
+           "option_fields", "toml_value", "toml_key", "field_default", "schedulable", "INT64_MIN", "INT64_MAX"]
 
 _MISSING = attrs.NOTHING
 
@@ -31,7 +31,7 @@ _MISSING = attrs.NOTHING
 def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator: Any = None,
            min: float | None = None, max: float | None = None, min_exclusive: bool = False,
            max_exclusive: bool = False, allow_inf: bool = False, hint: str | tuple[str, ...] | None = None,
-           path: bool = False):
+           path: bool = False, schedulable: bool = False):
     """An attrs field with ``help`` text in its metadata (units, meaning of None).
 
     Use a ``factory`` for mutable defaults. ``validator(value) -> str | None`` may return a
@@ -51,7 +51,16 @@ def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator
     resolves its own), or against the working directory when typed with ``--set``; the recipe a
     run saves holds the absolute path, so ``gankit run --resume`` works from any directory. ``~``
     paths are kept as written.
+
+    ``schedulable``: the option may follow a schedule over training instead of a constant - the
+    recipe writes ``{ schedule = "cosine", start = ..., end = ... }`` in its place (a float option,
+    or an item of an array of floats), and before every iteration the engine sets the value for the
+    images shown so far (docs/writing-plugins.md, "Schedules"). Only options the component reads
+    while training may say so: a value fixed at build time (a layer size, the data) refuses a
+    schedule at recipe load. Appends ``Schedulable.`` to ``help``.
     """
+    if schedulable:
+        help = f"{help.rstrip()} Schedulable."
     rng = Range(min=min, max=max, min_exclusive=min_exclusive, max_exclusive=max_exclusive,
                 allow_inf=allow_inf, hint=hint)
     text = rng.text()
@@ -59,6 +68,8 @@ def option(default: Any = _MISSING, *, help: str, factory: Any = None, validator
         shown = f"Allowed: {text}" if text else "Allowed: any number"
         help = f"{help.rstrip()} {shown}{' (inf allowed)' if allow_inf else ''}."
     meta = {"help": help, "range": rng}
+    if schedulable:
+        meta["schedulable"] = True
     if path:
         meta["path"] = True
     if validator is not None:
@@ -150,6 +161,11 @@ def range_problems(value: Any, rng: Range, path: str = "") -> list[tuple[str, st
         return [p for k, v in value.items() for p in range_problems(v, rng, f"{path}.{k}")]
     msg = rng.check(value)
     return [(path, msg)] if msg else []
+
+
+def schedulable(f: attrs.Attribute) -> bool:
+    """Whether option field ``f`` was declared ``option(..., schedulable=True)``."""
+    return bool(f.metadata.get("schedulable"))
 
 
 def option_fields(options_cls: type) -> tuple[attrs.Attribute, ...]:

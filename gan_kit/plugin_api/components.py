@@ -189,9 +189,10 @@ class Penalty(ComponentBase):
         raise NotImplementedError
 
 
-@attrs.frozen
+@attrs.define
 class WeightedPenalty:
-    """A penalty instance with its recipe name (the stat ``Loss/D/<name>``) and weight."""
+    """A penalty instance with its recipe name (the stat ``Loss/D/<name>``) and weight (set
+    before every iteration when the recipe schedules it)."""
 
     name: str
     penalty: Penalty
@@ -381,6 +382,12 @@ class Architecture(ComponentBase):
     #: ``cat([D(real), D(fake)])`` exactly (every layer is per sample, minibatch statistics are
     #: taken within each part). The D objective then runs one D forward on both batches.
     joint_d_forward: ClassVar[bool] = False
+
+    #: True when ``build`` initialises every weight itself (R3GAN's fix-up initialisation): the
+    #: recipe's ``[init]`` is then not applied. Without it the recipe's initializer visits every
+    #: layer but frozen ones (``requires_grad`` False) and those marked ``gan_kit.own_init``;
+    #: ``architecture.spectral_norm`` skips frozen layers likewise (docs/writing-plugins.md).
+    owns_init: ClassVar[bool] = False
 
     @property
     def latent_dim(self) -> int:

@@ -161,6 +161,17 @@ def register_trackers(register: Register) -> None:
 
 
 @hookspec
+def register_schedules(register: Register) -> None:
+    """Register schedule shapes (kind ``schedule``): how a numeric option changes over training.
+
+    A ``gan_kit.Schedule``'s ``value(nimg: int, total_nimg: int) -> float`` is a pure function of
+    the real images shown and the run's planned length. A recipe chooses one in place of a
+    constant of any schedulable option: ``lr = { schedule = "cosine", start = 0.002, end = 0.0002 }``.
+    Example: ``register("cosine", Cosine)``.
+    """
+
+
+@hookspec
 def register_commands(cli: "click.Group") -> None:
     """Add click commands to the ``gankit`` command group.
 

@@ -44,6 +44,7 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.metrics.inception",
     "gan_kit.builtin.augment",
     "gan_kit.builtin.augment.ada",
+    "gan_kit.builtin.schedules",
     "gan_kit.builtin.reporting",
     "gan_kit.builtin.reporting.tensorboard",
     "gan_kit.builtin.reporting.checkpointing",

@@ -22,6 +22,7 @@ KINDS: dict[str, str] = {
     "metric": "register_metrics",
     "augment": "register_augmentations",
     "tracker": "register_trackers",
+    "schedule": "register_schedules",
 }
 
 

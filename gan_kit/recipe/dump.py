@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attrs
@@ -52,7 +53,18 @@ def recipe_to_dict(recipe: Recipe) -> dict:
     out["augment"] = _spec_table(recipe.augment)
     if recipe.trackers:
         out["tracker"] = [_spec_table(s) for s in recipe.trackers]
+    for spec in recipe.schedules:  # each schedule table back in place of its option's start value
+        _put(out, spec.key, _toml_able({"schedule": spec.name, **attrs.asdict(spec.options, recurse=False)}))
     return out
+
+
+def _put(table: dict, key: str, value: Any) -> None:
+    """``table[...] = value`` at a dotted key with array items: ``penalty[0].weight``, ``optim.betas[1]``."""
+    parts = [int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", key) if p]
+    node: Any = table
+    for p in parts[:-1]:
+        node = node[p]
+    node[parts[-1]] = value
 
 
 def recipe_to_toml(recipe: Recipe, header: str = "") -> str:

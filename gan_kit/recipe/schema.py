@@ -115,14 +115,17 @@ class OptimOptions:
 
     name: Literal["adam", "sgd"] = option("adam", help='"adam" (PGGAN: betas (0, 0.99)) or plain "sgd".')
     lr: float = option(0.001, help="Base learning rate of G and D (scaled per phase by the growth schedule).",
-                       min=0, min_exclusive=True, max=10)
+                       min=0, min_exclusive=True, max=10, schedulable=True)
     betas: tuple[float, float] = option((0.0, 0.99), help="Adam's (beta1, beta2), each a decay rate.",
                                         min=0, max=1, max_exclusive=True,
-                                        hint=("Adam's beta1, e.g. 0.0 as in PGGAN", "Adam's beta2, e.g. 0.99"))
-    eps: float = option(1e-8, help="Adam's epsilon.", min=0, min_exclusive=True, max=1)
+                                        hint=("Adam's beta1, e.g. 0.0 as in PGGAN", "Adam's beta2, e.g. 0.99"),
+                                        schedulable=True)
+    eps: float = option(1e-8, help="Adam's epsilon.", min=0, min_exclusive=True, max=1, schedulable=True)
     # Learning rates above 10 diverge at the first step; far above, Adam's step size overflows float32.
-    g_lr: float | None = option(None, help="G's learning rate (TTUR); None = lr.", min=0, min_exclusive=True, max=10)
-    d_lr: float | None = option(None, help="D's learning rate (TTUR); None = lr.", min=0, min_exclusive=True, max=10)
+    g_lr: float | None = option(None, help="G's learning rate (TTUR); None = lr.", min=0, min_exclusive=True, max=10,
+                                schedulable=True)
+    d_lr: float | None = option(None, help="D's learning rate (TTUR); None = lr.", min=0, min_exclusive=True, max=10,
+                                schedulable=True)
 
 
 @attrs.frozen
@@ -132,14 +135,14 @@ class EmaOptions:
     decay: float | None = option(
         None, help="A fixed per-step decay beta: G_ema = beta * G_ema + (1 - beta) * G (PGGAN: 0.999). None = "
                    "the half-life rule below, which suits runs of any length.",
-        min=0, max=1, hint='0.999 is PGGAN\'s; 0 copies G every step; "none" = the half-life rule')
+        min=0, max=1, hint='0.999 is PGGAN\'s; 0 copies G every step; "none" = the half-life rule', schedulable=True)
     half_life_kimg: float = option(
         10.0, help="Without decay: beta = 0.5 ** (batch / (half_life_kimg * 1000)) per step (StyleGAN2-ADA).",
-        min=0, min_exclusive=True, max=KIMG_MAX, hint="e.g. half_life_kimg = 10")
+        min=0, min_exclusive=True, max=KIMG_MAX, hint="e.g. half_life_kimg = 10", schedulable=True)
     rampup: float | None = option(
         0.05, help="Without decay: half-life = min(half_life, cur_nimg * rampup) early on, so G_ema does not hold "
                    "the random initial weights of a short run (StyleGAN2-ADA's 0.05); None = no ramp-up.",
-        min=0, hint='e.g. rampup = 0.05; "none" = no ramp-up')
+        min=0, hint='e.g. rampup = 0.05; "none" = no ramp-up', schedulable=True)
 
 
 @attrs.frozen
@@ -166,7 +169,7 @@ class ArchitectureSlot:
 
 @attrs.frozen
 class PenaltySlot:
-    weight: float = option(1.0, help="Multiplier of this penalty in the D objective.", min=0)
+    weight: float = option(1.0, help="Multiplier of this penalty in the D objective.", min=0, schedulable=True)
 
 
 @attrs.frozen
@@ -233,6 +236,11 @@ class Recipe:
     #: ``[[tracker]]``: the experiment trackers the run reports to (none by default).
     trackers: tuple[ComponentSpec, ...] = ()
     cli_keys: frozenset[str] = attrs.field(default=frozenset(), eq=False, repr=False)
+    #: The options that follow a schedule: one ``ComponentSpec`` (kind ``schedule``) each, whose
+    #: ``key`` is the dotted option it drives (``"optim.lr"``, ``"optim.betas[1]"``,
+    #: ``"penalty[0].weight"``, ``"augment.p"``). The option itself holds the schedule's value at
+    #: 0 images.
+    schedules: tuple[ComponentSpec, ...] = ()
     #: Relative path options as written (dotted key -> value) before they were made absolute
     #: (``option(path=True)``), for messages that name both.
     written_paths: dict = attrs.field(factory=dict, eq=False, repr=False)

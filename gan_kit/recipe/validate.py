@@ -14,6 +14,7 @@ import attrs
 from gan_kit.base.options import (convert, describe_type, field_default, option_fields, option_range, range_problems,
                              toml_value)
 from gan_kit.recipe.problems import Problems, describe as _describe
+from gan_kit.recipe.schedules import BAD, ScheduleTables
 from gan_kit.recipe.schema import COMPONENT_TABLES, CORE_TABLES, TOP_LEVEL, ComponentSpec, Recipe
 from gan_kit.plugin_api.registry import Registry, suggest
 
@@ -62,7 +63,8 @@ def _value_problems(f: attrs.Attribute, value: Any, dotted: str, range_fix: str 
 
 
 def parse_options(cls: type, table: dict, label: Any, key: str, problems: Any,
-                  extra_known: tuple[str, ...] = (), owner: str = "", range_fix: str | None = None) -> Any:
+                  extra_known: tuple[str, ...] = (), owner: str = "", range_fix: str | None = None,
+                  schedules: ScheduleTables | None = None, refuse_schedules: str | None = None) -> Any:
     """Build ``cls`` (a frozen attrs Options class) from ``table``; add every problem found.
 
     ``problems`` is a ``Problems`` (or a list, for callers outside the loader; ``label`` then
@@ -70,11 +72,12 @@ def parse_options(cls: type, table: dict, label: Any, key: str, problems: Any,
     Each value is converted to the declared type, then every number in it is range-checked
     (``gan_kit.base.options.option``'s ``min``/``max``, finite floats, int64 integers) and the field's
     validator runs. ``range_fix`` is the fix shown after a range problem of a field without its
-    own ``hint``.
+    own ``hint``. ``schedules`` collects the schedule tables written in place of values
+    (``gan_kit.recipe.schedules``); ``refuse_schedules`` says why this table takes none.
     """
     if isinstance(problems, list):
         sink = Problems(str(label))
-        out = parse_options(cls, table, label, key, sink, extra_known, owner, range_fix)
+        out = parse_options(cls, table, label, key, sink, extra_known, owner, range_fix, schedules, refuse_schedules)
         problems.extend(sink.lines)
         return out
     fields = {f.name: f for f in option_fields(cls)}
@@ -89,6 +92,12 @@ def parse_options(cls: type, table: dict, label: Any, key: str, problems: Any,
             ok = False
             continue
         f = fields[k]
+        scheduled: frozenset[str] = frozenset()
+        if schedules is not None:
+            v, scheduled = schedules.take(v, f, dotted, refuse_schedules, owner or key)
+            if v is BAD:
+                ok = False
+                continue
         try:
             value = convert(v, f.type)
         except ValueError as e:
@@ -98,7 +107,8 @@ def parse_options(cls: type, table: dict, label: Any, key: str, problems: Any,
             problems.add(where, f"{e} ({fix})")
             ok = False
             continue
-        found = _value_problems(f, value, dotted, range_fix)
+        # a scheduled value is checked over the whole run instead (ScheduleTables.check)
+        found = [p for p in _value_problems(f, value, dotted, range_fix) if p[0] not in scheduled]
         for where, msg in found:
             problems.add(where, msg)
         if found:
@@ -120,8 +130,14 @@ def parse_options(cls: type, table: dict, label: Any, key: str, problems: Any,
         return None
 
 
+#: Component tables whose component is used only while the run is built: no schedule there.
+_BUILT_ONCE = {"data": "the data set is built once", "init": "the initializer runs once, when the networks are built",
+               "growth": "the growth schedule is itself a function of images shown",
+               "metric": "metrics are not part of training"}
+
+
 def _parse_component(registry: Registry, table_key: str, table: Any, key: str, problems: Problems,
-                     broken: list = ()) -> ComponentSpec | None:
+                     broken: list = (), schedules: ScheduleTables | None = None) -> ComponentSpec | None:
     kind, is_array, default, slot_cls = COMPONENT_TABLES[table_key]
     if not isinstance(table, dict):
         problems.add(key, f"expected a table, got {_describe(table)} "
@@ -145,10 +161,13 @@ def _parse_component(registry: Registry, table_key: str, table: Any, key: str, p
     slot_names = tuple(f.name for f in option_fields(slot_cls)) if slot_cls else ()
     rest = {k: v for k, v in table.items() if k != "name"}
     slot = None
+    refuse = _BUILT_ONCE.get(table_key)
     if slot_cls is not None:
-        slot = parse_options(slot_cls, {k: v for k, v in rest.items() if k in slot_names}, None, key, problems)
+        slot = parse_options(slot_cls, {k: v for k, v in rest.items() if k in slot_names}, None, key, problems,
+                             owner=f"{kind} {name!r}", schedules=schedules, refuse_schedules=refuse)
     opts = parse_options(comp.Options, rest, None, key, problems, extra_known=("name", *slot_names),
-                         owner=f"{kind} {name!r}", range_fix=f"see gankit list-plugins --kind {kind} -v")
+                         owner=f"{kind} {name!r}", range_fix=f"see gankit list-plugins --kind {kind} -v",
+                         schedules=schedules, refuse_schedules=refuse)
     if opts is None or (slot_cls is not None and slot is None):
         return None
     return ComponentSpec(kind=kind, name=name, options=opts, key=key, slot=slot)
@@ -180,20 +199,24 @@ def _check_top_level(raw: dict, problems: Problems) -> tuple[str, ...]:
     return tuple(plugins)
 
 
-def _parse_core(raw: dict, problems: Problems) -> dict[str, Any]:
+def _parse_core(raw: dict, problems: Problems, schedules: ScheduleTables) -> dict[str, Any]:
     """``[run]``, ``[optim]``, ``[ema]`` parsed; None for a table with problems."""
-    core = {}
+    core: dict[str, Any] = {}
     for key, cls in CORE_TABLES.items():
         table = raw.get(key, {})
         if not isinstance(table, dict):
             problems.add(key, f"expected a table, got {_describe(table)} (write [{key}] and its keys below it)")
             core[key] = None
             continue
-        core[key] = parse_options(cls, table, None, key, problems)
+        core[key] = parse_options(cls, table, None, key, problems, schedules=schedules,
+                                  refuse_schedules="the [run] table is fixed for the run" if key == "run" else None)
+        if key == "run" and core[key] is not None:
+            schedules.total_nimg = int(round(core[key].total_kimg * 1000))  # a schedule's "kimg" default
     return core
 
 
-def _parse_components(raw: dict, registry: Registry, problems: Problems, broken: list) -> dict[str, Any]:
+def _parse_components(raw: dict, registry: Registry, problems: Problems, broken: list,
+                      schedules: ScheduleTables) -> dict[str, Any]:
     """Every component table parsed (a tuple of specs for array tables); None where a problem was found."""
     comps: dict[str, Any] = {}
     for key, (kind, is_array, _default, _) in COMPONENT_TABLES.items():
@@ -204,7 +227,8 @@ def _parse_components(raw: dict, registry: Registry, problems: Problems, broken:
                                   f"(write [[{key}]], with two brackets, once per {kind})")
                 comps[key] = None
                 continue
-            specs = [_parse_component(registry, key, t, f"{key}[{i}]", problems, broken) for i, t in enumerate(items)]
+            specs = [_parse_component(registry, key, t, f"{key}[{i}]", problems, broken, schedules)
+                     for i, t in enumerate(items)]
             comps[key] = tuple(specs) if all(s is not None for s in specs) else None
         else:
             table = raw.get(key, {})
@@ -213,7 +237,7 @@ def _parse_components(raw: dict, registry: Registry, problems: Problems, broken:
                                   f"(write [{key}] with one bracket: a recipe has one {kind})")
                 comps[key] = None
                 continue
-            comps[key] = _parse_component(registry, key, table, key, problems, broken)
+            comps[key] = _parse_component(registry, key, table, key, problems, broken, schedules)
     return comps
 
 
@@ -236,7 +260,7 @@ def _core_checks(recipe: Recipe, registry: Registry, problems: Problems) -> None
                      f"{sn!r}, but architecture {recipe.architecture.name!r} has no spectral-norm form: its layers are "
                      f"not torch conv / linear layers (they apply the equalized learning rate themselves); set "
                      f"spectral_norm = \"none\", or use pggan or dcgan for spectral normalisation")
-    elif sn != "none" and recipe.init.name == "equalized-lr":
+    elif sn != "none" and recipe.init.name == "equalized-lr" and not getattr(arch, "owns_init", False):
         problems.add("architecture.spectral_norm",
                      f"{sn!r} with init 'equalized-lr' is meaningless: spectral normalisation divides each weight by its "
                      f"largest singular value, which cancels equalized lr's runtime scale (use init.name = \"normal\" or "
@@ -304,8 +328,9 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
                  cli_keys: frozenset[str] = frozenset()) -> Recipe | None:
     """The validated ``Recipe`` of the merged table ``raw``, or None when ``problems`` holds any."""
     plugins = _check_top_level(raw, problems)
-    core = _parse_core(raw, problems)
-    comps = _parse_components(raw, registry, problems, broken)
+    schedules = ScheduleTables(registry, problems, parse_options)
+    core = _parse_core(raw, problems, schedules)
+    comps = _parse_components(raw, registry, problems, broken, schedules)
     if any(v is None for v in comps.values()):
         return None  # cross-option checks need every component
     written: dict[str, str] = {}
@@ -319,8 +344,9 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
         data=comps["data"], architecture=comps["architecture"], init=comps["init"], loss=comps["loss"],
         penalties=comps["penalty"], update=comps["update"], growth=comps["growth"], metrics=comps["metric"],
         augment=comps["augment"], trackers=comps["tracker"], raw=raw, cli_keys=cli_keys, disable_plugins=_check_disable(raw, problems),
-        written_paths=written,
+        written_paths=written, schedules=tuple(schedules.specs),
     )
+    schedules.check(int(round(recipe.run.total_kimg * 1000)))
     _cross_checks(recipe, registry, problems)
     _core_checks(recipe, registry, problems)
     return None if problems or any(v is None for v in core.values()) else recipe

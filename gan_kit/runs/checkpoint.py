@@ -158,10 +158,12 @@ def build_generator(recipe_text: str, channels: int, num_classes: int = 0, *, so
     ctx = BuildContext(resolution=recipe.resolution, channels=channels, recipe=recipe, num_classes=num_classes)
     arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
     G, _ = arch.build(recipe.resolution, channels)
-    plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx).apply(G)
-    if recipe.architecture.slot.spectral_norm in ("G", "both"):
-        from gan_kit.training.networks import apply_spectral_norm
+    from gan_kit.training.networks import apply_spectral_norm, initialise
 
+    # As the run built it: an architecture that owns its init keeps it, frozen parts are left alone.
+    initialise(G, plugins.registry.get("init", recipe.init.name).factory(recipe.init.options, ctx),
+               bool(getattr(arch, "owns_init", False)))
+    if recipe.architecture.slot.spectral_norm in ("G", "both"):
         apply_spectral_norm(G, "G", recipe)
     return G, recipe, arch
 
@@ -175,14 +177,17 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu", state: 
     from ``path`` (read once by a caller that needs more of it). Raises ``CheckpointError`` /
     ``RecipeError``.
     """
-    from gan_kit.plugin_api.components import set_phase
     from gan_kit.base.phase import Phase
+    from gan_kit.plugin_api.ownership import check_frozen_files, frozen_files, load_without_frozen
+    from gan_kit.plugin_api.components import set_phase
 
     if state is None:
         state = load(path, map_location=device)
     G, recipe, arch = build_generator(state["recipe"], int(state["channels"]), int(state.get("num_classes", 0)),
                                       source=f"{path}[recipe]")
-    G.load_state_dict(state["G_ema"])
+    saved = {k: v for k, v in state.get("frozen_files", {}).items() if k.startswith("G.") or k == "G"}
+    check_frozen_files(saved, {f"G.{k}" if k else "G": v for k, v in frozen_files(G).items()}, Path(path), "")
+    load_without_frozen(G, state["G_ema"])  # a frozen sub-network came from its own file
     G = G.to(device).eval().requires_grad_(False)
     phase = Phase(**state["phase"])
     set_phase(G, phase.resolution, phase.alpha)

@@ -4,7 +4,8 @@ A run resumes from ``<out_dir>/checkpoints/latest.pt`` (or a checkpoint file nam
 recipe saved in it; ``init_from`` starts a new run from another run's weights instead. A recipe file
 or ``--set`` given with ``--resume`` may change what can change mid-run (``MUTABLE``: the
 ``[run]`` table but its seed, learning rates, Adam's betas and eps, the EMA, penalty weights,
-metrics), and every such change takes effect (the run is built from the new recipe; optimizer
+metrics, and every component option declared schedulable - a constant or a schedule, as for the
+others), and every such change takes effect (the run is built from the new recipe; optimizer
 hyper-parameters are written into the restored optimizer state). Any other change is refused
 with one line naming the key.
 """
@@ -21,6 +22,7 @@ import attrs
 from gan_kit.runs import checkpoint as ckpt
 from gan_kit.base.errors import CheckpointError, GankitError
 from gan_kit.runs.exported import is_export_dir, load_weights, read_config
+from gan_kit.plugin_api.ownership import load_without_frozen
 from gan_kit.base.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
 
@@ -32,12 +34,26 @@ __all__ = ["MUTABLE", "ResumePoint", "mutable", "recipe_changes", "refused_overr
 #: schedule must stay as the checkpoint was trained (a changed schedule would, e.g., skip a fade).
 MUTABLE = ("run.", "optim.lr", "optim.g_lr", "optim.d_lr", "optim.betas", "optim.eps", "ema.", "metric",
            "plugins", "disable_plugins", "tracker")
-_PENALTY_WEIGHT = re.compile(r"penalty\[\d+\]\.weight$")
+_PENALTY_WEIGHT = re.compile(r"penalty\[\d+\]\.weight(\..+)?$")  # a constant, or its schedule's keys
 
 
-def mutable(key: str) -> bool:
-    """Whether recipe key ``key`` (dotted, arrays as ``penalty[0].weight``) may change on resume."""
+def mutable(key: str, schedulable: tuple[str, ...] = ()) -> bool:
+    """Whether recipe key ``key`` (dotted, arrays as ``penalty[0].weight``) may change on resume.
+    ``schedulable``: the recipe's component options that may follow a schedule
+    (``schedulable_keys``), which may change as well - constant or schedule."""
+    if any(key == k or key.startswith((k + ".", k + "[")) for k in schedulable):
+        return True
     return (key.startswith(MUTABLE) and key != "run.seed") or bool(_PENALTY_WEIGHT.match(key))
+
+
+def schedulable_keys(recipe: Recipe) -> tuple[str, ...]:
+    """The dotted keys of ``recipe``'s component options declared ``schedulable`` in the tables
+    a schedule may drive (``loss.x``, ``penalty[0].x``, ``update.x``, ``augment.x``,
+    ``architecture.x``): what may change mid-run may change on resume too."""
+    from gan_kit.base.options import option_fields, schedulable
+
+    specs = (recipe.loss, *recipe.penalties, recipe.update, recipe.augment, recipe.architecture)
+    return tuple(f"{s.key}.{f.name}" for s in specs for f in option_fields(type(s.options)) if schedulable(f))
 
 
 def _flatten(table: dict, prefix: str = "") -> dict:
@@ -75,13 +91,14 @@ def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: P
     """
     old = _flatten(tomllib.loads(_resolved(saved_text, plugins)))
     new = _flatten(tomllib.loads(recipe_to_toml(recipe)))
+    free = schedulable_keys(recipe)
     changes = []
     for key in sorted(set(old) | set(new)):
         if key == "run.out_dir" or old.get(key) == new.get(key):
             continue
         # as the recipe spells them (`true`, `"bf16"`), not as Python does (`True`, `'bf16'`)
         before, after = (toml_value(t[key]) if key in t else "(unset)" for t in (old, new))
-        if not mutable(key):
+        if not mutable(key, free):
             raise CheckpointError(
                 f"--resume: {checkpoint} was trained with {key} = {before}, the recipe now says {after}; this "
                 f"cannot change in a resumed run: resume with the run's own recipe (`gankit run --resume {run_dir}`) "
@@ -105,11 +122,26 @@ def refused_override(overrides, run_dir: Path, saved_text: str = "") -> None:
             continue  # reported by the recipe loader with the other problems
         key = ".".join(map(str, keys))
         before = _lookup(saved, keys)
-        if mutable(re.sub(r"\.(\d+)", r"[\1]", key)) or before == value or _same_components(value, before):
+        dotted = re.sub(r"\.(\d+)", r"[\1]", key)
+        if mutable(dotted) or before == value or _same_components(value, before):
+            continue
+        if mutable(dotted, _saved_schedulable(saved_text)):  # a component's schedulable option
             continue
         raise CheckpointError(
             f"--resume: --set {key}: {key} cannot change in a resumed run (it may change: the [run] table but "
-            f"run.seed, optim.lr/g_lr/d_lr/betas/eps, [ema], penalty weights, metrics); start a new run with --out")
+            f"run.seed, optim.lr/g_lr/d_lr/betas/eps, [ema], penalty weights, metrics, schedulable options); "
+            f"start a new run with --out")
+
+
+def _saved_schedulable(saved_text: str) -> tuple[str, ...]:
+    """``schedulable_keys`` of the saved recipe (its plugins loaded), or none if it cannot load."""
+    from gan_kit.base.errors import RecipeError
+    from gan_kit.recipe import load_recipe
+
+    try:
+        return schedulable_keys(load_recipe(Path("[checkpoint recipe]"), text=saved_text)[0]) if saved_text else ()
+    except (RecipeError, GankitError):
+        return ()
 
 
 def _same_components(value: Any, saved: Any) -> bool:
@@ -182,6 +214,9 @@ def resume_run(run: Any, path: str | Path | ResumePoint | None = None) -> list[s
     problem = classes_problem(state, run)
     if problem:
         raise GankitError(f"--resume: {path}: {problem}")
+    from gan_kit.plugin_api.ownership import check_frozen_files
+
+    check_frozen_files(state.get("frozen_files", {}), run.frozen_files(), path)
     try:
         run.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError) as e:
@@ -281,7 +316,7 @@ def init_from(run: Any, value: str | Path) -> Path:
             weights = state
         try:
             for name in ("G", "G_ema") if exported else ("G", "D", "G_ema"):
-                getattr(run, name).load_state_dict(weights[name])
+                load_without_frozen(getattr(run, name), weights[name])  # frozen sub-networks come from their files
         except (RuntimeError, KeyError, ValueError) as e:
             text = " ".join(str(e).split())
             problem = (f"its {name} does not fit this recipe's (the architecture's options must match the "

@@ -112,7 +112,39 @@ def generate() -> str:
             comp = registry.get(kind, name)
             out += [f"#### {kind} `{name}`", "", f"{comp.summary} (registered by `{comp.plugin}`)", ""]
             out += _options_table(comp.Options)
+    out += _schedules(registry)
     return "\n".join(out).rstrip() + "\n"
+
+
+SCHEDULES_INTRO = """\
+## Schedules
+
+An option marked *Schedulable.* above may follow a schedule over training instead of a constant:
+write a table in its place whose `schedule` key names a shape below and whose other keys are the
+shape's options (lengths in kimg of real images shown; a `kimg` left out is `run.total_kimg`).
+An item of an array takes one too:
+
+```toml
+[optim]
+lr = { schedule = "cosine", start = 0.002, end = 0.0002, warmup_kimg = 5 }
+betas = [0.0, { schedule = "linear", start = 0.9, end = 0.99, kimg = 50 }]
+```
+
+Before every iteration the value for the images shown so far is set where the option acts; the
+tick line and `metrics.jsonl` show it as `Schedule/<key>` (`Schedule/optim.lr`). Every schedule is
+checked against its option's range at 1025 points of the run when the recipe loads; an option
+that is not schedulable refuses a schedule in one line. docs/writing-plugins.md, "Schedules",
+has the details and how a plugin makes its own options schedulable.
+"""
+
+
+def _schedules(registry) -> list[str]:
+    out = [SCHEDULES_INTRO]
+    for name in registry.names("schedule"):
+        comp = registry.get("schedule", name)
+        out += [f"#### schedule `{name}`", "", f"{comp.summary} (registered by `{comp.plugin}`)", ""]
+        out += _options_table(comp.Options)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

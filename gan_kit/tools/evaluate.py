@@ -151,7 +151,9 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     if problem:
         raise GankitError(f"{path}: {problem}")
     try:
-        run.G_ema.load_state_dict(state["G_ema"])
+        from gan_kit.plugin_api.ownership import load_without_frozen
+
+        load_without_frozen(run.G_ema, state["G_ema"])  # a frozen sub-network came from its own file
     except RuntimeError as e:  # e.g. --set changed an architecture option
         first = str(e).strip().splitlines()
         detail = next((line.strip() for line in first if "size mismatch" in line or "Missing" in line), first[0])

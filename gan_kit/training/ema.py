@@ -40,8 +40,9 @@ def update_ema(G_ema: nn.Module, G: nn.Module, beta: float, skip: torch.Tensor |
     scalar tensor on the device; where true G_ema is left exactly as it is (a skipped iteration),
     decided on the device with no host sync (``lerp`` with weight 0 returns its start exactly).
     """
-    ema_params = list(G_ema.parameters())
-    params = [p.detach() for p in G.parameters()]
+    pairs = [(e, p) for e, p in zip(G_ema.parameters(), G.parameters()) if p.requires_grad]
+    ema_params = [e for e, _ in pairs]  # G's frozen parameters are not averaged: G_ema keeps its copies
+    params = [p.detach() for _, p in pairs]
     if skip is None:
         if beta == 0.0:
             torch._foreach_copy_(ema_params, params)

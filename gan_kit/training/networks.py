@@ -116,15 +116,33 @@ def find_ddp(module: nn.Module) -> DDP | None:
     return None
 
 
+def initialise(net: nn.Module, initializer: Any, owns_init: bool = False) -> None:
+    """The recipe's initializer on ``net``, where the architecture allows
+    (``gan_kit.plugin_api.ownership.recipe_layers``): every conv / linear layer but frozen ones and those the
+    architecture initialised itself (``own_init``; all of them when it ``owns_init``).
+    ``initializer.apply`` gets ``net`` whole when it may touch every layer, else each allowed
+    layer on its own."""
+    from gan_kit.base.layers import weight_layers
+    from gan_kit.plugin_api.ownership import recipe_layers
+
+    layers = recipe_layers(net, "init", owns_init)
+    if len(layers) == len(weight_layers(net)):
+        initializer.apply(net)
+        return
+    for layer in layers:
+        initializer.apply(layer)
+
+
 def apply_spectral_norm(net: nn.Module, name: str, recipe: Any) -> None:
     """Spectral normalisation (Miyato et al. 2018, sec. 2.1) of every conv / linear weight of
-    ``net``: ``W / sigma(W)`` with sigma from one power iteration per training-mode forward; its
+    ``net`` but frozen ones and those marked ``own_init(module, spectral_norm=False)``:
+    ``W / sigma(W)`` with sigma from one power iteration per training-mode forward; its
     vectors u, v are buffers, so checkpoints keep them and eval mode (G_ema) reuses them."""
     from torch.nn.utils.parametrizations import spectral_norm
 
-    from gan_kit.base.layers import weight_layers
+    from gan_kit.plugin_api.ownership import recipe_layers
 
-    layers = weight_layers(net)
+    layers = recipe_layers(net, "spectral_norm")
     if not layers:
         raise GankitError(f"{recipe.path}: architecture.spectral_norm: {recipe.architecture.name!r} has no "
                           f"torch conv / linear layers in {name} to normalise (set spectral_norm = \"none\")")

@@ -100,11 +100,12 @@ def step_finished(run, stats):
 
 def tick_keys(stats) -> list[tuple[str, str]]:
     """``(shown name, stat key)`` of what a tick line shows: the D and G losses, every D and G
-    penalty (``D/r1``, ``G/path-length``), the augmentation's state (``aug/p``, ADA's p) and the
-    metrics' main values."""
+    penalty (``D/r1``, ``G/path-length``), the augmentation's state (``aug/p``, ADA's p), each
+    scheduled option (``optim.lr``) and the metrics' main values."""
     keys = ["Loss/D", "Loss/G"] + [k for k in stats if k.startswith(("Loss/D/", "Loss/G/"))]
     out = [(k.split("/", 1)[1], k) for k in keys if k in stats]
     out += [(f"aug/{k.split('/', 1)[1]}", k) for k in stats if k.startswith("Augment/")]
+    out += [(k.split("/", 1)[1], k) for k in stats if k.startswith("Schedule/")]
     out += [(k.split("/")[-1], k) for k in stats if k.startswith("Metrics/") and k.count("/") == 1]
     return out
 

@@ -163,6 +163,7 @@ def _open_run_dir(run: Run, resume: bool | str | Path | ResumePoint, overwrite: 
                     f"{limit:g}; raise it to train further (--set run.max_minutes=...)")
         if run.is_main:
             write_recipe(run)
+        run.apply_schedules()  # at the resumed cur_nimg
         run.apply_optim_settings()
     except BaseException:
         if lock is not None:
@@ -266,6 +267,7 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
     then) or counts the skipped iteration (``"skip"``).
     """
     images, labels = batch if isinstance(batch, (tuple, list)) else (batch, None)
+    run.apply_schedules()  # every scheduled option at this iteration's images shown (host floats only)
     ctx = run.step_context(phase, split_reals(run, phase, images), split_labels(run, labels))
     guard = run.finite_guard
     guard.begin()
@@ -308,7 +310,7 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
     # The ramp-up reads the images shown *before* this iteration (StyleGAN2-ADA's
     # training_loop: beta = 0 at the first step, so G_ema starts as a copy of G). Left as it is
     # for a skipped iteration, decided on the device.
-    e = run.recipe.ema
+    e = run.ema_options  # the recipe's [ema], scheduled values in force
     skip_ema = bad | halted | (scaler_skipped if scaler_skipped is not None else no)
     update_ema(run.G_ema, run.G, ema_beta(e.decay, e.half_life_kimg, e.rampup, phase.batch_size, nimg_before),
                skip=skip_ema)

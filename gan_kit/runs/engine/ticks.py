@@ -99,6 +99,9 @@ class Ticks:
             "Timing/img_per_s": (run.cur_nimg - self.start_nimg) / elapsed,
             "Timing/train_s": run.train_seconds,
         })
+        # each scheduled option's value in the tick's last iteration, keyed as --set spells it
+        # (Schedule/optim.lr, Schedule/penalty.0.weight: no brackets, which trackers refuse)
+        stats.update({"Schedule/" + k.replace("[", ".").replace("]", ""): v for k, v in run.schedule_values.items()})
         run.tick += 1
         self.sums.clear()
         self.counts.clear()

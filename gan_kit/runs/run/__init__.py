@@ -28,6 +28,7 @@ from gan_kit.base.randomness import batch_randn
 from gan_kit.recipe import Recipe
 from gan_kit.runs.run.build import RunBuilding
 from gan_kit.runs.run.images import RunImages
+from gan_kit.runs.run.schedules import RunSchedules
 from gan_kit.runs.run.state import RunCheckpoints
 from gan_kit.base.stash import Stash
 from gan_kit.training.step import StepContext
@@ -60,7 +61,7 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
-class Run(RunBuilding, RunImages, RunCheckpoints):
+class Run(RunBuilding, RunSchedules, RunImages, RunCheckpoints):
     """One training run.
 
     What hooks may read: ``recipe``, ``options`` (the ``[run]`` table), ``out_dir`` (Path),
@@ -69,8 +70,10 @@ class Run(RunBuilding, RunImages, RunCheckpoints):
     ``cur_nimg`` (real images shown), ``total_nimg``, ``step`` (iterations done), ``tick``
     (ticks done), ``is_main`` (rank 0), ``rank``, ``world_size``, ``metrics`` (``(spec, metric)``
     pairs), ``last_checkpoint``, ``resumed_from`` (the checkpoint a resumed run started from, else
-    None), ``initialized_from`` (the checkpoint a ``--init-from`` run took its weights from), and
-    ``stash``: typed per-plugin state (``gan_kit.StashKey``).
+    None), ``initialized_from`` (the checkpoint a ``--init-from`` run took its weights from),
+    ``schedule_values`` (each scheduled option's dotted key -> the value set for the last
+    iteration), ``optim_options`` / ``ema_options`` (``[optim]`` / ``[ema]`` with the scheduled
+    values in force), and ``stash``: typed per-plugin state (``gan_kit.StashKey``).
     Methods for hooks: ``generate(z)``, ``real_images(n)``, ``save_checkpoint(name)``, ``phases()``.
     """
 
@@ -110,6 +113,7 @@ class Run(RunBuilding, RunImages, RunCheckpoints):
         self._build_networks()
         self._build_objectives()
         self._build_optimizers()
+        self._build_schedules()
         self._build_precision()
         self._check_batches()
         if recipe.run.compile:

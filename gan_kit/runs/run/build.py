@@ -19,7 +19,7 @@ from gan_kit.base.cpufeatures import auto_precision
 from gan_kit.recipe.datachecks import labels_problem, metric_cap_note, metric_problem
 from gan_kit.training.ema import make_ema
 from gan_kit.base.errors import GankitError
-from gan_kit.training.networks import apply_spectral_norm, at_precision, training_views
+from gan_kit.training.networks import apply_spectral_norm, at_precision, initialise, training_views
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import ComponentSpec
 
@@ -82,8 +82,12 @@ class RunBuilding:
         self.latent_dim = int(self.arch.latent_dim)
         G, D = self.arch.build(r.resolution, self.channels)
         self.initializer = self.build(r.init)
-        self.initializer.apply(G)
-        self.initializer.apply(D)
+        owns = bool(getattr(self.arch, "owns_init", False))
+        if owns and "init" in r.raw and r.init.name != "equalized-lr" and self.is_main:
+            print(f"note: {r.path}: init: architecture {r.architecture.name!r} initialises its own weights "
+                  f"(owns_init), so init {r.init.name!r} is not applied", file=sys.stderr)
+        for net in (G, D):  # where the architecture allows: not frozen, not its own (gan_kit.plugin_api.ownership)
+            initialise(net, self.initializer, owns)
         sn = r.architecture.slot.spectral_norm
         for name, net in (("G", G), ("D", D)):
             if sn in (name, "both"):
@@ -156,7 +160,10 @@ class RunBuilding:
 
     def _optimizer(self, net: nn.Module, lr: float, ratio: float = 1.0) -> torch.optim.Optimizer:
         o = self.recipe.optim
-        params = list(net.parameters())
+        params = [p for p in net.parameters() if p.requires_grad]  # a frozen parameter is never stepped
+        if not params:
+            raise GankitError(f"{self.recipe.path}: architecture {self.recipe.architecture.name!r}: every parameter "
+                              f"of {type(net).__name__} is frozen (requires_grad False): nothing to train")
         # Fused optimizers on the CPU as on CUDA: they take the non-finite policy's and the
         # GradScaler's skip flag on the device (found_inf), so a step costs no host sync
         # (gan_kit.training.step.finite), and the CPU runs the code path a GPU run does.
@@ -168,9 +175,12 @@ class RunBuilding:
 
     def apply_optim_settings(self) -> None:
         """Set each optimizer's lr (base x phase scale x lazy ratio), betas and eps from the
-        recipe: after every phase change, and after a resume (a loaded optimizer state brings
-        the old hyper-parameters with it)."""
-        o = self.recipe.optim
+        recipe's values in force (``optim_options``: scheduled ones at the images shown): after
+        every phase change, after a resume (a loaded optimizer state brings the old
+        hyper-parameters with it), and before every iteration when ``[optim]`` is scheduled."""
+        o = getattr(self, "optim_options", self.recipe.optim)
+        self.g_lr = o.g_lr if o.g_lr is not None else o.lr
+        self.d_lr = o.d_lr if o.d_lr is not None else o.lr
         scale = self.phase.lr_scale if self.phase is not None else 1.0
         for opt, base, net in ((self.opt_G, self.g_lr, "G"), (self.opt_D, self.d_lr, "D")):
             ratio = self.lazy_ratio(net)

@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
 from gan_kit.runs import checkpoint as ckpt
 from gan_kit.base.errors import TrainingError
+from gan_kit.plugin_api.ownership import frozen_files, load_without_frozen, without_frozen
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import recipe_to_toml
 from gan_kit.base.version import __version__
@@ -35,6 +37,12 @@ class RunCheckpoints:
                 out[name] = comp
         return out
 
+    def frozen_files(self) -> dict[str, Any]:
+        """``{"G.<module>" / "D.<module>": FrozenFile}``: G's and D's frozen sub-networks loaded
+        from local files (``gan_kit.load_frozen``), which checkpoints record by path and digest."""
+        return {f"{label}.{name}" if name else label: record
+                for label, net in (("G", self.G), ("D", self.D)) for name, record in frozen_files(net).items()}
+
     def state_dict(self, rng: dict | None = None) -> dict:
         """Everything ``load_state_dict`` restores. ``rng``: ``checkpoint.rng_state``'s dict
         already gathered from every process (``save_checkpoint``); taken here otherwise."""
@@ -44,9 +52,11 @@ class RunCheckpoints:
             "num_classes": self.num_classes,
             "class_names": self.class_names,
             "recipe": recipe_to_toml(self.recipe),
-            "G": self.G.state_dict(),
-            "D": self.D.state_dict(),
-            "G_ema": self.G_ema.state_dict(),
+            # a frozen sub-network loaded from a file is recorded by path and digest, not copied
+            "G": without_frozen(self.G.state_dict(), self.G),
+            "D": without_frozen(self.D.state_dict(), self.D),
+            "G_ema": without_frozen(self.G_ema.state_dict(), self.G_ema),
+            "frozen_files": {k: attrs.asdict(v) for k, v in self.frozen_files().items()},
             "opt_G": self.opt_G.state_dict(),
             "opt_D": self.opt_D.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
@@ -63,9 +73,9 @@ class RunCheckpoints:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.G.load_state_dict(state["G"])
-        self.D.load_state_dict(state["D"])
-        self.G_ema.load_state_dict(state["G_ema"])
+        load_without_frozen(self.G, state["G"])
+        load_without_frozen(self.D, state["D"])
+        load_without_frozen(self.G_ema, state["G_ema"])
         self.opt_G.load_state_dict(state["opt_G"])
         self.opt_D.load_state_dict(state["opt_D"])
         if self.scaler is not None and state.get("scaler"):
