@@ -68,18 +68,21 @@ class Objectives:
         return total, stats
 
     def g_objective(self, fake_logits: torch.Tensor, fake: torch.Tensor | None = None, *,
-                    labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                    labels: torch.Tensor | None = None,
+                    real_logits: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """G's objective ``g_loss(fake_logits[N], real_logits) + sum(weight * G penalty)`` and
         its stats (``Loss/G``, ``Loss/G/<penalty>``).
 
         ``real_logits`` is D's output on ``reals[-1]`` (without gradient) when the loss sets
         ``needs_real_logits`` (relativistic losses), else None. ``fake``: the images behind
         ``fake_logits``, handed to G penalties; ``labels``: their classes (conditional runs).
+        ``real_logits``: pass the ``[N]`` logits yourself (``real_logits_for_g``) when one
+        iteration calls ``g_objective`` more than once and every call must see the same ones
+        (``single-loss``'s two G terms: with a random augmentation two fresh forwards differ, and
+        the stop-gradient bracket would no longer cancel in D).
         """
-        real_logits = None
-        if self.loss.needs_real_logits:
-            with torch.no_grad(), self.autocast():
-                real_logits = self.discriminate(self.reals[-1], self.labels[-1]).float()
+        if real_logits is None and self.loss.needs_real_logits:
+            real_logits = self.real_logits_for_g()
         loss = self.loss.g_loss(fake_logits.float(), real_logits)
         stats: dict[str, torch.Tensor] = {"Loss/G": loss.detach()}
         total = loss
@@ -93,6 +96,13 @@ class Objectives:
                 total = total + wp.weight * value
                 stats[f"Loss/G/{wp.name}"] = value.detach()
         return total, stats
+
+
+    def real_logits_for_g(self) -> torch.Tensor:
+        """D's logits ``[N]`` (float32, no gradient) on ``reals[-1]``: what ``g_objective`` hands a
+        loss that ``needs_real_logits``."""
+        with torch.no_grad(), self.autocast():
+            return self.discriminate(self.reals[-1], self.labels[-1]).float()
 
 
 def _scalar(value: Any, kind: str, name: str) -> torch.Tensor:
