@@ -369,6 +369,14 @@ class Architecture(ComponentBase):
     #: with one line that says to set ``spectral_norm = "none"``.
     supports_spectral_norm: ClassVar[bool] = True
 
+    #: Why spectral norm cannot apply, said in the refusal (after "has no spectral-norm form: ").
+    spectral_norm_reason: ClassVar[str] = ("its layers are not torch conv / linear layers (they apply the "
+                                           "equalized learning rate themselves)")
+
+    #: True when the networks initialise themselves in ``build`` (R3GAN's fix-up init); such an
+    #: architecture refuses every recipe initializer but ``none`` (which leaves layers alone).
+    owns_init: ClassVar[bool] = False
+
     #: True when G's forward takes ``truncation_psi`` (the truncation trick: StyleGAN, Karras et
     #: al. 2019, sec. 3.2 - W pulled toward its running average); ``gankit sample --truncation``
     #: refuses other architectures.

@@ -38,6 +38,7 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.pggan",
     "gan_kit.builtin.dcgan",
     "gan_kit.builtin.stylegan2",
+    "gan_kit.builtin.r3gan",
     "gan_kit.builtin.datasets",
     "gan_kit.builtin.metrics",
     "gan_kit.builtin.augment",
