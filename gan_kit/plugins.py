@@ -32,6 +32,7 @@ ENTRY_POINT_GROUP = "gankit"
 BUILTIN_PLUGINS = (
     "gan_kit.builtin.losses",
     "gan_kit.builtin.penalties",
+    "gan_kit.builtin.logit_penalties",
     "gan_kit.builtin.strategies",
     "gan_kit.builtin.growth",
     "gan_kit.builtin.initializers",
