@@ -395,6 +395,14 @@ class Architecture(ComponentBase):
     def build(self, resolution: int, channels: int) -> tuple[nn.Module, nn.Module]:
         raise NotImplementedError
 
+    def d_blocks(self, D: nn.Module) -> list[nn.Module]:
+        """D's blocks in order from the input side, the first holding D's input layer (fromRGB):
+        what ``architecture.freeze_d_blocks`` (FreezeD) freezes the first N of. The default asks
+        D itself (``D.input_blocks()``, when D defines it); [] means D names no blocks, and the
+        recipe's FreezeD is refused."""
+        blocks = getattr(D, "input_blocks", None)
+        return list(blocks()) if callable(blocks) else []
+
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
         """Why D cannot take a per-process batch of ``batch`` images with ``world_size``
         processes (checked for every phase before training, e.g. a minibatch-stddev group that

@@ -204,6 +204,10 @@ class Discriminator(nn.Module):
         self.blocks = nn.ModuleList(stages)
         self.resolution = resolution
 
+    def input_blocks(self) -> list[nn.Module]:
+        """The stages from the input side (stage 0 holds the 1x1 convolution from the image)."""
+        return list(self.blocks)
+
     def forward(self, img, splits: int = 1):
         x = img
         for stage in self.blocks:
