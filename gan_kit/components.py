@@ -211,10 +211,20 @@ class Augment(ComponentBase):
     real images that iteration showed D (all processes, every critic step counted: the phase's
     global batch x ``update.d_steps``); returns stats such as ``Augment/p``;
     ``state_dict()`` / ``load_state_dict(state)`` for what must survive a resume.
+
+    ``reals_for_d(real[N,C,H,W], fake[N,C,H,W]) -> real'[N,C,H,W]``: the batch D's objective
+    treats as real, given this D step's real batch and its fakes (detached, made for the same
+    classes). The default returns ``real``; APA (Jiang et al. 2021) returns some fakes in place
+    of reals. The engine calls it in every D objective before D's forwards, so the D loss, the
+    penalties (R1 then regularises the pseudo-reals too, as in APA's code) and ``feedback`` see
+    the mixed batch; a lazy regularisation step, which makes no fakes, does not call it.
     """
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def reals_for_d(self, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+        return real
 
     def feedback(self, real_logits: torch.Tensor) -> None:
         return None

@@ -44,6 +44,7 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.metrics",
     "gan_kit.builtin.augment",
     "gan_kit.builtin.ada",
+    "gan_kit.builtin.apa",
     "gan_kit.builtin.reporting",
     "gan_kit.builtin.tensorboard",
     "gan_kit.builtin.checkpointing",

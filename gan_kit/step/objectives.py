@@ -30,11 +30,16 @@ class Objectives:
         ``no_grad`` or detached) unless the caller wants G gradients. ``fake_logits``: D's
         logits ``[N]`` for ``fake`` when the caller already has them (one D forward shared
         between the D and G objectives); D is then not run on ``fake``. ``labels[N]``: the
-        classes of ``real`` and ``fake`` (class-conditional runs). Penalties receive the
+        classes of ``real`` and ``fake`` (class-conditional runs). ``real`` first passes through
+        the augmentation's ``reals_for_d(real, fake)`` (APA's pseudo-reals). Penalties receive the
         logits computed here (a drift term needs no forward of its own). Stats: ``Loss/D`` (the
         loss without penalties), ``Loss/D/<penalty>`` (unweighted), ``Logits/real``,
         ``Logits/fake`` - detached tensors.
         """
+        reals_for_d = getattr(self.augment, "reals_for_d", None)  # a duck-typed augment may lack it
+        if reals_for_d is not None:
+            # The augmentation decides what D takes as real (APA's pseudo-reals); the identity else.
+            real = reals_for_d(real, fake.detach())
         with self.autocast():
             if fake_logits is None and self.joint_d_forward and real.shape == fake.shape:
                 # One D forward on both batches: the same numbers as two (Architecture.joint_d_forward).
