@@ -225,7 +225,8 @@ class R3GAN(Architecture):
                                      "width_by_resolution overrides it per stage).", min=1, max=4096)
         width_by_resolution: dict[int, int] = option(
             factory=dict, help="Channels per stage keyed by its resolution in px, e.g. {4 = 128, 8 = 96, 16 = 64} "
-                               "(FFHQ-256 narrows the high-resolution stages); a stage not named takes width.")
+                               "(FFHQ-256 narrows the high-resolution stages); a stage not named takes width.",
+            min=1, max=4096)
         cardinality: int = option(4, help="Groups of each block's k x k convolution (ResNeXt cardinality; CIFAR-10: "
                                           "96 groups of 16 channels). Must divide width x expansion.", min=1,
                                   max=4096)
@@ -267,6 +268,8 @@ class R3GAN(Architecture):
                                           f"(stages: {stages})")
         for r in stages:
             w = int(o.width_by_resolution.get(r, o.width))
+            if w < 1:
+                break  # the width's own range check says it
             if (w * o.expansion) % o.cardinality:
                 yield "cardinality", (f"{o.cardinality} groups do not divide the {w * o.expansion} middle channels "
                                       f"of the {r} px stage (width {w} x expansion {o.expansion}); choose a divisor")
