@@ -130,3 +130,41 @@ def test_lecam_and_bcr_train_together(tiny_recipe):
     recipe, plugins = load_recipe(tiny_recipe, ['penalty=[{name="lecam", weight=0.3}, {name="bcr", weight=1.0}]'])
     stats = train(Run(recipe, plugins), max_steps=2)
     assert stats["Loss/D/lecam"] > 0 and stats["Loss/D/bcr"] > 0
+
+
+def test_zcr_terms_are_the_latent_consistency_formulas():
+    from gan_kit import GInputs
+    from gan_kit.builtin.logit_penalties import LatentConsistencyD, LatentConsistencyG
+
+    torch.manual_seed(0)
+    G = nn.Linear(3, 16)
+    gen = lambda z, labels=None: G(z).reshape(-1, 1, 4, 4)  # noqa: E731
+    D = Linear()
+    ctx = StepContext(G=gen, D=D, opt_G=None, opt_D=None, loss=Hinge(), penalties=[], reals=[torch.zeros(4, 1, 4, 4)],
+                      latent=lambda n: torch.randn(n, 3), phase=Phase(0, 4, 1.0, 4))
+    torch.manual_seed(1)
+    d_value = LatentConsistencyD(LatentConsistencyD.Options(sigma=0.5))(
+        DInputs(D=D, real=torch.zeros(4, 1, 4, 4), fake=None), ctx)
+    torch.manual_seed(1)
+    z = torch.randn(4, 3)
+    z2 = z + 0.5 * torch.randn(4, 3)
+    with torch.no_grad():
+        a, b = gen(z), gen(z2)
+    assert d_value.item() == pytest.approx(((D(a) - D(b)) ** 2).mean().item(), rel=1e-5) and d_value.item() > 0
+    assert torch.autograd.grad(d_value, [D.w])[0].abs().sum() > 0  # it trains D, and not G (no_grad fakes)
+    torch.manual_seed(2)
+    g_value = LatentConsistencyG(LatentConsistencyG.Options(sigma=0.5))(GInputs(G=gen, batch_size=4), ctx)
+    torch.manual_seed(2)
+    z = torch.randn(4, 3)
+    z2 = z + 0.5 * torch.randn(4, 3)
+    expected = -((gen(z) - gen(z2)) ** 2).flatten(1).sum(1).mean()
+    assert g_value.item() == pytest.approx(expected.item(), rel=1e-5) and g_value.item() < 0
+    (gw,) = torch.autograd.grad(g_value, [G.weight])
+    (gw_ref,) = torch.autograd.grad(expected, [G.weight])
+    assert torch.allclose(gw, gw_ref, atol=1e-5)
+
+
+def test_zcr_trains_with_its_g_term(tiny_recipe):
+    recipe, plugins = load_recipe(tiny_recipe, ['penalty=[{name="zcr", weight=5.0}, {name="zcr-g", weight=0.5}]'])
+    stats = train(Run(recipe, plugins), max_steps=2)
+    assert stats["Loss/D/zcr"] > 0 and stats["Loss/G/zcr-g"] < 0

@@ -1,10 +1,11 @@
-"""D regularisers on D's logits rather than its input gradients: LeCam (anchored logits) and
-balanced consistency regularisation (bCR).
+"""Regularisers on D's logits rather than its input gradients: LeCam (anchored logits), balanced
+consistency regularisation (bCR) and latent consistency regularisation (zCR, with its G term).
 
-Both use the logits of the D objective's own forwards (``DInputs.real_logits`` /
+LeCam and bCR use the logits of the D objective's own forwards (``DInputs.real_logits`` /
 ``fake_logits``, with their graph to D's weights), so LeCam costs no forward at all and bCR one
-D forward per augmented batch. Neither can run lazily: a lazy regularisation step has no D
-objective and so no logits.
+D forward per augmented batch; neither can run lazily (a lazy regularisation step has no D
+objective and so no logits). zCR draws its own latents and may. Per-sample draws go through
+``gan_kit.batch_rand`` / ``batch_randn`` / ``batch_randint`` (the global batch's draws).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from gan_kit import GankitError, Penalty, batch_rand, batch_randint, hookimpl, option
+from gan_kit import GankitError, Penalty, batch_rand, batch_randint, batch_randn, hookimpl, option
 
-__all__ = ["LeCam", "BalancedConsistency", "flip_and_translate"]
+__all__ = ["LeCam", "BalancedConsistency", "flip_and_translate", "LatentConsistencyD", "LatentConsistencyG"]
 
 
 def _needs_logits(name: str, inputs) -> None:
@@ -138,7 +139,54 @@ class BalancedConsistency(Penalty):
         return total
 
 
+@attrs.frozen
+class LatentOptions:
+    sigma: float = option(0.03, help="Std of the latent perturbation T(z) = z + N(0, sigma^2) (the paper: 0.03).",
+                          min=0, min_exclusive=True, max=10)
+
+
+class LatentConsistencyD(Penalty):
+    """zCR's D term (Zhao et al. 2021, sec. 3.2, Algorithm 2): ``E[(D(G(z)) - D(G(T(z))))^2]``,
+    ``T(z) = z + N(0, sigma^2)``: D should not tell apart the images of nearby latents.
+
+    Draws its own ``z[N, latent]`` (``ctx.latent``) and both fakes under ``no_grad`` (nothing
+    reaches G), for the real batch's classes in a conditional run; two D forwards. Works in a
+    lazy step too. The paper's weight lambda_dis: 5. Pair with ``zcr-g``.
+    """
+
+    Options = LatentOptions
+
+    def __call__(self, inputs, ctx):
+        n = inputs.real.shape[0]
+        z = ctx.latent(n)
+        with torch.no_grad(), ctx.autocast():
+            a = ctx.generate(z, inputs.labels)
+            b = ctx.generate(z + self.options.sigma * batch_randn(*z.shape, device=z.device), inputs.labels)
+        with ctx.autocast():  # two forwards: minibatch statistics (mbstd) stay within each batch
+            la, lb = inputs.D(a.float()).float(), inputs.D(b.float()).float()
+        return (la - lb).square().mean()
+
+
+class LatentConsistencyG(Penalty):
+    """zCR's G term (Zhao et al. 2021, sec. 3.2): ``-E[||G(z) - G(T(z))||^2]`` over C, H, W - G is
+    rewarded for making nearby latents differ (against mode collapse), the negative sign as in
+    the paper's L_G. ``network = "G"``; two G forwards with their graph. The paper's weight
+    lambda_gen: 0.5. Images ``[N,C,H,W]``; returns a float32 scalar <= 0."""
+
+    network = "G"
+    Options = LatentOptions
+
+    def __call__(self, inputs, ctx):
+        z = ctx.latent(inputs.batch_size)
+        with ctx.autocast():
+            a = inputs.G(z)
+            b = inputs.G(z + self.options.sigma * batch_randn(*z.shape, device=z.device))
+        return -(a.float() - b.float()).flatten(1).square().sum(1).mean()
+
+
 @hookimpl
 def register_penalties(register):
     register("lecam", LeCam)
     register("bcr", BalancedConsistency)
+    register("zcr", LatentConsistencyD)
+    register("zcr-g", LatentConsistencyG)
