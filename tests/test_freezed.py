@@ -59,3 +59,12 @@ def test_more_blocks_than_d_has_is_one_line(tiny_recipe):
     with pytest.raises(GankitError, match=r"architecture\.freeze_d_blocks: 3, but 'pggan''s D has 2 blocks; "
                                           r"freeze at most 2"):
         Run(recipe, plugins)
+
+
+def test_an_architecture_naming_no_blocks_is_refused(tmp_path):
+    dcgan = Path(__file__).resolve().parents[1] / "recipes" / "dcgan.toml"
+    recipe, plugins = load_recipe(dcgan, [f"run.out_dir={tmp_path / 'run'}", "architecture.freeze_d_blocks=1",
+                                          "metric=[]"])
+    with pytest.raises(GankitError, match=r"'dcgan''s D names no blocks \(Architecture\.d_blocks\); freeze at most "
+                                          r"0 \(set it to 0\)"):
+        Run(recipe, plugins)
