@@ -83,8 +83,8 @@ class Objectives:
         ``fake_logits``, handed to G penalties; ``labels``: their classes (conditional runs).
         ``real_logits``: pass the ``[N]`` logits yourself (``real_logits_for_g``) when one
         iteration calls ``g_objective`` more than once and every call must see the same ones
-        (``single-loss``'s two G terms: with a random augmentation two fresh forwards differ, and
-        the stop-gradient bracket would no longer cancel in D).
+        (``single-loss``'s two G terms, whose stop-gradient bracket must not differ by its real
+        logits: under a random augmentation two fresh forwards on the reals differ).
         """
         if real_logits is None and self.loss.needs_real_logits:
             real_logits = self.real_logits_for_g()
