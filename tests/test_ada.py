@@ -410,3 +410,21 @@ def test_two_processes_augment_the_global_batch_as_one_process_does(monkeypatch)
     one = aug(x)
     assert not torch.equal(local[0], local[1])
     torch.testing.assert_close(two, one, rtol=0, atol=1e-9)
+
+
+def test_fixed_p_ada_keeps_p_init_whatever_the_logits_and_the_checkpoint():
+    """target = none: ADA at a fixed p (the paper's fixed-p baselines; R3GAN's augmentation),
+    where the adaptive rule would have moved it."""
+    fixed = AdaptiveAugment(AdaptiveAugment.Options(target=None, p_init=0.3, interval=1, kimg=0.1))
+    adaptive = AdaptiveAugment(AdaptiveAugment.Options(p_init=0.3, interval=1, kimg=0.1))
+    for it in range(1, 9):
+        for aug in (fixed, adaptive):
+            aug.feedback(torch.full((16,), 5.0))  # r_t = 1: overfitting
+            stats = aug.end_step(it, 16)
+    assert float(fixed.p) == pytest.approx(0.3) and set(stats) == {"Augment/p", "Augment/rt"}
+    assert float(adaptive.p) > 1.0
+    assert set(fixed.end_step(9, 16)) == {"Augment/p"}
+    fixed.load_state_dict(adaptive.state_dict())  # a checkpoint of an adaptive run, resumed at fixed p
+    assert float(fixed.p) == pytest.approx(0.3)
+    x = images(64, 1, 8, 8, dtype=torch.float32)
+    assert not torch.allclose(fixed(x), x, atol=1e-4)  # p = 0.3 augments

@@ -204,7 +204,7 @@ EXAMPLE_OVERRIDES: dict[str, list[str]] = {
     "loss_plugin.py": ["loss.name=ragan"],
     # class-conditional: the penalties (written without labels) get inputs.D / inputs.G with the
     # step's labels bound, and the strategy passes ctx.labels
-    "penalty_plugin.py": ['penalty=[{name="r2", weight=1.0}, {name="zero-gp", weight=1.0}, '
+    "penalty_plugin.py": ['penalty=[{name="fake-r2", weight=1.0}, {name="zero-gp", weight=1.0}, '
                           '{name="mode-seeking", weight=0.1, interval=2}]', "architecture.conditional=true"],
     "strategy_plugin.py": ["update.name=g-then-critics", "update.d_steps=2", "architecture.conditional=true"],
     "initializer_plugin.py": ["init.name=lecun-normal"],
@@ -282,8 +282,8 @@ def test_example_plugin_trains_two_steps(filename, tmp_path):
     assert registered <= chosen  # every component of the example is in use
     if filename == "penalty_plugin.py":
         # the two D penalties are in the D objective; the lazy G penalty ran at step 0 as its own step
-        assert {"Loss/D/r2", "Loss/D/zero-gp", "Loss/G/mode-seeking"} <= set(stats)
-        assert stats["Loss/D/r2"] > 0 and stats["Loss/D/zero-gp"] > 0
+        assert {"Loss/D/fake-r2", "Loss/D/zero-gp", "Loss/G/mode-seeking"} <= set(stats)
+        assert stats["Loss/D/fake-r2"] > 0 and stats["Loss/D/zero-gp"] > 0
     if filename == "growth_plugin.py":
         # step 1 at 4 px; step 2 entered the 8 px phase at the start of its fade-in (8 images shown)
         assert (run.phase.index, run.phase.resolution, run.phase.alpha) == (1, 8, 0.0)

@@ -1,6 +1,7 @@
 """Example gankit plugin: three penalties (kind ``penalty``, recipe ``[[penalty]]`` with a ``weight``).
 
-* ``r2``: on fake images, through the public input-gradient verb ``ctx.input_gradients``;
+* ``fake-r2``: R2 on fake images (a copy of the built-in ``r2``, to show the verbs), through the
+  public input-gradient verb ``ctx.input_gradients``;
 * ``zero-gp``: on real/fake interpolates, taking the gradient itself with ``ctx.gradients``
   (``torch.autograd.grad`` made safe for fp16: scaled before and unscaled after);
 * ``mode-seeking``: a penalty of G (``network = "G"``) run lazily every ``interval`` iterations.
@@ -9,7 +10,7 @@ Use them::
 
     plugins = ["penalty_plugin.py"]
     [[penalty]]
-    name = "r2"
+    name = "fake-r2"
     weight = 1.0
     [[penalty]]
     name = "zero-gp"
@@ -96,6 +97,6 @@ class ModeSeeking(Penalty):
 
 @hookimpl
 def register_penalties(register):
-    register("r2", R2)
+    register("fake-r2", R2)
     register("zero-gp", ZeroGP)
     register("mode-seeking", ModeSeeking)

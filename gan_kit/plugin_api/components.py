@@ -215,10 +215,20 @@ class Augment(ComponentBase):
     real images that iteration showed D (all processes, every critic step counted: the phase's
     global batch x ``update.d_steps``); returns stats such as ``Augment/p``;
     ``state_dict()`` / ``load_state_dict(state)`` for what must survive a resume.
+
+    ``reals_for_d(real[N,C,H,W], fake[N,C,H,W]) -> real'[N,C,H,W]``: the batch D's objective
+    treats as real, given this D step's real batch and its fakes (detached, made for the same
+    classes). The default returns ``real``; APA (Jiang et al. 2021) returns some fakes in place
+    of reals. The engine calls it in every D objective before D's forwards, so the D loss, the
+    penalties (R1 then regularises the pseudo-reals too, as in APA's code) and ``feedback`` see
+    the mixed batch; a lazy regularisation step, which makes no fakes, does not call it.
     """
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def reals_for_d(self, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+        return real
 
     def feedback(self, real_logits: torch.Tensor) -> None:
         return None
@@ -373,6 +383,10 @@ class Architecture(ComponentBase):
     #: with one line that says to set ``spectral_norm = "none"``.
     supports_spectral_norm: ClassVar[bool] = True
 
+    #: Why spectral norm cannot apply, said in the refusal (after "has no spectral-norm form: ").
+    spectral_norm_reason: ClassVar[str] = ("its layers are not torch conv / linear layers (they apply the "
+                                           "equalized learning rate themselves)")
+
     #: True when G's forward takes ``truncation_psi`` (the truncation trick: StyleGAN, Karras et
     #: al. 2019, sec. 3.2 - W pulled toward its running average); ``gankit sample --truncation``
     #: refuses other architectures.
@@ -401,6 +415,13 @@ class Architecture(ComponentBase):
         """G as ``gankit export`` traces it (TorchScript, ONNX): the same function, with ops that
         trace with a free batch size (StyleGAN2: no conv with ``groups = N``). Default: ``G``."""
         return G
+    def d_blocks(self, D: nn.Module) -> list[nn.Module]:
+        """D's blocks in order from the input side, the first holding D's input layer (fromRGB):
+        what ``architecture.freeze_d_blocks`` (FreezeD) freezes the first N of. The default asks
+        D itself (``D.input_blocks()``, when D defines it); [] means D names no blocks, and the
+        recipe's FreezeD is refused."""
+        blocks = getattr(D, "input_blocks", None)
+        return list(blocks()) if callable(blocks) else []
 
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
         """Why D cannot take a per-process batch of ``batch`` images with ``world_size``

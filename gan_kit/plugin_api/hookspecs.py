@@ -114,7 +114,9 @@ def register_architectures(register: Register) -> None:
 
     An architecture's ``build(resolution: int, channels: int) -> (G, D)`` returns the generator
     and discriminator for the final resolution, and ``latent_dim`` gives the size of z. Growing
-    networks mix in ``gan_kit.Growable``. Example: ``register("pggan", PGGAN)``.
+    networks mix in ``gan_kit.Growable``. ``d_blocks(D)`` lists D's blocks from the input side
+    (FreezeD); ``owns_init`` says the networks initialise themselves. Example:
+    ``register("pggan", PGGAN)``.
     """
 
 
@@ -144,7 +146,8 @@ def register_augmentations(register: Register) -> None:
     An ``gan_kit.Augment`` is called as ``augment(images[N,C,H,W]) -> images`` on every image D
     sees (reals and fakes, every strategy and penalty), gets ``feedback(real_logits)`` after every
     D objective and ``end_step(step, nimg) -> stats`` after every iteration (``nimg``: real images
-    shown that iteration, all processes, every critic step counted).
+    shown that iteration, all processes, every critic step counted). ``reals_for_d(real, fake) ->
+    real`` (optional) chooses the batch each D objective treats as real (APA's pseudo-reals).
     Example: ``register("diffaugment", DiffAugment)``.
     """
 

@@ -257,14 +257,17 @@ def _core_checks(recipe: Recipe, registry: Registry, problems: Problems) -> None
         # Said first and alone: the init advice below would send the user to an initializer this
         # architecture refuses, and back.
         problems.add("architecture.spectral_norm",
-                     f"{sn!r}, but architecture {recipe.architecture.name!r} has no spectral-norm form: its layers are "
-                     f"not torch conv / linear layers (they apply the equalized learning rate themselves); set "
+                     f"{sn!r}, but architecture {recipe.architecture.name!r} has no spectral-norm form: "
+                     f"{getattr(arch, 'spectral_norm_reason', _SN_REASON)}; set "
                      f"spectral_norm = \"none\", or use pggan or dcgan for spectral normalisation")
     elif sn != "none" and recipe.init.name == "equalized-lr" and not getattr(arch, "owns_init", False):
         problems.add("architecture.spectral_norm",
                      f"{sn!r} with init 'equalized-lr' is meaningless: spectral normalisation divides each weight by its "
                      f"largest singular value, which cancels equalized lr's runtime scale (use init.name = \"normal\" or "
                      f"\"orthogonal\", or spectral_norm = \"none\")")
+
+
+_SN_REASON = "its layers are not torch conv / linear layers (they apply the equalized learning rate themselves)"
 
 
 def _cross_checks(recipe: Recipe, registry: Registry, problems: Problems) -> None:

@@ -126,6 +126,14 @@ class EqualizedLR(Initializer):
             parametrize.register_parametrization(layer, "weight", RuntimeScale(gain / math.sqrt(fan_in(layer))))
 
 
+class NoInit(Initializer):
+    """Leaves every layer as the architecture built it: for architectures that initialise
+    themselves (R3GAN's fix-up init), where any other initializer would overwrite that."""
+
+    def apply(self, module):
+        return None
+
+
 @hookimpl
 def register_initializers(register):
     register("normal", Normal)
@@ -133,3 +141,4 @@ def register_initializers(register):
     register("kaiming", Kaiming)
     register("orthogonal", Orthogonal)
     register("equalized-lr", EqualizedLR)
+    register("none", NoInit)

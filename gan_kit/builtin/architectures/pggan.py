@@ -232,6 +232,13 @@ class Discriminator(_Progressive):
         self.register_buffer("alpha", torch.ones(()))
         self.stable = False  # as in Generator: True after set_phase with alpha >= 1
 
+    def input_blocks(self) -> list[nn.Module]:
+        """FreezeD's blocks from the input side at the final resolution: fromRGB (every one, the
+        fade-in's too) with the top block, the lower blocks, then the 4x4 epilogue."""
+        down = [self.blocks[str(r)] for r in reversed(self.resolutions[1:])]
+        tail = nn.ModuleList(m for m in (self.conv4, self.dense, self.out, self.embed) if m is not None)
+        return [nn.ModuleList([self.from_rgb, *down[:1]]), *down[1:], tail]
+
     def forward(self, img, labels=None, splits: int = 1):
         """``img[N, C, r, r] -> logits[N]``. ``splits``: ``img`` is that many equal batches
         concatenated (e.g. ``torch.cat([real, fake])``), whose minibatch-stddev groups stay within

@@ -87,14 +87,17 @@ class AdaptiveAugment(Augment):
                                            "paper's: blit + geom + color), 'bg', 'blit', 'geom', 'color', or "
                                            "'gankit-subset' (gankit 0.2's seven transforms, see docs/augmentation.md).",
                                validator=_pipeline_problem)
-        target: float = option(0.6, help="Target of the overfitting heuristic r_t = E[sign(D(real))] (0.6 in the paper).",
-                               validator=lambda v: None if -1.0 <= v <= 1.0 else f"must be in [-1, 1], got {v}")
+        target: float | None = option(
+            0.6, help="Target of the overfitting heuristic r_t = E[sign(D(real))] (0.6 in the paper); None = a fixed "
+                      "p: p_init throughout, never adapted (R3GAN's and the ADA paper's fixed-p baselines).",
+            validator=lambda v: None if v is None or -1.0 <= v <= 1.0 else f"must be in [-1, 1] or none, got {v}")
         interval: int = option(4, help="Iterations between two adjustments of p (4 in the paper).",
                                validator=lambda v: None if v >= 1 else f"must be >= 1, got {v}")
         kimg: float = option(100.0, help="Speed of p: thousands of real images over which p can go from 0 to 1 (500 in the "
                                          "paper; 100 here because gankit's runs are short, see docs/augmentation.md).",
                              validator=lambda v: None if v > 0 else f"must be > 0, got {v}")
-        p_init: float = option(0.0, help="Augmentation probability p at the start of training (0 in the paper).",
+        p_init: float = option(0.0, help="Augmentation probability p at the start of training (0 in the paper); with "
+                                         "target = none, the fixed p of the whole run.",
                                validator=lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v}")
         p_max: float | None = option(None, help="Upper bound of p; None = none, the reference's rule (p >= 0 only; "
                                                 "0.8 guarantees the non-leaking regime, see docs/augmentation.md).",
@@ -184,8 +187,13 @@ class AdaptiveAugment(Augment):
         """After iteration ``step`` (iterations done), which showed D ``nimg`` real images (all
         processes, every critic step counted: global batch x ``d_steps``): every
         ``interval`` iterations adjust p (sec. 3) and return ``{"Augment/p", "Augment/rt"}``;
-        otherwise ``{"Augment/p"}``. An interval without feedback leaves p unchanged."""
+        otherwise ``{"Augment/p"}``. An interval without feedback leaves p unchanged. With
+        ``target = None`` p stays ``p_init`` (fixed-p ADA) and only ``{"Augment/p"}`` is returned."""
         o = self.options
+        if o.target is None:  # fixed p: the option's value, whatever a checkpoint held
+            self.p = torch.full((), float(o.p_init), device=self.p.device)
+            self.sign_sum, self.sign_count = self.sign_sum * 0, self.sign_count * 0
+            return {"Augment/p": self.p}
         if step % o.interval:
             return {"Augment/p": self.p}
         dev = self.sign_sum.device
@@ -212,6 +220,8 @@ class AdaptiveAugment(Augment):
         self.p = torch.as_tensor(state["p"], dtype=torch.float32).clone()
         self.sign_sum = torch.as_tensor(state["sign_sum"], dtype=torch.float32).clone()
         self.sign_count = torch.as_tensor(state["sign_count"], dtype=torch.float32).clone()
+        if self.options.target is None:
+            self.p = torch.tensor(float(self.options.p_init))  # fixed p: the recipe's, not the checkpoint's
 
 
 def _default(key: str):

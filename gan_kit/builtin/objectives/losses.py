@@ -72,6 +72,38 @@ class WGANGP(WGAN):
         return [("gradient-penalty", self.options.gp_weight, {}), ("drift", self.options.drift_weight, {})]
 
 
+class RpGAN(Loss):
+    """Relativistic pairing GAN loss (Jolicoeur-Martineau 2019; the R3GAN baseline, Huang et al. 2024, eq. 2):
+    D: softplus(-(D(x_r) - D(x_f))), G: softplus(-(D(x_f) - D(x_r))), per real/fake pair.
+
+    ``real_logits[N]`` and ``fake_logits[N]`` are paired index by index (pair i is the i-th real
+    and the i-th fake of the step), so both must have the same length N; a mismatch raises
+    ``ValueError``. G's side needs D's logits on reals (``needs_real_logits``): every update
+    strategy hands ``g_loss`` the logits of the iteration's last real batch, computed without
+    gradient, so G's gradient flows through the fakes only - as in the official code, where the
+    real logits carry no G dependence. Pair with zero-centred R1 and R2 (``r1`` + ``r2``): the
+    paper's convergence argument (sec. 2.2-2.3) needs both.
+    """
+
+    needs_real_logits = True
+
+    @staticmethod
+    def _pairs(first, second, side):
+        if first.shape != second.shape:
+            raise ValueError(f"rpgan pairs reals with fakes index by index, so its {side} needs equal batches; got "
+                             f"real/fake logits of shapes {tuple(first.shape)} and {tuple(second.shape)}")
+        return first - second
+
+    def d_loss(self, real_logits, fake_logits):
+        return F.softplus(-self._pairs(real_logits, fake_logits, "d_loss")).mean()
+
+    def g_loss(self, fake_logits, real_logits=None):
+        if real_logits is None:
+            raise ValueError("rpgan's G loss needs D's logits on real images (real_logits); the update strategy "
+                             "passed None - call ctx.g_objective, which passes them, or pass real_logits yourself")
+        return F.softplus(-self._pairs(fake_logits, real_logits, "g_loss")).mean()
+
+
 @hookimpl
 def register_losses(register):
     register("hinge", Hinge)
@@ -79,3 +111,4 @@ def register_losses(register):
     register("bce-minimax", BCEMinimax)
     register("wgan", WGAN)
     register("wgan-gp", WGANGP)
+    register("rpgan", RpGAN)

@@ -39,15 +39,19 @@ class GradientPenalty(Penalty):
         return (norm - self.options.target).square().mean()
 
 
+@attrs.frozen
+class LazyOptions:
+    interval: int = option(1, help="Lazy regularisation: a step of its own every this many iterations, "
+                                   "scaled by the interval, with Adam's lr and betas corrected "
+                                   "(StyleGAN2, sec. 3.1; 16 there). 1 = part of every D objective. "
+                                   "Lazy D penalties due at the same iteration share one step.",
+                           validator=lambda v: None if v >= 1 else f"must be >= 1, got {v}")
+
+
 class R1(Penalty):
     """R1 penalty (Mescheder et al. 2018, eq. 9): 0.5 * E||grad D(x)||^2 on real images; the weight is gamma."""
 
-    @attrs.frozen
-    class Options:
-        interval: int = option(1, help="Lazy regularisation: a step of its own every this many iterations, "
-                                       "scaled by the interval, with Adam's lr and betas corrected "
-                                       "(StyleGAN2, sec. 3.1; 16 there). 1 = part of every D objective.",
-                               validator=lambda v: None if v >= 1 else f"must be >= 1, got {v}")
+    Options = LazyOptions
 
     @property
     def interval(self) -> int:
@@ -55,6 +59,25 @@ class R1(Penalty):
 
     def __call__(self, inputs, ctx):
         grad = ctx.input_gradients(inputs.D, inputs.real)
+        return 0.5 * grad.flatten(1).square().sum(dim=1).mean()
+
+
+class R2(R1):
+    """R2 penalty (Mescheder et al. 2018, eq. 10; R3GAN, Huang et al. 2024, sec. 2.3): 0.5 * E||grad D(x_f)||^2 on fake images.
+
+    R3GAN's D objective is ``rpgan + gamma/2 * (R1 + R2)``: list ``r1`` and ``r2`` with the same
+    weight gamma (and the same ``interval`` to regularise lazily; both then run in one lazy D
+    step). The fakes are the D objective's own (``inputs.fake``, detached); a lazy step, which
+    has none, draws a fresh batch from G under ``no_grad`` (for the real batch's classes in a
+    conditional run). Returns a float32 scalar; ``[N,C,H,W]`` fakes, norms over C, H, W.
+    """
+
+    def __call__(self, inputs, ctx):
+        fake = inputs.fake
+        if fake is None:
+            with torch.no_grad(), ctx.autocast():
+                fake = ctx.generate(ctx.latent(inputs.real.shape[0]), inputs.labels)
+        grad = ctx.input_gradients(inputs.D, fake)
         return 0.5 * grad.flatten(1).square().sum(dim=1).mean()
 
 
@@ -73,4 +96,5 @@ class Drift(Penalty):
 def register_penalties(register):
     register("gradient-penalty", GradientPenalty)
     register("r1", R1)
+    register("r2", R2)
     register("drift", Drift)

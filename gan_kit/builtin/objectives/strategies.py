@@ -228,8 +228,11 @@ def single_loss_objective(ctx, real: torch.Tensor, fake: torch.Tensor, *, lam: f
         logits_sg = ctx.discriminate(fake_sg, labels)
         logits = ctx.discriminate(fake, labels)
     d_total, stats = ctx.d_objective(real, fake_sg, fake_logits=logits_sg, labels=labels)
-    g_sg, _ = ctx.g_objective(logits_sg, labels=labels)
-    g_full, g_stats = ctx.g_objective(logits, fake, labels=labels)
+    # One set of real logits for both G terms (a relativistic loss): the halves of the bracket
+    # must not differ by their real logits.
+    real_logits = ctx.real_logits_for_g() if ctx.loss.needs_real_logits else None
+    g_sg, _ = ctx.g_objective(logits_sg, labels=labels, real_logits=real_logits)
+    g_full, g_stats = ctx.g_objective(logits, fake, labels=labels, real_logits=real_logits)
     g_term = g_full - g_sg
     stats.update(g_stats)
     return d_total + lam * g_term, g_term, stats

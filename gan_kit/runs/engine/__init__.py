@@ -227,26 +227,33 @@ def split_labels(run: Run, labels: torch.Tensor | None) -> list[torch.Tensor | N
 
 
 def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
-    """The lazy penalties due at this iteration, each as a step of its own (StyleGAN2 sec. 3.1;
-    stylegan2-ada-pytorch's ``Dreg`` / ``Greg`` phases): the network's gradients cleared,
-    ``weight * interval * value`` backpropagated, one optimizer step. Returns their stats."""
+    """The lazy penalties due at this iteration as steps of their own (StyleGAN2 sec. 3.1;
+    stylegan2-ada-pytorch's ``Dreg`` / ``Greg`` phases): one step per network, in which its
+    gradients are cleared, ``sum(weight * interval * value)`` over its due penalties (R1 and R2
+    together, say) backpropagated and its optimizer stepped once - so ``lazy_ratio``'s k/(k+1)
+    holds however many penalties share the interval. Returns their stats."""
     stats: dict[str, torch.Tensor] = {}
+    due: dict[str, list] = {}
     for wp in run.lazy_penalties:
-        k, net = wp.penalty.interval, wp.penalty.network
-        if ctx.step % k:
-            continue
-        n = ctx.reals[-1].shape[0]
+        if ctx.step % wp.penalty.interval == 0:
+            due.setdefault(wp.penalty.network, []).append(wp)
+    n = ctx.reals[-1].shape[0]
+    labels = ctx.labels[-1]  # a conditional run's G penalty generates for the real batch's classes
+    for net, wps in due.items():
         ctx.zero_grad(net)
-        labels = ctx.labels[-1]  # a conditional run's G penalty generates for the real batch's classes
         if net == "D":
             inputs: Any = DInputs(D=bind_labels(ctx.D_penalty or ctx.D, labels), real=ctx.reals[-1], fake=None,
                                   labels=labels)
         else:
             inputs = GInputs(G=bind_labels(ctx.G_penalty or ctx.G, labels), batch_size=n, labels=labels)
-        value = wp.penalty(inputs, ctx)
-        ctx.backward(value * (wp.weight * k), net)
+        total = None
+        for wp in wps:
+            value = wp.penalty(inputs, ctx)
+            term = value * (wp.weight * wp.penalty.interval)
+            total = term if total is None else total + term
+            stats[f"Loss/{net}/{wp.name}"] = value.detach()
+        ctx.backward(total, net)
         ctx.opt_step(net)
-        stats[f"Loss/{net}/{wp.name}"] = value.detach()
     return stats
 
 

@@ -92,6 +92,7 @@ class RunBuilding:
         for name, net in (("G", G), ("D", D)):
             if sn in (name, "both"):
                 apply_spectral_norm(net, name, r)
+        self._freeze_d_blocks(D)
         self.G, self.D = G.to(self.device), D.to(self.device)
         if r.run.channels_last:
             self.G.to(memory_format=torch.channels_last)
@@ -114,6 +115,24 @@ class RunBuilding:
             from gan_kit.training.distributed import has_batchnorm
 
             self.buffers_each_step = [net for net in (self.G, self.D) if has_batchnorm(net)]
+
+    def _freeze_d_blocks(self, D: torch.nn.Module) -> None:
+        """FreezeD (Mo et al. 2020, "Freeze the Discriminator"): D's first ``freeze_d_blocks``
+        blocks from the input side stop requiring gradients before any wrapper (DDP, compile) or
+        optimizer step sees them, so no backward fills their gradients and no step moves them;
+        ``--init-from`` loads the pretrained weights into them afterwards."""
+        r = self.recipe
+        n = r.architecture.slot.freeze_d_blocks
+        if not n:
+            return
+        blocks = self.arch.d_blocks(D)
+        if len(blocks) < n:
+            what = f"has {len(blocks)} blocks" if blocks else "names no blocks (Architecture.d_blocks)"
+            raise GankitError(f"{r.path}: architecture.freeze_d_blocks: {n}, but {r.architecture.name!r}'s D {what}; "
+                              f"freeze at most {len(blocks)}" + ("" if blocks else " (set it to 0)"))
+        for block in blocks[:n]:
+            for p in block.parameters():
+                p.requires_grad_(False)
 
     def _build_objectives(self) -> None:
         r = self.recipe

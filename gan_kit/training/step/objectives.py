@@ -30,11 +30,16 @@ class Objectives:
         ``no_grad`` or detached) unless the caller wants G gradients. ``fake_logits``: D's
         logits ``[N]`` for ``fake`` when the caller already has them (one D forward shared
         between the D and G objectives); D is then not run on ``fake``. ``labels[N]``: the
-        classes of ``real`` and ``fake`` (class-conditional runs). Penalties receive the
+        classes of ``real`` and ``fake`` (class-conditional runs). ``real`` first passes through
+        the augmentation's ``reals_for_d(real, fake)`` (APA's pseudo-reals). Penalties receive the
         logits computed here (a drift term needs no forward of its own). Stats: ``Loss/D`` (the
         loss without penalties), ``Loss/D/<penalty>`` (unweighted), ``Logits/real``,
         ``Logits/fake`` - detached tensors.
         """
+        reals_for_d = getattr(self.augment, "reals_for_d", None)  # a duck-typed augment may lack it
+        if reals_for_d is not None:
+            # The augmentation decides what D takes as real (APA's pseudo-reals); the identity else.
+            real = reals_for_d(real, fake.detach())
         with self.autocast():
             if fake_logits is None and self.joint_d_forward and real.shape == fake.shape:
                 # One D forward on both batches: the same numbers as two (Architecture.joint_d_forward).
@@ -68,18 +73,21 @@ class Objectives:
         return total, stats
 
     def g_objective(self, fake_logits: torch.Tensor, fake: torch.Tensor | None = None, *,
-                    labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                    labels: torch.Tensor | None = None,
+                    real_logits: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """G's objective ``g_loss(fake_logits[N], real_logits) + sum(weight * G penalty)`` and
         its stats (``Loss/G``, ``Loss/G/<penalty>``).
 
         ``real_logits`` is D's output on ``reals[-1]`` (without gradient) when the loss sets
         ``needs_real_logits`` (relativistic losses), else None. ``fake``: the images behind
         ``fake_logits``, handed to G penalties; ``labels``: their classes (conditional runs).
+        ``real_logits``: pass the ``[N]`` logits yourself (``real_logits_for_g``) when one
+        iteration calls ``g_objective`` more than once and every call must see the same ones
+        (``single-loss``'s two G terms, whose stop-gradient bracket must not differ by its real
+        logits: under a random augmentation two fresh forwards on the reals differ).
         """
-        real_logits = None
-        if self.loss.needs_real_logits:
-            with torch.no_grad(), self.autocast():
-                real_logits = self.discriminate(self.reals[-1], self.labels[-1]).float()
+        if real_logits is None and self.loss.needs_real_logits:
+            real_logits = self.real_logits_for_g()
         loss = self.loss.g_loss(fake_logits.float(), real_logits)
         stats: dict[str, torch.Tensor] = {"Loss/G": loss.detach()}
         total = loss
@@ -93,6 +101,13 @@ class Objectives:
                 total = total + wp.weight * value
                 stats[f"Loss/G/{wp.name}"] = value.detach()
         return total, stats
+
+
+    def real_logits_for_g(self) -> torch.Tensor:
+        """D's logits ``[N]`` (float32, no gradient) on ``reals[-1]``: what ``g_objective`` hands a
+        loss that ``needs_real_logits``."""
+        with torch.no_grad(), self.autocast():
+            return self.discriminate(self.reals[-1], self.labels[-1]).float()
 
 
 def _scalar(value: Any, kind: str, name: str) -> torch.Tensor:

@@ -213,6 +213,13 @@ class Discriminator(nn.Module):
         self.mapping = MappingNetwork(0, c4, cmap_layers, mapping_lr_mult, num_classes) if num_classes else None
         self.out = EqualizedLinear(c4, self.cmap_dim or 1)
 
+    def input_blocks(self) -> list[nn.Module]:
+        """FreezeD's blocks from the input side: fromRGB with the top residual block, the other
+        residual blocks, then the 4x4 epilogue (mbstd, conv, fc, out, label mapping)."""
+        first = nn.ModuleList([self.from_rgb, self.blocks[0]]) if len(self.blocks) else self.from_rgb
+        tail = nn.ModuleList(m for m in (self.conv, self.fc, self.out, self.mapping) if m is not None)
+        return [first, *self.blocks[1:], tail]
+
     def forward(self, img, labels=None):
         check_labels(self, self.num_classes, labels, img.shape[0])
         x = self.from_rgb(img)

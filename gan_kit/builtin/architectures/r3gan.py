@@ -1,0 +1,290 @@
+"""R3GAN (Huang et al. 2024, "The GAN is dead; long live the GAN! A Modern Baseline GAN", NeurIPS
+2024, sec. 3 and fig. 3): the ``r3gan`` architecture, a ConvNeXt-style residual G and D.
+
+Both networks are stages of residual blocks at one resolution each, G from 4 px up to the final
+resolution and D its mirror. A residual block (sec. 3.2, "inverted bottleneck") is
+
+    x + conv1x1(act(grouped_conv_kxk(act(conv1x1_expand(x)))))
+
+with the middle channels ``expansion`` times wider and the k x k convolution grouped
+(``cardinality`` groups, ResNeXt's aggregated transforms). There is no normalisation layer of any
+kind: the block stays well-behaved through fix-up initialisation (Zhang et al. 2019, "Fixup
+Initialization"; R3GAN sec. 3.2): the last convolution of every residual branch starts at zero,
+and the other two are He-initialised with their gain scaled by ``L ** (-1 / (2 m - 2))``, L the
+number of residual blocks of the network and m = 3 the convolutions per branch (so L^-1/4), so
+the network's output variance does not grow with depth. Activations are leaky ReLU (0.2) after
+a learned bias; convolutions have no bias. Resampling is bilinear (the [1, 2, 1] filter,
+convolved with [1, 1] into [1, 3, 3, 1], as the official code's interpolative resamplers), the
+change of width a 1x1 convolution next to it. G starts from a learned 4x4 basis modulated by a
+linear map of z and ends with a 1x1 convolution to the image channels (no tanh); D starts with a
+1x1 convolution from the image and ends with a depthwise 4x4 convolution and a linear layer to
+the logit. The layer choices follow the official code (github.com/brownvc/R3GAN,
+``R3GAN/Networks.py``).
+
+Initialisation: the networks initialise themselves when built (``owns_init``). Until the recipe's
+initializer can be told to leave an architecture's layers alone, the architecture accepts only
+``[init] name = "none"`` (any other initializer would overwrite the fix-up init, the zero
+residual ends first).
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gan_kit import Architecture, hookimpl, option
+
+__all__ = ["R3GAN", "Generator", "Discriminator", "ResidualBlock", "Upsample", "Downsample", "msr_init",
+           "ACT_GAIN"]
+
+#: Gain of leaky ReLU with slope 0.2 (He et al. 2015): sqrt(2 / (1 + 0.2^2)).
+ACT_GAIN = math.sqrt(2.0 / (1.0 + 0.2 ** 2))
+
+#: The bilinear resampling filter ([1, 2, 1] convolved with [1, 1]), outer product, sum 1.
+_K1 = torch.tensor([1.0, 3.0, 3.0, 1.0])
+_KERNEL = torch.outer(_K1, _K1) / 64.0
+
+
+@torch.no_grad()
+def msr_init(layer: nn.Module, gain: float = 1.0) -> nn.Module:
+    """He / MSR initialisation: weights N(0, (gain / sqrt(fan_in))^2), bias zero; ``gain`` 0 gives
+    zero weights (the fix-up init of a residual branch's last layer). Returns ``layer``."""
+    fan_in = layer.weight[0].numel()
+    layer.weight.normal_(0.0, gain / math.sqrt(fan_in))
+    if getattr(layer, "bias", None) is not None:
+        layer.bias.zero_()
+    return layer
+
+
+def _conv(cin: int, cout: int, k: int = 1, groups: int = 1, gain: float = 1.0) -> nn.Conv2d:
+    return msr_init(nn.Conv2d(cin, cout, k, padding=(k - 1) // 2, groups=groups, bias=False), gain)
+
+
+class BiasedActivation(nn.Module):
+    """``leaky_relu(x + b, 0.2)`` with a learned per-channel bias ``b`` (zero at init)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x):
+        return F.leaky_relu(x + self.bias.to(x.dtype).view(1, -1, 1, 1), 0.2)
+
+
+class ResidualBlock(nn.Module):
+    """``x + conv3(act(conv2(act(conv1(x)))))``: 1x1 expansion to ``channels * expansion``, a
+    grouped ``kernel`` x ``kernel`` convolution with ``cardinality`` groups, a 1x1 projection back
+    (zero-initialised). ``num_blocks``: L, the residual blocks of the whole network, for the
+    fix-up gain ``ACT_GAIN * L ** -1/4`` of the first two convolutions."""
+
+    def __init__(self, channels: int, cardinality: int, expansion: int, kernel: int, num_blocks: int):
+        super().__init__()
+        mid = channels * expansion
+        gain = ACT_GAIN * num_blocks ** (-1.0 / (2 * 3 - 2))
+        self.conv1 = _conv(channels, mid, 1, gain=gain)
+        self.act1 = BiasedActivation(mid)
+        self.conv2 = _conv(mid, mid, kernel, groups=cardinality, gain=gain)
+        self.act2 = BiasedActivation(mid)
+        self.conv3 = _conv(mid, channels, 1, gain=0.0)
+
+    def forward(self, x):
+        return x + self.conv3(self.act2(self.conv2(self.act1(self.conv1(x)))))
+
+
+def _depthwise(x: torch.Tensor, kernel: torch.Tensor, conv) -> torch.Tensor:
+    n, c, h, w = x.shape
+    y = conv(x.reshape(n * c, 1, h, w), kernel.to(x.dtype).view(1, 1, 4, 4))
+    return y.reshape(n, c, y.shape[2], y.shape[3])
+
+
+class Upsample(nn.Module):
+    """1x1 convolution to ``cout`` (when it differs), then 2x bilinear upsampling (transposed
+    convolution with 4 x the [1, 3, 3, 1] filter, stride 2: ``[N,C,H,W] -> [N,C,2H,2W]``)."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.conv = _conv(cin, cout) if cin != cout else None
+        self.register_buffer("kernel", _KERNEL * 4.0, persistent=False)
+
+    def forward(self, x):
+        if self.conv is not None:
+            x = self.conv(x)
+        return _depthwise(x, self.kernel, lambda a, k: F.conv_transpose2d(a, k, stride=2, padding=1))
+
+
+class Downsample(nn.Module):
+    """2x bilinear downsampling (the [1, 3, 3, 1] filter, stride 2: ``[N,C,H,W] -> [N,C,H/2,W/2]``),
+    then a 1x1 convolution to ``cout`` (when it differs)."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.conv = _conv(cin, cout) if cin != cout else None
+        self.register_buffer("kernel", _KERNEL.clone(), persistent=False)
+
+    def forward(self, x):
+        x = _depthwise(x, self.kernel, lambda a, k: F.conv2d(a, k, stride=2, padding=1))
+        return self.conv(x) if self.conv is not None else x
+
+
+class GenerativeBasis(nn.Module):
+    """``z[N, latent] -> [N, C, 4, 4]``: a learned 4x4 basis per channel times a linear map of z."""
+
+    def __init__(self, latent_dim: int, channels: int):
+        super().__init__()
+        self.basis = nn.Parameter(torch.randn(channels, 4, 4))
+        self.linear = msr_init(nn.Linear(latent_dim, channels, bias=False))
+
+    def forward(self, z):
+        return self.basis.unsqueeze(0) * self.linear(z).unsqueeze(-1).unsqueeze(-1)
+
+
+class DiscriminativeBasis(nn.Module):
+    """``[N, C, 4, 4] -> logits[N]``: a depthwise 4x4 convolution, then a linear layer to one logit."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.basis = msr_init(nn.Conv2d(channels, channels, 4, groups=channels, bias=False))
+        self.linear = msr_init(nn.Linear(channels, 1, bias=False))
+
+    def forward(self, x):
+        return self.linear(self.basis(x).flatten(1)).squeeze(1)
+
+
+def stage_resolutions(resolution: int) -> list[int]:
+    """4, 8, ..., ``resolution``: one stage each."""
+    return [4 * 2 ** i for i in range(int(math.log2(resolution)) - 1)]
+
+
+class Generator(nn.Module):
+    """G: ``z[N, latent_dim] -> images[N, channels, r, r]`` (unbounded, about [-1, 1] once trained).
+
+    ``widths[i]``: channels of stage i (4 px first); each stage is its transition (the basis,
+    or an ``Upsample``) then ``blocks`` residual blocks."""
+
+    def __init__(self, resolution: int, channels: int, latent_dim: int, widths: list[int], cardinality: int,
+                 blocks: int, expansion: int, kernel: int):
+        super().__init__()
+        num_blocks = blocks * len(widths)
+        stages = []
+        for i, width in enumerate(widths):
+            first = GenerativeBasis(latent_dim, width) if i == 0 else Upsample(widths[i - 1], width)
+            stages.append(nn.Sequential(first, *(ResidualBlock(width, cardinality, expansion, kernel, num_blocks)
+                                                 for _ in range(blocks))))
+        self.stages = nn.ModuleList(stages)
+        self.to_rgb = _conv(widths[-1], channels)
+        self.resolution = resolution
+
+    def forward(self, z):
+        x = z
+        for stage in self.stages:
+            x = stage(x)
+        return self.to_rgb(x)
+
+
+class Discriminator(nn.Module):
+    """D: ``images[N, channels, r, r] -> logits[N]``; ``widths[i]`` as G's (4 px first), walked
+    from the top. ``blocks``: its stages from the input side (FreezeD freezes the first of these);
+    stage 0 holds the 1x1 convolution from the image. Every layer is per sample."""
+
+    def __init__(self, resolution: int, channels: int, widths: list[int], cardinality: int, blocks: int,
+                 expansion: int, kernel: int):
+        super().__init__()
+        top = list(reversed(widths))
+        num_blocks = blocks * len(top)
+        stages = []
+        for i, width in enumerate(top):
+            layers: list[nn.Module] = [_conv(channels, width)] if i == 0 else []
+            layers += [ResidualBlock(width, cardinality, expansion, kernel, num_blocks) for _ in range(blocks)]
+            layers.append(Downsample(width, top[i + 1]) if i + 1 < len(top) else DiscriminativeBasis(width))
+            stages.append(nn.Sequential(*layers))
+        self.blocks = nn.ModuleList(stages)
+        self.resolution = resolution
+
+    def input_blocks(self) -> list[nn.Module]:
+        """The stages from the input side (stage 0 holds the 1x1 convolution from the image)."""
+        return list(self.blocks)
+
+    def forward(self, img, splits: int = 1):
+        x = img
+        for stage in self.blocks:
+            x = stage(x)
+        return x
+
+
+class R3GAN(Architecture):
+    """R3GAN (Huang et al. 2024): ConvNeXt-style residual G and D, grouped convs, inverted bottleneck, no normalisation, fix-up init, bilinear resampling; static resolution."""
+
+    @attrs.frozen
+    class Options:
+        latent_dim: int = option(64, help="Size of the latent z (R3GAN's CIFAR-10 config: 64).", min=1, max=4096)
+        width: int = option(96, help="Channels of every stage (R3GAN's CIFAR-10 config: 768 at 32 px; "
+                                     "width_by_resolution overrides it per stage).", min=1, max=4096)
+        width_by_resolution: dict[int, int] = option(
+            factory=dict, help="Channels per stage keyed by its resolution in px, e.g. {4 = 128, 8 = 96, 16 = 64} "
+                               "(FFHQ-256 narrows the high-resolution stages); a stage not named takes width.",
+            min=1, max=4096)
+        cardinality: int = option(4, help="Groups of each block's k x k convolution (ResNeXt cardinality; CIFAR-10: "
+                                          "96 groups of 16 channels). Must divide width x expansion.", min=1,
+                                  max=4096)
+        blocks_per_stage: int = option(2, help="Residual blocks per stage (CIFAR-10: 2).", min=1, max=64)
+        expansion: int = option(2, help="Inverted-bottleneck expansion of each block's middle (R3GAN: 2).",
+                                min=1, max=16)
+        kernel_size: int = option(3, help="Side of the grouped convolution (R3GAN: 3); odd.", min=1, max=9,
+                                  validator=lambda v: None if v % 2 else f"must be odd, got {v}")
+
+    #: The networks set their own initialisation (fix-up: zero residual ends, L^-1/4 gains).
+    owns_init = True
+    supports_spectral_norm = False
+    spectral_norm_reason = ("its fix-up initialisation starts every residual branch's last convolution at zero, "
+                            "whose largest singular value is 0, and the paper's point is a network without "
+                            "normalisation")
+    joint_d_forward = True  # every layer is per sample: D(cat([real, fake])) is two forwards' logits
+
+    @property
+    def latent_dim(self) -> int:
+        return self.options.latent_dim
+
+    def widths(self, resolution: int) -> list[int]:
+        o = self.options
+        return [int(o.width_by_resolution.get(r, o.width)) for r in stage_resolutions(resolution)]
+
+    @classmethod
+    def problems(cls, o, recipe):
+        if recipe.growth.name != "static":
+            yield "growth.name", f"r3gan does not grow: use [growth] name = \"static\", not {recipe.growth.name!r}"
+        if recipe.init.name != "none":
+            yield "init.name", (f"r3gan initialises its own layers (fix-up init: zero residual ends, L^-1/4 gains), "
+                                f"which the initializer {recipe.init.name!r} would overwrite; set [init] "
+                                f"name = \"none\"")
+        res = recipe.resolution
+        stages = stage_resolutions(res)
+        extra = sorted(set(o.width_by_resolution) - set(stages))
+        if extra:
+            yield "width_by_resolution", (f"names resolutions {extra} that are no stage at data.resolution = {res} "
+                                          f"(stages: {stages})")
+        for r in stages:
+            w = int(o.width_by_resolution.get(r, o.width))
+            if w < 1:
+                break  # the width's own range check says it
+            if (w * o.expansion) % o.cardinality:
+                yield "cardinality", (f"{o.cardinality} groups do not divide the {w * o.expansion} middle channels "
+                                      f"of the {r} px stage (width {w} x expansion {o.expansion}); choose a divisor")
+                break
+
+    def build(self, resolution, channels):
+        o = self.options
+        widths = self.widths(resolution)
+        G = Generator(resolution, channels, o.latent_dim, widths, o.cardinality, o.blocks_per_stage, o.expansion,
+                      o.kernel_size)
+        D = Discriminator(resolution, channels, widths, o.cardinality, o.blocks_per_stage, o.expansion,
+                          o.kernel_size)
+        return G, D
+
+
+@hookimpl
+def register_architectures(register):
+    register("r3gan", R3GAN)

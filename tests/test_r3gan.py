@@ -1,0 +1,112 @@
+"""The ``r3gan`` architecture (Huang et al. 2024, sec. 3; the official R3GAN/Networks.py):
+shapes, the fix-up initialisation it owns, bilinear resampling, no normalisation, the recipe's
+refusals, and recipes/r3gan.toml (dry run, and a few training steps at tiny sizes)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from click.testing import CliRunner
+from torch import nn
+
+from gan_kit.builtin.architectures.r3gan import ACT_GAIN, R3GAN, Downsample, ResidualBlock, Upsample
+from gan_kit.cli import cli
+from gan_kit.runs.engine import Run, train
+from gan_kit.base.errors import RecipeError
+from gan_kit.recipe import load_recipe
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "r3gan.toml"
+TINY = ["architecture.width=8", "architecture.cardinality=2", "architecture.blocks_per_stage=1",
+        "growth.batch_size=4", "metric=[]", "run.tick_kimg=0.008", "run.total_kimg=0.012"]
+
+
+def build(**options):
+    return R3GAN(R3GAN.Options(**options)).build(16, 1)
+
+
+def test_shapes_stages_and_no_normalisation_layer():
+    G, D = build(width=16, width_by_resolution={4: 24}, cardinality=4)
+    z = torch.randn(3, 64)
+    x = G(z)
+    assert x.shape == (3, 1, 16, 16) and D(x).shape == (3,)
+    assert len(G.stages) == 3 and len(D.blocks) == 3  # 4, 8, 16 px
+    assert G.stages[0][0].basis.shape == (24, 4, 4)  # width_by_resolution names the 4 px stage
+    norms = (nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm, nn.InstanceNorm2d)
+    assert not any(isinstance(m, norms) for net in (G, D) for m in net.modules())
+    grouped = [m for m in G.modules() if isinstance(m, nn.Conv2d) and m.groups > 1]
+    assert grouped and all(m.groups == 4 and m.kernel_size == (3, 3) for m in grouped)
+
+
+def test_fixup_init_zero_residual_ends_and_depth_scaled_gains():
+    torch.manual_seed(0)
+    G, D = build(width=64, cardinality=8, blocks_per_stage=2)
+    blocks = [m for m in list(G.modules()) + list(D.modules()) if isinstance(m, ResidualBlock)]
+    assert len(blocks) == 12  # 2 per stage, 3 stages, each network
+    L = 6  # residual blocks per network
+    for b in blocks:
+        assert torch.count_nonzero(b.conv3.weight) == 0  # each branch starts as the identity
+        x = torch.randn(2, 64, 4, 4)
+        assert torch.equal(b(x), x)
+    # conv1 (1x1, fan_in 64) has std ACT_GAIN * L^-1/4 / sqrt(64); over 64 * 128 weights.
+    w = torch.cat([b.conv1.weight.flatten() for b in blocks])
+    assert w.std().item() == pytest.approx(ACT_GAIN * L ** -0.25 / 8, rel=0.03)
+    w2 = torch.cat([b.conv2.weight.flatten() for b in blocks])  # grouped 3x3: fan_in 16 * 9
+    assert w2.std().item() == pytest.approx(ACT_GAIN * L ** -0.25 / 12, rel=0.03)
+
+
+def test_resampling_is_bilinear():
+    x = torch.randn(2, 3, 8, 8)
+    up = Upsample(3, 3)(x)
+    ref = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+    assert up.shape == (2, 3, 16, 16)
+    assert torch.allclose(up[..., 1:-1, 1:-1], ref[..., 1:-1, 1:-1], atol=1e-5)  # zero padding at the border
+    down = Downsample(3, 3)(torch.ones(1, 3, 8, 8))
+    assert down.shape == (1, 3, 4, 4) and torch.allclose(down[..., 1:-1, 1:-1], torch.ones(1, 3, 2, 2))
+    assert Upsample(3, 5)(x).shape == (2, 5, 16, 16) and Downsample(3, 5)(x).shape == (2, 5, 4, 4)
+
+
+def test_joint_d_forward_equals_two_forwards():
+    _, D = build(width=8, cardinality=2)
+    a, b = torch.randn(4, 1, 16, 16), torch.randn(4, 1, 16, 16)
+    assert torch.allclose(D(torch.cat([a, b]), splits=2), torch.cat([D(a), D(b)]), atol=1e-6)
+
+
+def test_recipe_refuses_an_initializer_spectral_norm_and_bad_groups():
+    with pytest.raises(RecipeError, match=r"init\.name: r3gan initialises its own layers .* set \[init\] name = "
+                                          r"\"none\""):
+        load_recipe(RECIPE, ["init.name=kaiming"])
+    with pytest.raises(RecipeError, match=r"architecture\.spectral_norm: 'D', but architecture 'r3gan' has no "
+                                          r"spectral-norm form: its fix-up initialisation"):
+        load_recipe(RECIPE, ["architecture.spectral_norm=D"])
+    with pytest.raises(RecipeError, match=r"architecture\.cardinality: 5 groups do not divide the 64 middle"):
+        load_recipe(RECIPE, ["architecture.cardinality=5"])
+    with pytest.raises(RecipeError, match=r"architecture\.width_by_resolution: names resolutions \[32\]"):
+        load_recipe(RECIPE, ["architecture.width_by_resolution={32 = 8}"])
+
+
+def test_the_networks_keep_their_own_init_through_the_build(tmp_path):
+    recipe, plugins = load_recipe(RECIPE, [*TINY, f"run.out_dir={tmp_path / 'run'}"])
+    run = Run(recipe, plugins)
+    for net in (run.G, run.D):
+        ends = [m.conv3.weight for m in net.modules() if isinstance(m, ResidualBlock)]
+        assert ends and all(torch.count_nonzero(w) == 0 for w in ends)
+
+
+def test_the_recipe_dry_runs_and_trains_a_few_steps(tmp_path, monkeypatch):
+    monkeypatch.setenv("GANKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
+    result = CliRunner().invoke(cli, ["run", str(RECIPE), "--dry-run", "--out", str(tmp_path / "dry")])
+    assert result.exit_code == 0, result.output
+    assert "loss rpgan; penalties r1 x0.05, r2 x0.05" in result.stdout and "init none" in result.stdout
+    recipe, plugins = load_recipe(RECIPE, [*TINY, f"run.out_dir={tmp_path / 'run'}"])
+    run = Run(recipe, plugins)
+    g0 = [p.detach().clone() for p in run.G.parameters()]
+    stats = train(run, max_steps=3)
+    for key in ("Loss/D", "Loss/G", "Loss/D/r1", "Loss/D/r2"):
+        assert math.isfinite(stats[key]), key
+    assert any(not torch.equal(a, b) for a, b in zip(g0, run.G.parameters()))
+    # The zero residual ends leave zero once trained: the branch learns.
+    assert any(torch.count_nonzero(m.conv3.weight) for m in run.G.modules() if isinstance(m, ResidualBlock))
