@@ -211,25 +211,32 @@ def split_labels(run: Run, labels: torch.Tensor | None) -> list[torch.Tensor | N
 def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
     """The lazy penalties due at this iteration, each as a step of its own (StyleGAN2 sec. 3.1;
     stylegan2-ada-pytorch's ``Dreg`` / ``Greg`` phases): the network's gradients cleared,
-    ``weight * interval * value`` backpropagated, one optimizer step. Returns their stats."""
+    ``weight * interval * value`` backpropagated (in rounds of ``growth.batch_gpu``, as the
+    strategy's steps), one optimizer step. Returns their stats."""
     stats: dict[str, torch.Tensor] = {}
     for wp in run.lazy_penalties:
         k, net = wp.penalty.interval, wp.penalty.network
         if ctx.step % k:
             continue
-        n = ctx.reals[-1].shape[0]
         ctx.zero_grad(net)
-        labels = ctx.labels[-1]  # a conditional run's G penalty generates for the real batch's classes
-        if net == "D":
-            inputs: Any = DInputs(D=bind_labels(ctx.D_penalty or ctx.D, labels), real=ctx.reals[-1], fake=None,
-                                  labels=labels)
-        else:
-            inputs = GInputs(G=bind_labels(ctx.G_penalty or ctx.G, labels), batch_size=n, labels=labels)
-        value = wp.penalty(inputs, ctx)
-        ctx.backward(value * (wp.weight * k), net)
+        stats.update(ctx.accumulate(lambda wp=wp, k=k, net=net: _lazy_round(ctx, wp, k, net)))
         ctx.opt_step(net)
-        stats[f"Loss/{net}/{wp.name}"] = value.detach()
     return stats
+
+
+def _lazy_round(ctx: StepContext, wp: Any, k: int, net: str) -> dict[str, torch.Tensor]:
+    """One round of a lazy penalty's step, on the round's rows of the last real batch (a G
+    penalty: the round's batch size, e.g. path length's ``batch_size // batch_shrink``)."""
+    labels = ctx.labels[-1]  # a conditional run's G penalty generates for the real batch's classes
+    if net == "D":
+        inputs: Any = DInputs(D=bind_labels(ctx.D_penalty or ctx.D, labels), real=ctx.reals[-1], fake=None,
+                              labels=labels)
+    else:
+        inputs = GInputs(G=bind_labels(ctx.G_penalty or ctx.G, labels), batch_size=ctx.reals[-1].shape[0],
+                         labels=labels)
+    value = wp.penalty(inputs, ctx)
+    ctx.backward(value * (wp.weight * k), net)
+    return {f"Loss/{net}/{wp.name}": value.detach()}
 
 
 def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupted: Any = None,
@@ -285,6 +292,7 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
 
 
 _warned_unstepped = StashKey[bool]()
+_warned_unaccumulated = StashKey[bool]()
 
 
 def _strategy_stats(run: Run, ctx: StepContext) -> dict[str, Any]:
@@ -296,6 +304,11 @@ def _strategy_stats(run: Run, ctx: StepContext) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise GankitError(f"update strategy {name!r}: step(ctx) returned {type(raw).__name__}, not a dict of stats "
                           f"(return e.g. the stats of ctx.d_objective and ctx.g_objective)")
+    if ctx.rounds > 1 and not ctx.accumulated and not run.stash.get(_warned_unaccumulated, False):
+        run.stash[_warned_unaccumulated] = True
+        print(f"warning: update strategy {name!r} does not use ctx.accumulate, so growth.batch_gpu = "
+              f"{ctx.phase.batch_gpu} has no effect: each step runs its whole per-process batch of "
+              f"{ctx.reals[0].shape[0]} at once", file=sys.stderr)
     missing = [n for n in ("D", "G") if n not in ctx.stepped]
     if missing and not run.stash.get(_warned_unstepped, False):
         run.stash[_warned_unstepped] = True
