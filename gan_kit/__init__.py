@@ -29,6 +29,7 @@ from gan_kit.components import (
 )
 from gan_kit.errors import CheckpointError, GankitError, PluginError, RecipeError, TrainingError
 from gan_kit.hookspecs import Register, hookimpl
+from gan_kit.imagesets import ImageBatches
 from gan_kit.layers import fan_in, init_gain, set_init_gain, weight_layers
 from gan_kit.options import option
 from gan_kit.phase import Phase
@@ -70,6 +71,7 @@ __all__ = [
     "UpdateStrategy",
     # what components receive
     "BuildContext",
+    "ImageBatches",
     "StepContext",
     "DInputs",
     "LabelBound",
