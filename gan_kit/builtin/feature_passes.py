@@ -11,7 +11,7 @@ What a pass keeps (``keep``, the union of what the metrics sharing the pass need
   metrics need whole - a feature is 2048 numbers where a 256-px image is 196,608;
 - ``"logits"`` (is): the extractor's logits ``[N, K]``.
 
-Several processes: each process runs its share of the batches (``ImageBatches``: batch ``i`` on
+Several processes: each process runs its share of the batches (``gan_kit.ImageBatches``: batch ``i`` on
 process ``i % world_size``) and the shares are combined on rank 0 - the sums all-reduced, the kept
 features gathered and put back in batch order - so the figure does not depend on the number of
 processes.
@@ -23,8 +23,6 @@ import hashlib
 from typing import Any, Callable, Iterable
 
 import torch
-
-from gan_kit import ImageBatches
 
 __all__ = ["FeatureAccumulator", "reduce_features", "stream_digest", "mean_and_covariance"]
 
