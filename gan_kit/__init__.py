@@ -30,6 +30,7 @@ from gan_kit.plugin_api.components import (
 )
 from gan_kit.base.errors import CheckpointError, GankitError, Interrupted, PluginError, RecipeError, TrainingError
 from gan_kit.plugin_api.hookspecs import Register, hookimpl
+from gan_kit.training.imagesets import ImageBatches
 from gan_kit.base.layers import fan_in, init_gain, set_init_gain, weight_layers
 from gan_kit.base.options import option, toml_value
 from gan_kit.plugin_api.ownership import FrozenFile, load_frozen, own_init
@@ -97,6 +98,7 @@ __all__ = [
     "UpdateStrategy",
     # what components receive
     "BuildContext",
+    "ImageBatches",
     "StepContext",
     "DInputs",
     "LabelBound",

@@ -17,6 +17,7 @@ from gan_kit.builtin.architectures.pggan import Discriminator, Generator
 from gan_kit.plugin_api.components import LabelBound
 from gan_kit.runs.engine import train
 from gan_kit.base.errors import GankitError
+from gan_kit.training.step import StepContext
 from gan_kit.testing import make_run, train_steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,11 +133,22 @@ def test_fakes_of_each_D_step_follow_its_real_labels(tmp_path, monkeypatch):
     calls = []
     critic = strategies.critic_step
 
-    def spy(ctx, real, n, fake=None, labels=None):
-        j = next(i for i, r in enumerate(ctx.reals) if r is real)
-        calls.append(torch.equal(labels, ctx.labels[j]))
-        return critic(ctx, real, n, fake=fake, labels=labels)
+    current: list[int] = []
+    generate = StepContext.generate
 
+    def spy(ctx, j, fakes=None):
+        current.append(j)
+        try:
+            return critic(ctx, j, fakes=fakes)
+        finally:
+            current.pop()
+
+    def generate_spy(ctx, z, labels=None):  # the fakes of D step j are made for the labels of its reals
+        if current:
+            calls.append(torch.equal(labels, ctx.labels[current[-1]]))
+        return generate(ctx, z, labels)
+
+    monkeypatch.setattr(StepContext, "generate", generate_spy)
     monkeypatch.setattr(strategies, "critic_step", spy)
     run = make_run(tmp_path, overrides=["architecture.conditional=true", "update.d_steps=2"])
     seen = []

@@ -352,3 +352,30 @@ def test_sigterm_to_a_two_process_run_writes_the_checkpoint_and_exits_143(tiny_r
     assert done.stderr.count("stopped: interrupted by SIGTERM") == 1  # said once, not once per process
     state = ckpt.load(out / "checkpoints" / "latest.pt")
     assert 0 < state["cur_nimg"] < 5000
+
+
+def test_the_process_group_takes_the_recipes_timeout(tmp_path):
+    """A torchrun process joins the process group with the recipe's run.dist_timeout_minutes (what
+    `gankit run` passes; not torch's default, whose 10-minute NCCL watchdog aborts a job that waits
+    on rank 0 longer)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(textwrap.dedent('''
+        import sys
+        import torch
+        import torch.distributed as dist
+        from gan_kit.training import distributed
+        from gan_kit.recipe import load_recipe
+
+        r, _ = load_recipe(sys.argv[1], ["run.dist_timeout_minutes=2.5"])
+        distributed.init(r.run.dist_timeout_minutes)
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        print("timeout", backend.options._timeout.total_seconds())
+        distributed.shutdown()
+    '''))
+    from gan_kit.testing import write_tiny_recipe
+
+    recipe = write_tiny_recipe(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+                          str(probe), str(recipe)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "timeout 150.0" in out.stdout

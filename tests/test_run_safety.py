@@ -186,3 +186,50 @@ def test_recipe_check_refuses_a_metric_the_data_cannot_feed(tmp_path):
     fixed = CliRunner().invoke(cli, ["recipe", "check", str(path), "--set", "data.max_images=100",
                                      "--set", "metric.0.num_images=100"])
     assert fixed.exit_code == 0 and "note" not in fixed.output
+
+
+class KilledAtTheEnd(Metric):
+    """A metric whose final evaluation is killed (a scheduler's SIGKILL, an out-of-memory)."""
+
+    events: list = []
+
+    def compute(self, generate, reals, device):
+        KilledAtTheEnd.events.append("metric")
+        raise SystemExit(137)
+
+
+class _Order:
+    @hookimpl
+    def register_metrics(self, register):
+        register("killed-at-the-end", KilledAtTheEnd)
+
+    @hookimpl
+    def checkpoint_saved(self, run, path):
+        KilledAtTheEnd.events.append(f"checkpoint {path.name} {run.cur_nimg}")
+
+
+def test_the_final_checkpoint_is_written_before_the_final_metrics(tmp_path):
+    """Through the hooks: latest.pt at the run's end is saved before the final metric starts, so
+    a final evaluation that never returns leaves the finished run's checkpoint behind."""
+    KilledAtTheEnd.events = []
+    run = make_run(tmp_path, plugins=[_Order()], overrides=["metric=[{name='killed-at-the-end'}]",
+                                                            "run.snapshot_ticks=0"])
+    with pytest.raises(SystemExit):
+        train(run)
+    assert KilledAtTheEnd.events[-2:] == ["checkpoint latest.pt 200", "metric"]
+    saved = ckpt.load(tmp_path / "run" / "checkpoints" / "latest.pt")
+    assert saved["cur_nimg"] == 200 and finite(saved["G_ema"])
+
+
+def test_a_finished_run_writes_its_final_checkpoint_once(tmp_path):
+    events: list = []
+
+    class Saves:
+        @hookimpl
+        def checkpoint_saved(self, run, path):
+            events.append(path.name)
+
+    run = make_run(tmp_path, plugins=[Saves()], overrides=["run.snapshot_ticks=0"])
+    train(run)
+    assert events.count("latest.pt") == 2  # the fade's phase change, and the end (not twice there)
+    assert (tmp_path / "run" / "checkpoints" / "phase-1-8px.pt").is_file()

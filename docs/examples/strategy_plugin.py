@@ -4,9 +4,9 @@
 iteration, then ``d_steps`` critic steps, each on a fresh real batch and fresh fakes from the
 updated G. The strategy only decides this order; it acts through the verbs of the
 ``StepContext`` (``zero_grad``, ``backward``, ``opt_step``, ``frozen``, ``d_objective``,
-``g_objective``), which own the fp16 GradScaler, the gradient averaging of several processes
-and the non-finite policy - so the same code runs under every precision, ``--nproc`` and
-``torch.compile``.
+``g_objective``, ``accumulate``), which own the fp16 GradScaler, the gradient averaging of
+several processes, gradient accumulation (``growth.batch_gpu``) and the non-finite policy - so
+the same code runs under every precision, ``--nproc``, ``batch_gpu`` and ``torch.compile``.
 
 Use it::
 
@@ -45,30 +45,40 @@ class GThenCritics(UpdateStrategy):
         return self.options.d_steps
 
     def step(self, ctx: StepContext) -> dict[str, Any]:
-        n = ctx.reals[0].shape[0]  # this process's batch
-
         # G step. D is frozen: the backward through it computes input gradients only, so
         # nothing lands in D's weight gradients (and a multi-process D skips its sync).
-        # ctx.labels[j]: the classes of ctx.reals[j] in a class-conditional run (else None, and
-        # ctx.generate / ctx.discriminate are plain G(z) / D(x)).
+        # ctx.accumulate runs the body once per round of growth.batch_gpu images (once by
+        # default); inside it ctx.reals[j] / ctx.labels[j] are the round's rows, and the verbs
+        # add the rounds' gradients up. ctx.labels[j]: the classes of ctx.reals[j] in a
+        # class-conditional run (else None, and ctx.generate / ctx.discriminate are plain
+        # G(z) / D(x)).
+        def g_round() -> dict[str, Any]:
+            n, labels = ctx.reals[0].shape[0], ctx.labels[0]
+            with ctx.frozen("D"):
+                with ctx.autocast():
+                    fake = ctx.generate(ctx.latent(n), labels)
+                    fake_logits = ctx.discriminate(fake, labels)
+                g_loss, g_stats = ctx.g_objective(fake_logits, fake, labels=labels)
+                ctx.backward(g_loss, "G")
+            return g_stats
+
         ctx.zero_grad("G")
-        labels = ctx.labels[0]
-        with ctx.frozen("D"):
-            with ctx.autocast():
-                fake = ctx.generate(ctx.latent(n), labels)
-                fake_logits = ctx.discriminate(fake, labels)
-            g_loss, g_stats = ctx.g_objective(fake_logits, fake, labels=labels)
-            ctx.backward(g_loss, "G")
+        g_stats = ctx.accumulate(g_round)
         ctx.opt_step("G")
 
         # Critic steps: fakes under no_grad (G builds no graph), gradients cleared every time.
         d_stats: dict[str, Any] = {}
-        for real, labels in zip(ctx.reals, ctx.labels):
-            with torch.no_grad(), ctx.autocast():
-                fake = ctx.generate(ctx.latent(n), labels)
+        for j in range(len(ctx.reals)):
+            def d_round(j: int = j) -> dict[str, Any]:
+                real, labels = ctx.reals[j], ctx.labels[j]
+                with torch.no_grad(), ctx.autocast():
+                    fake = ctx.generate(ctx.latent(real.shape[0]), labels)
+                d_total, stats = ctx.d_objective(real, fake, labels=labels)  # the loss plus the D penalties
+                ctx.backward(d_total, "D")
+                return stats
+
             ctx.zero_grad("D")
-            d_total, d_stats = ctx.d_objective(real, fake, labels=labels)  # the loss plus the D penalties
-            ctx.backward(d_total, "D")
+            d_stats = ctx.accumulate(d_round)
             ctx.opt_step("D")
         return {**d_stats, **g_stats}
 

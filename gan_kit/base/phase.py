@@ -22,6 +22,11 @@ class Phase:
     start_nimg: images shown when this phase began.
     end_nimg:   images shown when this phase ends (``math.inf`` for the last one).
     fade_nimg:  length of this phase's fade-in in images (0 when it does not fade).
+    batch_gpu:  images one process runs through the networks at a time (``growth.batch_gpu``):
+                each D step's per-process batch is processed in rounds of this many images whose
+                gradients add up before the optimizer step (gradient accumulation,
+                ``StepContext.accumulate``); None, or a value >= the per-process batch, runs the
+                whole batch at once.
     """
 
     index: int
@@ -32,6 +37,7 @@ class Phase:
     start_nimg: int = 0
     end_nimg: float = math.inf
     fade_nimg: int = 0
+    batch_gpu: int | None = None
 
 
 def resize_real(images: torch.Tensor, resolution: int) -> torch.Tensor:

@@ -69,13 +69,13 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         sys.exit(launch(nproc, sys.argv[1:]))
 
     distributed = None
-    if "LOCAL_RANK" in os.environ:
-        from gan_kit.training import distributed
-
-        distributed.init()
     clean = False
     try:
         r, plugins, point = prepare_run(recipe, out_dir, overrides, resume)  # the checkpoint read once
+        if "LOCAL_RANK" in os.environ:  # the recipe first: it sets the process group's timeout
+            from gan_kit.training import distributed
+
+            distributed.init(r.run.dist_timeout_minutes)
         warn_broken(plugins)
         the_run = Run(r, plugins)
         if init_from is not None:

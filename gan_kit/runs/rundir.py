@@ -83,6 +83,19 @@ def batch_problem(recipe: Recipe, phases: list[Phase], arch: Any, world_size: in
             where = (f"the per-process batch at {ph.resolution}px: {ph.batch_size} over {world_size} processes"
                      if world_size > 1 else f"the batch at {ph.resolution}px")
             return f"{recipe.path}: architecture: {msg} ({where})"
+        per, b = ph.batch_size // world_size, ph.batch_gpu
+        if b is not None and b < per:
+            if per % b:
+                fits = [d for d in range(1, per + 1) if per % d == 0 and d <= b]
+                return (f"{recipe.path}: growth.batch_gpu: {b} at {ph.resolution}px does not divide the "
+                        f"per-process batch {per} ({ph.batch_size} over {world_size} process"
+                        f"{'es' if world_size > 1 else ''}); use a divisor of {per}, e.g. {fits[-1]}")
+            # A round is one D forward: its minibatch-stddev groups must fit it (a round smaller
+            # than the group shrinks the group to the round, as stylegan2-ada-pytorch's
+            # mbstd_group = min(4, batch_gpu)).
+            msg = arch.batch_problem(b, 1)
+            if msg:
+                return f"{recipe.path}: architecture: {msg} (a round of growth.batch_gpu = {b} at {ph.resolution}px)"
     return None
 
 

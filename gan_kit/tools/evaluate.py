@@ -18,12 +18,17 @@ from typing import Any
 
 import attrs
 
-__all__ = ["evaluate_checkpoint", "evaluate"]
+__all__ = ["evaluate_checkpoint", "evaluate", "image_batches", "batch_seed"]
 
 
 def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
     """Run ``metric`` on ``run``'s G_ema at the current phase against real images drawn with the
-    metric's seed and faded exactly as during training (the same figure as metrics.jsonl)."""
+    metric's seed and faded exactly as during training (the same figure as metrics.jsonl): a
+    function of G_ema's weights and the metric's seed only.
+
+    A streamed metric (``metric.streamed``: fid, kid, precision-recall, is) reads both sets batch
+    by batch (``image_batches``) on every process - a collective, called by all of them; rank 0
+    gets the values, the others ``{}``. Any other metric gets the sets as tensors (rank 0 only)."""
     from gan_kit.base.allocator import ordinary_allocation
 
     # Training's kept blocks (run.retain_cpu_memory) go back to the kernel, and this pass's
@@ -37,26 +42,85 @@ def _evaluate(run, metric, num_images: int | None) -> dict[str, float]:
 
     from gan_kit.base.phase import fade_real
 
-    n = num_images or metric.num_images
-    reals = run.real_images(min(n, len(run.metric_dataset)), seed=metric.seed)
+    n = min(num_images or metric.num_images, len(run.metric_dataset))
+    if getattr(metric, "streamed", False):
+        fakes, reals = image_batches(run, metric, n)
+        return metric.compute_streamed(fakes, reals, run.device)
+    reals = run.real_images(n, seed=metric.seed)
     reals = fade_real(reals, run.phase.resolution, run.phase.alpha)
     g = torch.Generator().manual_seed(metric.seed + 1)
-    # A conditional G draws its classes with the data's frequencies (the labels of the data set,
-    # drawn with replacement): the generated set then matches the real set class for class.
-    labels = getattr(run.metric_dataset, "labels", None) if run.num_classes else None
+    calls = iter(range(1 << 62))
 
     def generate(k: int) -> torch.Tensor:
-        z = torch.randn(k, run.latent_dim, generator=g)
-        if not run.num_classes:
-            return run.generate(z)
-        if labels is None:  # a labelled set that does not expose its labels: uniform classes
-            return run.generate(z, labels=torch.randint(run.num_classes, (k,), generator=g))
-        return run.generate(z, labels=labels[torch.randint(len(labels), (k,), generator=g)])
+        return _fakes(run, k, g, batch_seed(metric.seed, 2, next(calls)))
 
     out = metric.compute(generate, reals, run.device)
     if run.num_classes and getattr(getattr(metric, "options", None), "per_class", False):
         out.update(_per_class(run, metric, reals, run.real_labels(reals.shape[0], seed=metric.seed), g))
     return out
+
+
+def batch_seed(seed: int, stream: int, index: int) -> int:
+    """A seed for batch ``index`` of a metric's ``stream`` (1: latents and classes, 2: G's own
+    draws), from the metric's ``seed`` alone (numpy's SeedSequence), so a figure depends only on
+    the weights and the metric's seed - not on the training RNG, the process count or the
+    process that generated the batch."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, stream, index]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def _fakes(run, k: int, g, noise_seed: int):
+    """``k`` images of G_ema: latents (and, conditional, classes drawn with the data's
+    frequencies) from ``g``, G's own draws from ``noise_seed``."""
+    import torch
+
+    z = torch.randn(k, run.latent_dim, generator=g)
+    labels = None
+    if run.num_classes:
+        # A conditional G draws its classes with the data's frequencies (the labels of the data
+        # set, drawn with replacement): the generated set then matches the real set class for class.
+        known = getattr(run.metric_dataset, "labels", None)
+        labels = (torch.randint(run.num_classes, (k,), generator=g) if known is None
+                  else known[torch.randint(len(known), (k,), generator=g)])
+    return run.generate(z, labels=labels, seed=noise_seed, batch=max(1, k))
+
+
+def image_batches(run, metric, n: int):
+    """``(fakes, reals)``: this process's share of G_ema's ``n`` images and of ``n`` real images
+    (drawn with the metric's seed, faded as in training), as ``ImageBatches`` of the metric's
+    ``batch_size`` (64 without one). Batch ``i`` of the generated set has latents and noise from
+    ``batch_seed(metric.seed, ., i)``, so every process count gives the same set."""
+    import hashlib
+
+    import torch
+
+    from gan_kit.training.imagesets import ImageBatches
+    from gan_kit.base.phase import fade_real
+
+    size = int(getattr(getattr(metric, "options", None), "batch_size", 64))
+    phase = run.phase
+    indices = run.real_indices(n, metric.seed)
+
+    def real(i: int) -> torch.Tensor:
+        return fade_real(run.real_images_at(indices[i * size:(i + 1) * size]), phase.resolution, phase.alpha)
+
+    def fake(i: int) -> torch.Tensor:
+        k = min(size, n - i * size)
+        g = torch.Generator().manual_seed(batch_seed(metric.seed, 1, i))
+        return _fakes(run, k, g, batch_seed(metric.seed, 2, i))
+
+    # The generated set is known by G_ema's weights and how it was drawn (it cannot be read
+    # twice for a digest); the metrics of one tick on one extractor share its features.
+    with torch.no_grad():
+        sums = [t.detach().double().sum().reshape(1) for t in run.G_ema.state_dict().values() if t.is_floating_point()]
+        squares = [t.detach().double().square().sum().reshape(1) for t in run.G_ema.state_dict().values()
+                   if t.is_floating_point()]
+        weights = hashlib.sha256(torch.cat(sums + squares).cpu().numpy().tobytes()).hexdigest()
+    key = ("G_ema", weights, metric.seed, n, size, phase.resolution, float(phase.alpha), run.num_classes,
+           run.rank, run.world_size)
+    return (ImageBatches(n, size, fake, run.rank, run.world_size, key=key),
+            ImageBatches(n, size, real, run.rank, run.world_size))
 
 
 def _per_class(run, metric, reals, real_labels, g) -> dict[str, float]:
@@ -77,7 +141,7 @@ def _per_class(run, metric, reals, real_labels, g) -> dict[str, float]:
 
         def generate(k: int, c: int = c) -> torch.Tensor:
             z = torch.randn(k, run.latent_dim, generator=g)
-            return run.generate(z, labels=torch.full((k,), c, dtype=torch.int64))
+            return run.generate(z, labels=torch.full((k,), c, dtype=torch.int64), seed=batch_seed(metric.seed, 3, c))
 
         result = metric.compute(generate, mine, run.device)
         key = key or min(result, key=len)  # the main value (Metrics/swd, not its per-scale parts)

@@ -47,14 +47,21 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def init() -> None:
-    """Join the process group torchrun describes in the environment (NCCL on CUDA, else gloo)."""
+def init(timeout_minutes: float = 60.0) -> None:
+    """Join the process group torchrun describes in the environment (NCCL on CUDA, else gloo).
+
+    ``timeout_minutes`` (``run.dist_timeout_minutes``): how long a collective waits for the other
+    processes before it fails and the job is aborted - explicit, since NCCL's default watchdog
+    (10 minutes) would abort a job whose rank 0 spends longer alone (a large checkpoint written on
+    a slow disk)."""
     if is_distributed():
         return
+    import datetime
+
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    dist.init_process_group(backend=backend)
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=timeout_minutes))
 
 
 def shutdown(clean: bool = True) -> None:

@@ -32,6 +32,14 @@ class Progressive(GrowthScheduler):
         batch_size: int | dict[int, int] = option(
             16, help="Global batch size; a table keyed by resolution gives one per resolution (every one needed).",
             min=1, max=2**16)
+        batch_gpu: int | dict[int, int] | None = option(
+            None, help="Images per process per round (stylegan2-ada-pytorch's --batch-gpu): each D step's batch "
+                       "(batch_size / processes) runs through the networks in rounds of this many images whose "
+                       "gradients add up before one optimizer step (gradient accumulation), so a batch too big "
+                       "for the accelerator trains as the same batch: the optimizer, EMA and kimg still see "
+                       "batch_size. It must divide the per-process batch; minibatch-stddev groups form within a "
+                       "round (at most batch_gpu images). None = the whole per-process batch at once; a table keyed by "
+                       "resolution gives one per resolution (a missing one = None).", min=1, max=2**16)
         lr_scale: dict[int, float] | None = option(
             None, help="Multiplier of optim.lr per resolution (table keyed by resolution; missing = 1.0).",
             min=0, min_exclusive=True, max=1e6)
@@ -56,10 +64,11 @@ class Progressive(GrowthScheduler):
         # Each number's range is declared on the option and checked at load; what is left here
         # needs the schedule: every resolution it visits has an entry, and no entry is unvisited.
         for key, table in (("fade_kimg", o.fade_kimg), ("stable_kimg", o.stable_kimg),
-                           ("batch_size", o.batch_size), ("lr_scale", o.lr_scale)):
+                           ("batch_size", o.batch_size), ("lr_scale", o.lr_scale),
+                           ("batch_gpu", o.batch_gpu)):
             if isinstance(table, dict):
                 needed = resolutions[1:] if key == "fade_kimg" else resolutions
-                if key != "lr_scale":
+                if key not in ("lr_scale", "batch_gpu"):
                     missing = [r for r in needed if r not in table]
                     if missing:
                         yield key, (f"no entry for resolution {', '.join(map(str, missing))} "
@@ -84,7 +93,8 @@ class Progressive(GrowthScheduler):
             end = math.inf if k == len(self._resolutions) - 1 else start + fade + stable
             batch = int(_per_res(o.batch_size, res))
             lr_scale = float(_per_res(o.lr_scale, res, 1.0)) * (batch / base) ** power
-            self._levels.append((k, res, start, fade, end, batch, lr_scale))
+            batch_gpu = _per_res(o.batch_gpu, res)
+            self._levels.append((k, res, start, fade, end, batch, lr_scale, batch_gpu))
             if end is not math.inf:
                 start = end
 
@@ -92,11 +102,12 @@ class Progressive(GrowthScheduler):
         return list(self._resolutions)
 
     def phase_at(self, cur_nimg: int) -> Phase:
-        for k, res, start, fade, end, batch, lr_scale in self._levels:
+        for k, res, start, fade, end, batch, lr_scale, batch_gpu in self._levels:
             if cur_nimg < end:
                 alpha = 1.0 if fade == 0 else min(max((cur_nimg - start) / fade, 0.0), 1.0)
                 return Phase(index=k, resolution=res, alpha=float(alpha), batch_size=batch,
-                             lr_scale=lr_scale, start_nimg=start, end_nimg=end, fade_nimg=fade)
+                             lr_scale=lr_scale, start_nimg=start, end_nimg=end, fade_nimg=fade,
+                             batch_gpu=batch_gpu)
         raise AssertionError("unreachable: the last level never ends")
 
 
@@ -115,10 +126,18 @@ class Static(GrowthScheduler):
     @attrs.frozen
     class Options:
         batch_size: int = option(64, help="Global batch size.", min=1, max=2**16)
+        batch_gpu: int | None = option(
+            None, help="Images per process per round (stylegan2-ada-pytorch's --batch-gpu): each D step's batch "
+                       "(batch_size / processes) runs through the networks in rounds of this many images whose "
+                       "gradients add up before one optimizer step (gradient accumulation), so a batch too big "
+                       "for the accelerator trains as the same batch: the optimizer, EMA and kimg still see "
+                       "batch_size. It must divide the per-process batch; minibatch-stddev groups form within a "
+                       "round (at most batch_gpu images). None = the whole per-process batch at once.", min=1, max=2**16)
 
     def phase_at(self, cur_nimg: int) -> Phase:
         return Phase(index=0, resolution=self.context.resolution, alpha=1.0,
-                     batch_size=self.options.batch_size, lr_scale=1.0, start_nimg=0, end_nimg=math.inf)
+                     batch_size=self.options.batch_size, lr_scale=1.0, start_nimg=0, end_nimg=math.inf,
+                     batch_gpu=self.options.batch_gpu)
 
 
 @hookimpl

@@ -202,13 +202,19 @@ def tick_finished(run, stats):
     for spec, metric in run.metrics:
         every = int(spec.slot.every_kimg * 1000) if spec.slot.every_kimg else 0
         due = bool(stats.get("Progress/final")) or (every > 0 and now // every > prev // every)
-        if not (due and run.is_main):
+        # A streamed metric (fid, kid, precision-recall, is) splits its images across the
+        # processes, so every process takes part; any other runs on rank 0 while the rest wait.
+        if not (due and (run.is_main or getattr(metric, "streamed", False))):
             continue
-        status(run, f"computing {spec.name} on {min(metric.num_images, len(run.metric_dataset))} images")
+        if run.is_main:
+            status(run, f"computing {spec.name} on {min(metric.num_images, len(run.metric_dataset))} images")
         try:
-            stats.update(evaluate(run, metric))
+            values = evaluate(run, metric)
+            if run.is_main:
+                stats.update(values)
         except Exception as e:  # noqa: BLE001 - any failure of a metric must not end the run
             first = (str(e).strip().splitlines() or [""])[0][:200]
-            print(f"warning: {spec.key} ({spec.name}) failed at kimg {now / 1000:g}: {type(e).__name__}: {first} "
-                  f"(the run goes on without it; `gankit eval CHECKPOINT --metric {spec.name}` retries it)",
+            where = f" on process {run.rank}" if run.world_size > 1 else ""
+            print(f"warning: {spec.key} ({spec.name}) failed at kimg {now / 1000:g}{where}: {type(e).__name__}: "
+                  f"{first} (the run goes on without it; `gankit eval CHECKPOINT --metric {spec.name}` retries it)",
                   file=sys.stderr)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import logging
 import os
 import uuid
@@ -45,6 +46,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gan_kit import ImageBatches
+from gan_kit.builtin.metrics.feature_passes import FeatureAccumulator, stream_digest
 from gan_kit.base.errors import GankitError
 
 log = logging.getLogger("gankit.metrics")
@@ -163,19 +166,19 @@ class FeatureExtractor:
         self.passes = 0
 
     @torch.no_grad()
-    def __call__(self, images: torch.Tensor, batch_size: int) -> dict[str, torch.Tensor]:
-        self.passes += 1
+    def extract(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One batch ``uint8 [b,3,H,W]`` (any device) -> ``{"pool": [b, D], "logits": [b, K]}`` on
+        the extractor's device (float32). Call ``begin_pass`` once per image set first."""
         self.images_seen += images.shape[0]
-        pools, logits = [], []
-        for i in range(0, images.shape[0], batch_size):
-            out = self.net(images[i:i + batch_size].to(self.device))
-            pools.append(out[0].float().cpu())
-            if self.spec.logits is not None:
-                logits.append(out[1].float().cpu())
-        feats = {"pool": torch.cat(pools)}
-        if logits:
-            feats["logits"] = torch.cat(logits)
+        out = self.net(images.to(self.device))
+        feats = {"pool": out[0].float()}
+        if self.spec.logits is not None:
+            feats["logits"] = out[1].float()
         return feats
+
+    def begin_pass(self) -> None:
+        """Count a pass over one image set (``passes``)."""
+        self.passes += 1
 
 
 _EXTRACTORS: dict[tuple[str, str, str], FeatureExtractor] = {}
@@ -254,12 +257,14 @@ _REAL = _LRU(4)
 _FAKE = _LRU(2)
 
 
-def _load(path: Path, ident: str) -> dict[str, torch.Tensor] | None:
+def _load(path: Path, ident: str) -> dict[str, Any] | None:
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
-        if blob.get("extractor") != ident or not isinstance(blob.get("pool"), torch.Tensor):
+        if blob.get("extractor") != ident or not isinstance(blob.get("count"), int):
             return None
-        return {k: v for k, v in blob.items() if isinstance(v, torch.Tensor)}
+        blob.pop("extractor")
+        blob["keep"] = frozenset(blob["keep"])
+        return blob
     except FileNotFoundError:
         return None
     except Exception as e:  # a cut or foreign file: computed again and rewritten
@@ -267,41 +272,67 @@ def _load(path: Path, ident: str) -> dict[str, torch.Tensor] | None:
         return None
 
 
-def _save(path: Path, ident: str, feats: dict[str, torch.Tensor]) -> None:
+def _save(path: Path, ident: str, feats: dict[str, Any]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
-        torch.save({"extractor": ident, **feats}, tmp)
+        torch.save({**feats, "extractor": ident, "keep": sorted(feats["keep"])}, tmp)
         os.replace(tmp, path)  # atomic: a concurrent run reads the old file or the new one
     except OSError as e:  # a read-only or full disk costs the next run a pass, never this one
         log.warning("warning: cannot write the feature cache %s (%s); real-image features will be computed "
                     "again next time", path, e.strerror or e)
 
 
-def features(ex: FeatureExtractor, images: torch.Tensor, batch_size: int, real: bool,
-             disk: Path | None = None, tag: str = "") -> dict[str, torch.Tensor]:
-    """``ex``'s features of ``images`` (``[N,C,H,W]`` in [-1, 1]; see ``to_uint8``), from the
-    caches when these exact images went through ``ex`` before. Real images' features are also
-    kept in ``disk`` (a folder, None = memory only) as ``<tag>-<extractor>-<N>x<H>px-<digest>.pt``."""
-    u8 = to_uint8(images)
-    key = (ex.ident, digest(u8))
+def stream_features(ex: FeatureExtractor, batches: ImageBatches, keep: frozenset[str], real: bool,
+                    disk: Path | None = None, tag: str = "") -> dict[str, Any]:
+    """``ex``'s features of this process's share of ``batches`` (images in [-1, 1], quantised as
+    ``to_uint8``), accumulated batch by batch into what ``keep`` names (``feature_passes``): no
+    image set is held whole. From the caches when the same set went through ``ex`` before with at
+    least ``keep``: a set with a ``key`` by that key; otherwise by a digest of its uint8 images
+    (one reading pass, no extractor). Real sets' features are also kept in ``disk`` (a folder,
+    None = memory only) as ``<tag>-<extractor>-<N>x<H>px-<digest>.pt``."""
     table = _REAL if real else _FAKE
-    if key in table:
-        table.move_to_end(key)
-        return table[key]
     path = None
-    if real and disk is not None:
-        name = f"{tag + '-' if tag else ''}{ex.spec.name}-{u8.shape[0]}x{u8.shape[-1]}px-{key[1][:24]}.pt"
-        path = disk / name
+    if batches.key is not None:
+        key: tuple = (ex.ident, batches.key)
+    else:
+        own = list(batches.indices())
+        if not own:
+            raise GankitError("a metric got an empty image set")
+        u8 = to_uint8(batches.load(own[0]))
+        shape = (batches.share(), *u8.shape[1:])
+        rest = (to_uint8(batches.load(i)) for i in own[1:])
+        key = (ex.ident, stream_digest(itertools.chain([u8], rest), shape))
+        del u8
+        if real and disk is not None:
+            name = f"{tag + '-' if tag else ''}{ex.spec.name}-{shape[0]}x{shape[-1]}px-{key[1][:24]}.pt"
+            path = disk / name
+    held = table.get(key)
+    if held is not None and keep <= held["keep"]:
+        table.move_to_end(key)
+        return held
+    if path is not None:
         feats = _load(path, ex.ident)
-        if feats is not None:
+        if feats is not None and keep <= feats["keep"]:
             table.put(key, feats)
             return feats
-    feats = ex(u8, batch_size)
+    ex.begin_pass()
+    acc = FeatureAccumulator(keep)
+    for i, images in batches:
+        acc.add(i, ex.extract(to_uint8(images)))
+    feats = acc.result()
     table.put(key, feats)
     if path is not None:
         _save(path, ex.ident, feats)
     return feats
+
+
+def features(ex: FeatureExtractor, images: torch.Tensor, batch_size: int, real: bool,
+             disk: Path | None = None, tag: str = "", keep: frozenset[str] = frozenset({"pool", "logits"})
+             ) -> dict[str, Any]:
+    """``stream_features`` of an image tensor held whole (``[N,C,H,W]`` in [-1, 1]), in batches
+    of ``batch_size``."""
+    return stream_features(ex, ImageBatches.of_tensor(images, batch_size), keep, real, disk, tag)
 
 
 def clear_caches() -> None:

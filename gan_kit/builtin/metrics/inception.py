@@ -11,18 +11,24 @@ of the real images (``gan_kit.builtin.metrics.feature_extractors``), through tor
 Each compares ``num_images`` generated images with as many real ones drawn with the metric's
 ``seed`` (``is`` reads only the generated ones). Values depend on the image count (FID and KID
 fall, precision and recall rise, as it grows): compare figures computed with the same count.
+
+Streamed (``compute_streamed``): both sets go through the extractor batch by batch, every process
+its share, into accumulators (``gan_kit.builtin.metrics.feature_passes``: float64 sums for fid, features
+for kid and precision-recall, logits for is) - never an image set held whole, so host memory does
+not grow with ``num_images`` for fid; rank 0 combines the shares and returns the values.
 """
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import ClassVar, Literal
 
 import attrs
-import torch
 
-from gan_kit import hookimpl, option
+from gan_kit import ImageBatches, hookimpl, option
 from gan_kit.builtin.metrics import feature_extractors as fx
+from gan_kit.builtin.metrics.feature_passes import mean_and_covariance, reduce_features
 from gan_kit.builtin.metrics import FromOptions
 from gan_kit.base.errors import GankitError
 
@@ -33,6 +39,8 @@ _WEIGHTS_HELP = ("Local weights file of the feature extractor (relative to the r
                  "downloaded.")
 _CACHE_HELP = ("Keep the real images' features on disk (under $GANKIT_CACHE_DIR/metrics, else "
                "~/.cache/gankit/metrics), keyed by the exact images, so later runs and gankit eval skip them.")
+#: The feature metrics alive in this process (those of the run or evaluation at hand).
+_LIVE: "weakref.WeakSet[FeatureMetric]" = weakref.WeakSet()
 _STUB = ' "stub": a small fixed random network for tests and offline smoke runs (values not comparable).'
 
 
@@ -47,6 +55,10 @@ class FeatureMetric(FromOptions):
     families: ClassVar[tuple[str, ...]] = ()
     #: Needs the extractor's logits (``is``).
     needs_logits: ClassVar[bool] = False
+    #: What its passes keep (``gan_kit.builtin.metrics.feature_passes``): ``stats``, ``pool``, ``logits``.
+    keeps: ClassVar[frozenset[str]] = frozenset({"pool"})
+    #: Reads its image sets batch by batch on every process (``compute_streamed``).
+    streamed: ClassVar[bool] = True
 
     @attrs.frozen
     class Options:
@@ -65,6 +77,14 @@ class FeatureMetric(FromOptions):
         msg = fx.extractor_problem(self.metric_name, self.options.feature_extractor, self.options.weights)
         if msg:
             raise GankitError(msg)
+        _LIVE.add(self)
+
+    def keep(self) -> frozenset[str]:
+        """What a pass on this metric's extractor keeps: what every live metric on the same
+        extractor needs, so the metrics of one tick share one pass over G_ema's images (fid alone
+        keeps only its float64 sums, whatever the number of images)."""
+        mine = self.options.feature_extractor
+        return frozenset().union(*(m.keeps for m in list(_LIVE) if m.options.feature_extractor == mine))
 
     @classmethod
     def problems(cls, options, recipe):
@@ -81,20 +101,33 @@ class FeatureMetric(FromOptions):
         recipe = getattr(self.context, "recipe", None)
         return getattr(getattr(recipe, "data", None), "name", "") or ""
 
-    def features(self, images: torch.Tensor, device, real: bool) -> dict[str, torch.Tensor]:
-        """``{"pool": [N, D], "logits": [N, K]}`` (float32, CPU) of ``images`` ``[N,C,H,W]`` in
-        [-1, 1], quantised to uint8 as saved PNGs would be; from the caches when these exact
-        images went through this extractor before."""
+    def features(self, images: ImageBatches, device, real: bool) -> dict:
+        """This process's features of its share of ``images`` (``[N,C,H,W]`` in [-1, 1] batch by
+        batch, quantised to uint8 as saved PNGs would be), holding what ``keep()`` names; from
+        the caches when the same set went through this extractor before."""
         disk = fx.feature_cache_dir() if (real and self.options.cache) else None
-        return fx.features(self.extractor(device), images, self.options.batch_size, real, disk, self._tag())
+        return fx.stream_features(self.extractor(device), images, self.keep(), real, disk, self._tag())
 
     def compute(self, generate, reals, device):
+        """The metric of two image tensors held whole (``generate(n)`` and ``reals``)."""
         n = min(self.options.num_images, reals.shape[0])
-        fake = self.features(generate(n), device, real=False)
-        real = self.features(reals[:n], device, real=True) if self.needs_real else None
+        bs = self.options.batch_size
+        fake = self.features(ImageBatches.of_tensor(generate(n), bs), device, real=False)
+        real = self.features(ImageBatches.of_tensor(reals[:n], bs), device, real=True) if self.needs_real else None
         return self.from_features(fake, real, device)
 
-    def from_features(self, fake: dict[str, torch.Tensor], real: dict[str, torch.Tensor] | None,
+    def compute_streamed(self, fakes: ImageBatches, reals: ImageBatches, device) -> dict[str, float]:
+        """The metric of two image sets read batch by batch, each process its share: the shares'
+        features are combined on rank 0, which returns the values (the other processes ``{}``).
+        A collective: every process calls it."""
+        fake = reduce_features(self.features(fakes, device, real=False), fakes.world_size, fakes.size)
+        real = (reduce_features(self.features(reals, device, real=True), reals.world_size, reals.size)
+                if self.needs_real else None)
+        if fake is None:
+            return {}
+        return self.from_features(fake, real, device)
+
+    def from_features(self, fake: dict, real: dict | None,
                       device) -> dict[str, float]:
         raise NotImplementedError
 
@@ -104,15 +137,24 @@ class FID(FeatureMetric):
 
     metric_name = "fid"
     families = ("fid",)
+    keeps = frozenset({"stats"})
 
     def from_features(self, fake, real, device):
-        from torch_fidelity.metric_fid import fid_features_to_statistics, fid_statistics_to_metric
+        """From each set's float64 sums (``stats``) or, given only ``pool`` features, from those;
+        torch-fidelity's Frechet distance of the two Gaussians."""
+        from torch_fidelity.metric_fid import fid_statistics_to_metric
 
-        stats = real.get("fid_statistics")  # the real set's mean and covariance, kept with its features
-        if stats is None:
-            stats = real["fid_statistics"] = fid_features_to_statistics(real["pool"])
-        value = fid_statistics_to_metric(fid_features_to_statistics(fake["pool"]), stats, verbose=False)
+        value = fid_statistics_to_metric(_gaussian(fake), _gaussian(real), verbose=False)
         return {"Metrics/fid": float(value["frechet_inception_distance"])}
+
+
+def _gaussian(feats: dict) -> dict:
+    """``{"mu", "sigma"}`` (float64 numpy) of a set: from its sums, else from its pool features."""
+    if "sum" not in feats:
+        pool = feats["pool"].double()
+        feats = {"count": pool.shape[0], "sum": pool.sum(dim=0), "outer": pool.T @ pool}
+    mu, sigma = mean_and_covariance(feats)
+    return {"mu": mu.numpy(), "sigma": sigma.numpy()}
 
 
 class KID(FeatureMetric):
@@ -184,6 +226,7 @@ class InceptionScore(FeatureMetric):
     families = ("is",)
     needs_real = False
     needs_logits = True
+    keeps = frozenset({"logits"})
     higher_is_better = True
 
     @attrs.frozen

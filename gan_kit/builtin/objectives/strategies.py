@@ -14,8 +14,11 @@ counters of the parameters they update) and keeps these invariants (tested for e
   G step).
 
 Every strategy acts through the verbs of ``gan_kit.StepContext`` (``zero_grad``, ``backward``,
-``opt_step``, ``frozen``, ``d_objective``, ``g_objective``); the verbs own the precision, the
-gradient sync across processes and the non-finite policy.
+``opt_step``, ``frozen``, ``d_objective``, ``g_objective``, ``accumulate``); the verbs own the
+precision, the gradient sync across processes, gradient accumulation over rounds of
+``growth.batch_gpu`` images and the non-finite policy. Each network step is ``zero_grad``, then
+``accumulate`` of a body holding its forwards and backwards (which reads the round's
+``ctx.reals[j]``), then ``opt_step``.
 
 Class-conditional runs: D step j's fakes are made for ``ctx.labels[j]``, the classes of its
 real batch (``ctx.generate`` / ``ctx.discriminate`` pass them; None in unconditional runs).
@@ -48,6 +51,7 @@ __all__ = [
     "SingleLoss",
     "Simultaneous",
     "g_step",
+    "g_step_keeping_fakes",
     "critic_step",
     "single_loss_objective",
     "paired_step",
@@ -78,31 +82,37 @@ class _Strategy(UpdateStrategy):
         return self.options.d_steps
 
 
-def critic_step(ctx, real: torch.Tensor, n: int, fake: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict:
-    """One plain D step: fakes ``[n,C,r,r]`` made under no_grad (or ``fake``, detached), D's
-    gradients cleared, the D objective on ``real``, backward into D, D's optimizer step.
-    ``labels``: the classes of ``real`` (and so of the fakes) in a class-conditional run.
+def critic_step(ctx, j: int, fakes: list[torch.Tensor] | None = None) -> dict:
+    """One plain D step on the real batch ``ctx.reals[j]`` (classes ``ctx.labels[j]`` in a
+    class-conditional run): D's gradients cleared, then per round of ``ctx.accumulate`` fakes made
+    under no_grad (or ``fakes[round]``, detached: one ``[n,C,r,r]`` tensor per round, as
+    ``g_step_keeping_fakes`` returns them), the D objective, backward into D; then D's optimizer step.
 
     no_grad rather than detach: G builds no graph at all for the D step.
     """
-    if fake is None:
-        with torch.no_grad(), ctx.autocast():
-            fake = ctx.generate(ctx.latent(n), labels)
     ctx.zero_grad("D")
-    total, stats = ctx.d_objective(real, fake.detach(), labels=labels)
-    ctx.backward(total, "D")
+
+    def body():
+        real, labels = ctx.reals[j], ctx.labels[j]
+        if fakes is None:
+            with torch.no_grad(), ctx.autocast():
+                fake = ctx.generate(ctx.latent(real.shape[0]), labels)
+        else:
+            fake = fakes[ctx.round.index]
+        total, stats = ctx.d_objective(real, fake.detach(), labels=labels)
+        ctx.backward(total, "D")
+        return stats
+
+    stats = ctx.accumulate(body)
     ctx.opt_step("D")
     return stats
 
 
-def leading_critic_steps(ctx) -> int:
+def leading_critic_steps(ctx) -> None:
     """For strategies that pair the G step with one D step: run the first ``d_steps - 1`` plain
-    critic steps (fresh fakes, ``ctx.reals[:-1]``) and return the per-process batch size."""
-    n = ctx.reals[0].shape[0]
-    for real, labels in zip(ctx.reals[:-1], ctx.labels[:-1]):
-        critic_step(ctx, real, n, labels=labels)
-    return n
+    critic steps (fresh fakes, ``ctx.reals[:-1]``)."""
+    for j in range(len(ctx.reals) - 1):
+        critic_step(ctx, j)
 
 
 def paired_step(ctx, *, share_fake_logits: bool) -> dict:
@@ -112,43 +122,59 @@ def paired_step(ctx, *, share_fake_logits: bool) -> dict:
     steps. ``share_fake_logits``: the D objective reuses the logits of the G loss's D forward
     (``shared-fake``; the graph is retained for the second backward) instead of a fresh D
     forward on ``sg(fake)`` (``simultaneous``)."""
-    n = leading_critic_steps(ctx)
-    labels = ctx.labels[-1]
+    leading_critic_steps(ctx)
     ctx.zero_grad("G")
     ctx.zero_grad("D")
-    with ctx.autocast():
-        fake = ctx.generate(ctx.latent(n), labels)
-        fake_logits = ctx.discriminate(fake, labels)
-    g_loss, g_stats = ctx.g_objective(fake_logits, fake, labels=labels)
-    # G first, while D's weights are those the graph saved.
-    ctx.backward(g_loss, "G", retain_graph=share_fake_logits)
-    if share_fake_logits:
-        total, stats = ctx.d_objective(ctx.reals[-1], fake, fake_logits=fake_logits, labels=labels)
-    else:
-        total, stats = ctx.d_objective(ctx.reals[-1], fake.detach(), labels=labels)
-    ctx.backward(total, "D")
+
+    def body():
+        real, labels = ctx.reals[-1], ctx.labels[-1]
+        with ctx.autocast():
+            fake = ctx.generate(ctx.latent(real.shape[0]), labels)
+            fake_logits = ctx.discriminate(fake, labels)
+        g_loss, g_stats = ctx.g_objective(fake_logits, fake, labels=labels)
+        # G first, while D's weights are those the graph saved.
+        ctx.backward(g_loss, "G", retain_graph=share_fake_logits)
+        if share_fake_logits:
+            total, stats = ctx.d_objective(real, fake, fake_logits=fake_logits, labels=labels)
+        else:
+            total, stats = ctx.d_objective(real, fake.detach(), labels=labels)
+        ctx.backward(total, "D")
+        return {**stats, **g_stats}
+
+    stats = ctx.accumulate(body)
     ctx.opt_step("D")
     ctx.opt_step("G")
-    return {**stats, **g_stats}
+    return stats
 
 
-def _g_step(ctx, n: int, labels: torch.Tensor | None) -> tuple[dict, torch.Tensor]:
+def g_step_keeping_fakes(ctx, j: int) -> tuple[dict, list[torch.Tensor]]:
+    """``g_step`` for the classes of ``ctx.labels[j]``, also returning its fakes (detached), one
+    tensor per round of ``ctx.accumulate``."""
     ctx.zero_grad("G")
-    with ctx.frozen("D"):
-        with ctx.autocast():
-            fake = ctx.generate(ctx.latent(n), labels)
-            fake_logits = ctx.discriminate(fake, labels)
-        loss, stats = ctx.g_objective(fake_logits, fake, labels=labels)
-        ctx.backward(loss, "G")
+    fakes: list[torch.Tensor] = []
+
+    def body():
+        n, labels = ctx.reals[j].shape[0], ctx.labels[j]
+        with ctx.frozen("D"):
+            with ctx.autocast():
+                fake = ctx.generate(ctx.latent(n), labels)
+                fake_logits = ctx.discriminate(fake, labels)
+            loss, stats = ctx.g_objective(fake_logits, fake, labels=labels)
+            ctx.backward(loss, "G")
+        fakes.append(fake.detach())
+        return stats
+
+    stats = ctx.accumulate(body)
     ctx.opt_step("G")
-    return stats, fake
+    return stats, fakes
 
 
-def g_step(ctx, n: int, labels: torch.Tensor | None = None) -> dict:
-    """A G step with its own G and D forward; D is frozen, so the backward computes D's input
-    gradients only and leaves no gradient on D's weights (no extra zero_grad of D needed).
-    ``labels[n]``: the classes of the fakes in a class-conditional run."""
-    return _g_step(ctx, n, labels)[0]
+def g_step(ctx, j: int = -1) -> dict:
+    """A G step with its own G and D forward, its batch the size of ``ctx.reals[j]`` and, in a
+    class-conditional run, its fakes of the classes ``ctx.labels[j]``. D is frozen, so the
+    backward computes D's input gradients only and leaves no gradient on D's weights (no extra
+    zero_grad of D needed)."""
+    return g_step_keeping_fakes(ctx, j)[0]
 
 
 class DThenG(_Strategy):
@@ -161,11 +187,10 @@ class DThenG(_Strategy):
     """
 
     def step(self, ctx):
-        n = ctx.reals[0].shape[0]
         stats: dict = {}
-        for real, labels in zip(ctx.reals, ctx.labels):
-            stats = critic_step(ctx, real, n, labels=labels)
-        stats.update(g_step(ctx, n, ctx.labels[-1]))
+        for j in range(len(ctx.reals)):
+            stats = critic_step(ctx, j)
+        stats.update(g_step(ctx, -1))
         return stats
 
 
@@ -203,11 +228,10 @@ class GThenD(_Strategy):
     """
 
     def step(self, ctx):
-        n = ctx.reals[0].shape[0]
-        g_stats, fake = _g_step(ctx, n, ctx.labels[0])  # its fakes serve the first D step: reals[0]'s classes
+        g_stats, fakes = g_step_keeping_fakes(ctx, 0)  # its fakes serve the first D step: reals[0]'s classes
         stats: dict = {}
-        for j, (real, labels) in enumerate(zip(ctx.reals, ctx.labels)):
-            stats = critic_step(ctx, real, n, fake=fake if j == 0 else None, labels=labels)
+        for j in range(len(ctx.reals)):
+            stats = critic_step(ctx, j, fakes=fakes if j == 0 else None)
         stats.update(g_stats)
         return stats
 
@@ -262,15 +286,20 @@ class SingleLoss(_Strategy):
                           f"or use optim.name = \"sgd\"")
 
     def step(self, ctx):
-        n = leading_critic_steps(ctx)
+        leading_critic_steps(ctx)
         ctx.zero_grad("G")
         ctx.zero_grad("D")
-        with ctx.autocast():
-            fake = ctx.generate(ctx.latent(n), ctx.labels[-1])
-        total, _, stats = single_loss_objective(ctx, ctx.reals[-1], fake, lam=self.options.lam,
-                                                labels=ctx.labels[-1])
-        # One backward fills both networks: the objective's terms were built for exactly that.
-        ctx.backward(total, "G", "D")
+
+        def body():
+            real, labels = ctx.reals[-1], ctx.labels[-1]
+            with ctx.autocast():
+                fake = ctx.generate(ctx.latent(real.shape[0]), labels)
+            total, _, stats = single_loss_objective(ctx, real, fake, lam=self.options.lam, labels=labels)
+            # One backward fills both networks: the objective's terms were built for exactly that.
+            ctx.backward(total, "G", "D")
+            return stats
+
+        stats = ctx.accumulate(body)
         ctx.opt_step("D")
         ctx.opt_step("G")
         return stats

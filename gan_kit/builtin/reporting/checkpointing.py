@@ -1,5 +1,5 @@
 """The checkpointer, built on the lifecycle hooks: ``checkpoints/latest.pt`` every
-``run.snapshot_ticks`` ticks and at the end, ``checkpoints/phase-<i>-<res>px.pt`` for every
+``run.snapshot_ticks`` ticks and at the end (on the final tick, before the final metrics), ``checkpoints/phase-<i>-<res>px.pt`` for every
 finished phase (the last one as the run finishes), and - as the recipe asks - the last
 ``run.keep_snapshots`` snapshots and one every ``run.keep_every_ticks`` ticks as
 ``snapshot-<kimg>.pt``. Writes are atomic
@@ -13,7 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
-from gan_kit import hookimpl
+from gan_kit import StashKey, hookimpl
 
 _SNAPSHOT = re.compile(r"snapshot-(\d{6})-tick(\d+)\.pt$")
 
@@ -34,14 +34,27 @@ def keep_snapshot(run, latest: Path, tick: int) -> None:
             p.unlink()
 
 
-@hookimpl(trylast=True)
+#: ``(cur_nimg, path)`` of the ``latest.pt`` written on the final tick (before the final metrics).
+final_written = StashKey[tuple]()
+
+
+@hookimpl(wrapper=True)
 def tick_finished(run, stats):
+    """A wrapper around every other ``tick_finished``: on the final tick ``latest.pt`` is written
+    first, before the final metrics and reporters run, so a long or failing final evaluation
+    (or a job killed during it) cannot lose it; a periodic snapshot is written after them."""
+    if stats.get("Progress/final"):
+        path = run.save_checkpoint("latest")
+        if path is not None:
+            run.stash[final_written] = (run.cur_nimg, path)
+    result = yield
     every = run.options.snapshot_ticks
     tick = stats["Progress/tick"]
     if every and not stats.get("Progress/final") and (tick + 1) % every == 0:
         path = run.save_checkpoint("latest")
         if path is not None:
             keep_snapshot(run, path, tick)
+    return result
 
 
 @hookimpl(trylast=True)
@@ -65,7 +78,11 @@ def _link(source: Path, target: Path) -> None:
 
 @hookimpl(trylast=True)
 def run_finished(run, stats):
-    path = run.save_checkpoint("latest")
+    # Written on the final tick already (tick_finished above), unless a plugin ended the run
+    # without one.
+    nimg, path = run.stash.get(final_written, (None, None))
+    if nimg != run.cur_nimg:
+        path = run.save_checkpoint("latest")
     if path is not None:
         # The last phase ends with the run: it gets its phase checkpoint like every other one
         # (the same state as latest.pt, so a link, not a second write). A run that ends inside a

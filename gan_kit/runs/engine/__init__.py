@@ -230,30 +230,39 @@ def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
     """The lazy penalties due at this iteration as steps of their own (StyleGAN2 sec. 3.1;
     stylegan2-ada-pytorch's ``Dreg`` / ``Greg`` phases): one step per network, in which its
     gradients are cleared, ``sum(weight * interval * value)`` over its due penalties (R1 and R2
-    together, say) backpropagated and its optimizer stepped once - so ``lazy_ratio``'s k/(k+1)
-    holds however many penalties share the interval. Returns their stats."""
+    together, say) backpropagated - in rounds of ``growth.batch_gpu``, as the strategy's steps -
+    and its optimizer stepped once, so ``lazy_ratio``'s k/(k+1) holds however many penalties
+    share the interval. Returns their stats."""
     stats: dict[str, torch.Tensor] = {}
     due: dict[str, list] = {}
     for wp in run.lazy_penalties:
         if ctx.step % wp.penalty.interval == 0:
             due.setdefault(wp.penalty.network, []).append(wp)
-    n = ctx.reals[-1].shape[0]
-    labels = ctx.labels[-1]  # a conditional run's G penalty generates for the real batch's classes
     for net, wps in due.items():
         ctx.zero_grad(net)
-        if net == "D":
-            inputs: Any = DInputs(D=bind_labels(ctx.D_penalty or ctx.D, labels), real=ctx.reals[-1], fake=None,
-                                  labels=labels)
-        else:
-            inputs = GInputs(G=bind_labels(ctx.G_penalty or ctx.G, labels), batch_size=n, labels=labels)
-        total = None
-        for wp in wps:
-            value = wp.penalty(inputs, ctx)
-            term = value * (wp.weight * wp.penalty.interval)
-            total = term if total is None else total + term
-            stats[f"Loss/{net}/{wp.name}"] = value.detach()
-        ctx.backward(total, net)
+        stats.update(ctx.accumulate(lambda wps=wps, net=net: _lazy_round(ctx, wps, net)))
         ctx.opt_step(net)
+    return stats
+
+
+def _lazy_round(ctx: StepContext, wps: list, net: str) -> dict[str, torch.Tensor]:
+    """One round of a network's lazy step, on the round's rows of the last real batch (a G
+    penalty: the round's batch size, e.g. path length's ``batch_size // batch_shrink``): the
+    due penalties' weighted sum backpropagated at once."""
+    labels = ctx.labels[-1]  # a conditional run's G penalty generates for the real batch's classes
+    if net == "D":
+        inputs: Any = DInputs(D=bind_labels(ctx.D_penalty or ctx.D, labels), real=ctx.reals[-1], fake=None,
+                              labels=labels)
+    else:
+        inputs = GInputs(G=bind_labels(ctx.G_penalty or ctx.G, labels), batch_size=ctx.reals[-1].shape[0],
+                         labels=labels)
+    stats, total = {}, None
+    for wp in wps:
+        value = wp.penalty(inputs, ctx)
+        term = value * (wp.weight * wp.penalty.interval)
+        total = term if total is None else total + term
+        stats[f"Loss/{net}/{wp.name}"] = value.detach()
+    ctx.backward(total, net)
     return stats
 
 
@@ -327,6 +336,7 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
 
 
 _warned_unstepped = StashKey[bool]()
+_warned_unaccumulated = StashKey[bool]()
 
 
 def _strategy_stats(run: Run, ctx: StepContext) -> dict[str, Any]:
@@ -338,6 +348,11 @@ def _strategy_stats(run: Run, ctx: StepContext) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise GankitError(f"update strategy {name!r}: step(ctx) returned {type(raw).__name__}, not a dict of stats "
                           f"(return e.g. the stats of ctx.d_objective and ctx.g_objective)")
+    if ctx.rounds > 1 and not ctx.accumulated and not run.stash.get(_warned_unaccumulated, False):
+        run.stash[_warned_unaccumulated] = True
+        print(f"warning: update strategy {name!r} does not use ctx.accumulate, so growth.batch_gpu = "
+              f"{ctx.phase.batch_gpu} has no effect: each step runs its whole per-process batch of "
+              f"{ctx.reals[0].shape[0]} at once", file=sys.stderr)
     missing = [n for n in ("D", "G") if n not in ctx.stepped]
     if missing and not run.stash.get(_warned_unstepped, False):
         run.stash[_warned_unstepped] = True

@@ -24,7 +24,7 @@ from gan_kit.training.ema import refresh_batchnorm
 from gan_kit.base.errors import GankitError, TrainingError
 from gan_kit.base.phase import Phase
 from gan_kit.plugin_api.manager import Plugins
-from gan_kit.base.randomness import batch_randn
+from gan_kit.base.randomness import batch_randn, current_shard
 from gan_kit.recipe import Recipe
 from gan_kit.runs.run.build import RunBuilding
 from gan_kit.runs.run.images import RunImages
@@ -157,7 +157,10 @@ class Run(RunBuilding, RunSchedules, RunImages, RunCheckpoints):
     def latent(self, n: int) -> torch.Tensor:
         """Latents ``z[n, latent_dim]`` for this process: drawn for all processes together and
         sliced ``[rank::world_size]`` (see gan_kit.training.distributed)."""
-        return batch_randn(n, self.latent_dim, device=self.device, rank=self.rank, world_size=self.world_size)
+        rank, world_size = current_shard()  # a round of StepContext.accumulate is a virtual process
+        if world_size == 1:
+            rank, world_size = self.rank, self.world_size
+        return batch_randn(n, self.latent_dim, device=self.device, rank=rank, world_size=world_size)
 
     @property
     def phase_finished(self) -> bool:

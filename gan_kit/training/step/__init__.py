@@ -26,6 +26,8 @@ Verbs, each taking a network as ``"G"`` / ``"D"`` or as ``ctx.G`` / ``ctx.D``:
 ``ctx.generate(z, labels)``        ``G(z)``, or ``G(z, labels)`` in a class-conditional run
 ``ctx.discriminate(x, labels)``    ``D(x)``, or ``D(x, labels)`` likewise
 ``ctx.latent(n)``                  latents for this process; ``ctx.batch_rand(n, ...)`` likewise
+``ctx.accumulate(body)``           ``body()`` once per round of ``growth.batch_gpu`` images (gradient
+                                   accumulation): the forwards and backwards of one network step
 ``ctx.mean_over_processes(t)``     ``t`` averaged over all processes (identity with one); differentiable
 ``ctx.autocast()``                 the precision context for forwards (optional: ``ctx.G`` and
                                    ``ctx.D`` already run at the run's precision)
@@ -35,6 +37,14 @@ Precision (docs/hooks.md, "Precision"): under bf16 / fp16 ``ctx.G`` / ``ctx.D`` 
 penalties' networks run their forwards under autocast and return float32, and every image handed
 to a penalty is float32, so plugin code in plain float32 PyTorch trains unchanged; the verbs
 backpropagate and step outside autocast (PyTorch's AMP gradient-penalty recipe).
+
+Gradient accumulation (``growth.batch_gpu``, stylegan2-ada-pytorch's ``--batch-gpu``): a strategy
+puts the forwards and backwards that feed one optimizer step into ``ctx.accumulate(body)``, between
+``ctx.zero_grad`` and ``ctx.opt_step``; the verb runs ``body`` once per round and owns the rest -
+``ctx.reals`` / ``ctx.labels`` are the round's rows, latents and every ``batch_rand`` draw are the
+round's rows of the draws the whole batch would get, ``ctx.backward`` scales by 1/rounds, and DDP
+skips its gradient sync (``no_sync``) in all rounds but the last. So the step equals the
+unaccumulated one to rounding, whatever the strategy or penalty (see ``accumulate``).
 
 The objectives (``ctx.d_objective``, ``ctx.g_objective``) are ``gan_kit.training.step.objectives``.
 """
@@ -53,11 +63,13 @@ from gan_kit.base.phase import Phase
 from gan_kit.base.randomness import batch_rand
 from gan_kit.training.step.finite import scale_of
 from gan_kit.training.step.objectives import Objectives
+from gan_kit.training.step.rounds import Round, Rounds
 
-__all__ = ["StepContext"]
+__all__ = ["StepContext", "Round"]
+
 
 @attrs.define(eq=False)
-class StepContext(Objectives):
+class StepContext(Objectives, Rounds):
     """Everything an update strategy needs for one iteration, and the verbs it acts through.
 
     G, D:       the networks to run forwards through (``fake = ctx.G(z)``, ``logits = ctx.D(x)``).
@@ -76,6 +88,7 @@ class StepContext(Objectives):
                 ``g_objective``; an unconditional one may ignore them.
     phase:      the growth ``Phase``; ``step`` iterations done before this one; ``d_step`` D steps
                 done before this iteration's first.
+    round:      inside ``accumulate``, the ``Round`` running now (else None).
     rank, world_size: this process and the number of processes (1 without torchrun).
 
     The remaining constructor arguments are the engine's mechanics (optimizers, GradScaler,
@@ -113,6 +126,11 @@ class StepContext(Objectives):
     nonfinite: str | None = None
     #: Networks whose optimizer stepped this iteration (``"G"``, ``"D"``).
     stepped: set = attrs.field(factory=set, init=False, repr=False)
+    #: Inside ``accumulate``: the round running now; None outside.
+    round: Round | None = attrs.field(default=None, init=False)
+    #: Whether ``accumulate`` ran this iteration (the engine warns when a strategy that never
+    #: calls it meets a ``growth.batch_gpu`` that asks for rounds).
+    accumulated: bool = attrs.field(default=False, init=False, repr=False)
     _scaler_stepped: set = attrs.field(factory=set, init=False, repr=False)
 
     # ---------------------------------------------------------------- networks and optimizers --
@@ -154,6 +172,7 @@ class StepContext(Objectives):
 
     def zero_grad(self, net: Any) -> None:
         """Clear ``net``'s weight gradients (set to None, so a missing backward cannot reuse old ones)."""
+        self._not_in_round("zero_grad")
         self._opt(self._name(net)).zero_grad(set_to_none=True)
 
     def backward(self, loss: torch.Tensor, *nets: Any, retain_graph: bool = False) -> None:
@@ -163,9 +182,13 @@ class StepContext(Objectives):
         ``loss``: a scalar. The other network's gradients are untouched even when the graph runs
         through it (``Tensor.backward(inputs=...)``: a backward, so DistributedDataParallel
         averages what it accumulates). ``retain_graph`` keeps the graph for a second backward.
+        Inside ``accumulate`` the loss of a round counts 1/rounds, so the rounds add up to the
+        gradient of the whole batch's mean loss.
         """
         if not nets:
             raise TypeError("ctx.backward(loss, net): name the network(s) whose gradients to fill ('G', 'D')")
+        if self.round is not None and self.round.count > 1:
+            loss = loss / self.round.count  # rounds of equal size: their sum is the batch mean
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         params = [p for net in nets for p in self._params(self._name(net))]
@@ -185,6 +208,7 @@ class StepContext(Objectives):
         this returns True for a step it issued); a bare StepContext checks on the host (one sync)
         and returns False with ``ctx.nonfinite`` naming the network.
         """
+        self._not_in_round("opt_step")
         name = self._name(net)
         opt = self._opt(name)
         self.stepped.add(name)
@@ -274,7 +298,8 @@ class StepContext(Objectives):
     def batch_rand(self, n: int, *shape: int, device: torch.device | None = None) -> torch.Tensor:
         """``torch.rand(n, *shape)`` for this process's ``n`` samples: drawn at the global batch
         size and sliced ``[rank::world_size]``, so a run matches across process counts."""
-        return batch_rand(n, *shape, device=device, rank=self.rank, world_size=self.world_size)
+        rank, world_size = self.shard()
+        return batch_rand(n, *shape, device=device, rank=rank, world_size=world_size)
 
     def mean_over_processes(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` (a tensor of any shape) averaged over all processes, the same on each; ``t``
