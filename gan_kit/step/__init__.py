@@ -29,7 +29,19 @@ Verbs, each taking a network as ``"G"`` / ``"D"`` or as ``ctx.G`` / ``ctx.D``:
 ``ctx.mean_over_processes(t)``     ``t`` averaged over all processes (identity with one); differentiable
 ``ctx.autocast()``                 the precision context for forwards (optional: ``ctx.G`` and
                                    ``ctx.D`` already run at the run's precision)
+``ctx.stage(net, owner, name, v)`` set ``owner.name = v`` only if ``net``'s next optimizer step
+                                   is applied (``ctx.on_step(net, fn)``: call ``fn(applied)`` then)
 =================================  ==============================================================
+
+State a component keeps across iterations (path length's running mean, ADA's sign statistics, a
+penalty's EMA) changes only with an optimizer step that is applied: a component *stages* the
+update (``ctx.stage`` / ``ctx.on_step``) and ``ctx.opt_step`` of that network commits it when
+its step changed the weights. ``applied`` is a 0-dim bool tensor on the device (or Python
+``True``): under fp16 it is whether the GradScaler found the gradients finite, computed on the
+device, so a step the scaler skips for an overflow leaves no trace in any state and no host sync
+is added; ``ctx.stage`` commits with ``torch.where(applied, v, old)``. Updates staged for a step
+that is never applied (the non-finite policy stopped the iteration, or the strategy never steps
+that network) are dropped with the iteration's context.
 
 Precision (docs/hooks.md, "Precision"): under bf16 / fp16 ``ctx.G`` / ``ctx.D`` and the
 penalties' networks run their forwards under autocast and return float32, and every image handed
@@ -109,6 +121,7 @@ class StepContext(Objectives):
     #: Networks whose optimizer stepped this iteration (``"G"``, ``"D"``).
     stepped: set = attrs.field(factory=set, init=False, repr=False)
     _scaler_stepped: set = attrs.field(factory=set, init=False, repr=False)
+    _staged: dict = attrs.field(factory=dict, init=False, repr=False)
 
     # ---------------------------------------------------------------- networks and optimizers --
 
@@ -168,6 +181,35 @@ class StepContext(Objectives):
             with _outside_autocast(loss):  # AMP: backward passes do not run under autocast
                 loss.backward(inputs=params, retain_graph=retain_graph)
 
+    def on_step(self, net: Any, update: Callable[[Any], None]) -> None:
+        """Call ``update(applied)`` at ``net``'s next optimizer step (``opt_step``), and only if
+        that step is applied: ``applied`` is ``True`` or a 0-dim bool tensor on the device (fp16:
+        False where the GradScaler skips the step) - build new state with
+        ``torch.where(applied, new, old)`` rather than reading it on the host. Never called for a
+        step that is not taken."""
+        self._staged.setdefault(self._name(net), []).append(update)
+
+    def stage(self, net: Any, owner: Any, name: str, value: torch.Tensor) -> None:
+        """Set ``owner.<name>`` (a tensor) to ``value`` when ``net``'s next optimizer step is
+        applied; where the GradScaler skips it, the old value stays (``torch.where`` on the device,
+        no host sync). For state a penalty or augmentation keeps across iterations."""
+        value = value.detach()
+
+        def commit(applied: Any) -> None:
+            if applied is True:
+                setattr(owner, name, value)
+            else:
+                old = getattr(owner, name)
+                setattr(owner, name, torch.where(applied.to(value.device), value, old.to(value.device, value.dtype)))
+
+        self.on_step(net, commit)
+
+    def _settle(self, name: str, applied: Any) -> None:
+        """Commit (``applied`` True or a device bool tensor) or drop (False) what ``name`` staged."""
+        for update in self._staged.pop(name, []):
+            if applied is not False:
+                update(applied)
+
     def opt_step(self, net: Any) -> bool:
         """``net``'s optimizer step; returns False when the step was not taken.
 
@@ -176,12 +218,14 @@ class StepContext(Objectives):
         lowers its scale). Otherwise, with ``run.on_nonfinite`` ``"stop"`` or ``"skip"``, gradients
         holding NaN/inf are found before the update (one device sync per call on a GPU): the step
         is not taken and ``ctx.nonfinite`` names the network, so the engine stops or skips the
-        iteration before any weight, optimizer state or G_ema changes.
+        iteration before any weight, optimizer state or G_ema changes. What components staged for
+        this network (``stage``, ``on_step``) is committed when the step is applied.
         """
         name = self._name(net)
         opt = self._opt(name)
         self.stepped.add(name)
         if self.nonfinite is not None:
+            self._settle(name, False)
             return False  # an earlier step of this iteration failed: leave every weight as it is
         if self.all_reduce_grads and self.world_size > 1:
             from gan_kit.distributed import all_reduce_grads
@@ -194,14 +238,21 @@ class StepContext(Objectives):
                 # round (the engine updates once more after the strategy).
                 self.scaler.update()
                 self._scaler_stepped.clear()
-            self.scaler.step(opt)  # the scaler already skips steps with inf/NaN gradients
+            self.scaler.unscale_(opt)  # what scaler.step does first; here so the verdict can be read
+            # The scaler skips the step exactly when an unscaled gradient is inf/NaN; the same
+            # test on the device gates the staged state (no host sync).
+            applied = _finite_on_device(opt) if self._staged.get(name) else True
+            self.scaler.step(opt)
             self._scaler_stepped.add(id(opt))
+            self._settle(name, applied)
             _drop_autocast_cache()
             return True
         if self.check_nonfinite and not _all_finite(opt):
             self.nonfinite = name
+            self._settle(name, False)
             return False
         opt.step()
+        self._settle(name, True)
         _drop_autocast_cache()
         return True
 
@@ -291,6 +342,16 @@ def _drop_autocast_cache() -> None:
     ends, so a plugin whose ``with ctx.autocast():`` spans a step would otherwise run the next
     forward on the weights from before it."""
     torch.clear_autocast_cache()
+
+
+def _finite_on_device(opt: torch.optim.Optimizer) -> torch.Tensor | bool:
+    """0-dim bool tensor on the gradients' device: every gradient of ``opt`` is finite (the
+    max-abs norm of a tensor holding NaN/inf is NaN/inf); True when there is none."""
+    grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+    if not grads:
+        return True
+    norms = torch._foreach_norm(grads, float("inf"))
+    return torch.isfinite(torch.stack([n.to(norms[0].device) for n in norms])).all()
 
 
 def _all_finite(opt: torch.optim.Optimizer) -> bool:
