@@ -76,7 +76,8 @@ def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
             while run.cur_nimg < run.total_nimg and not timed_out and (max_steps is None or steps < max_steps):
                 phase = run.growth.phase_at(run.cur_nimg)
                 _enter_phase(run, phase, first=False)
-                stats = train_step(run, phase, next(batches), interrupted=lambda: interrupt.requested,
+                stats = train_step(run, phase, next(batches),
+                                   interrupted=lambda: interrupt.signal_name or True if interrupt.requested else False,
                                    out_of_time=clock.out_of_time)
                 steps += 1
                 clock.update()
@@ -86,11 +87,15 @@ def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
                 # flag travels with the stats' all-reduce); one process also stops for a signal
                 # that came during the step's hooks.
                 stop = stats.pop("Interrupt/requested", 0.0) > 0 or (run.world_size == 1 and interrupt.requested)
+                # Which signal, on any process: a process stopped because another one got SIGTERM
+                # (a scheduler's preemption reaches one rank first) exits as SIGTERM does, 143.
+                signal_name = "SIGTERM" if stats.pop("Interrupt/SIGTERM", 0.0) > 0 else (
+                    interrupt.signal_name or ("SIGINT" if stop else ""))
                 ticks.add(stats)
                 if ticks.due() and run.cur_nimg < run.total_nimg and not timed_out:
                     ticks.finish(final=False)  # a tick that ends at this step is written before stopping
                 if stop:
-                    stop_on_interrupt(run, interrupt.signal_name)
+                    stop_on_interrupt(run, signal_name)
             final = run.cur_nimg >= run.total_nimg or timed_out
             stats = ticks.finish(final=final)
             if final:
@@ -238,7 +243,8 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
     labels)`` in a class-conditional run): the strategy's
     D and G steps, the lazy regularisation steps due, the GradScaler update, G_ema, and the
     progress counters. Returns the iteration's stats as floats (averaged over processes), with
-    ``Interrupt/requested`` > 0 when ``interrupted()`` was true on some process, and
+    ``Interrupt/requested`` > 0 when ``interrupted()`` was true on some process (it may return
+    the signal's name: ``Interrupt/SIGTERM`` > 0 when it was ``"SIGTERM"`` on some process), and
     ``Interrupt/out_of_time`` > 0 when ``out_of_time()`` was (``run.max_minutes``).
 
     A non-finite loss or gradient (found before any optimizer step) stops the run with
@@ -260,7 +266,9 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
 
         broadcast_buffers(run.G, run.D)
     stats = _to_floats(raw)
-    stats["Interrupt/requested"] = float(bool(interrupted and interrupted()))
+    asked = interrupted() if interrupted else False  # the signal's name (or True), False when none
+    stats["Interrupt/requested"] = float(bool(asked))
+    stats["Interrupt/SIGTERM"] = float(asked == "SIGTERM")
     stats["Interrupt/out_of_time"] = float(bool(out_of_time and out_of_time()))
     if ctx.nonfinite is not None:
         stats[f"Grad/{ctx.nonfinite}"] = math.nan

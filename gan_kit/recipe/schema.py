@@ -100,6 +100,11 @@ class RunOptions:
         "ddp", help='Several processes: "ddp" = separate DistributedDataParallel wrappers for G and D '
                     '(bucketed all-reduce overlapping the backward); "all-reduce" = one flattened '
                     "all-reduce before each optimizer step, also for strategies that set .grad themselves.")
+    dist_timeout_minutes: float = option(
+        10.0, help="Several processes: how long the process-group set-up and each collective wait for the other "
+                   "processes before failing (init_process_group's timeout; the rendezvous join_timeout under "
+                   "--nproc), so a lost peer ends the job - and torchrun --max-restarts can restart it - instead of "
+                   "hanging it.", min=0, min_exclusive=True, max=KIMG_MAX)
     progress: bool = option(True, help="Show the rich progress bar.")
     threads: int | None = option(
         None, help="torch intra-op CPU threads (torch.set_num_threads); None = as many as the cores idle when a CPU "
