@@ -58,6 +58,14 @@ class Ticks:
             "Timing/img_per_s": (run.cur_nimg - self.start_nimg) / elapsed,
             "Timing/train_s": run.train_seconds,
         })
+        if run.device.type == "cpu":
+            import torch
+
+            stats["Timing/threads"] = torch.get_num_threads()  # what this tick trained with
+        if run.thread_follower is not None:
+            # The machine's load since the last tick sets the next tick's threads (a job that
+            # started beside the run takes cores; one that ended gives them back).
+            run.thread_follower.update()
         run.tick += 1
         self.sums.clear()
         self.counts.clear()

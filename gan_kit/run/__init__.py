@@ -31,7 +31,7 @@ from gan_kit.run.images import RunImages
 from gan_kit.run.state import RunCheckpoints
 from gan_kit.stash import Stash
 from gan_kit.step import StepContext
-from gan_kit.threads import set_threads
+from gan_kit.threads import ThreadFollower, follows_machine, set_threads, usable_cpus
 
 __all__ = ["Run", "resolve_device", "seed_everything"]
 
@@ -104,6 +104,9 @@ class Run(RunBuilding, RunImages, RunCheckpoints):
         self.resumed_from: Path | None = None
         self.initialized_from: Path | None = None  # --init-from: the checkpoint G, D, G_ema came from
         set_threads(recipe.run.threads, self.device)  # unset: the cores free now (gan_kit/threads.py)
+        #: Re-chooses the CPU thread count at every tick (None when the count is not gankit's).
+        self.thread_follower = (ThreadFollower(usable_cpus()) if follows_machine(recipe.run.threads, self.device)
+                                else None)
         seed_everything(recipe.run.seed)
         self._build_data()
         self._build_networks()
