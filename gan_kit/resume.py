@@ -21,7 +21,7 @@ from gan_kit.errors import CheckpointError, GankitError
 from gan_kit.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
 
-__all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
+__all__ = ["MUTABLE", "SAME_DATA", "data_problem", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
            "check_init_from", "init_from", "init_problem", "init_source"]
 
 #: Recipe keys (prefixes) that may change when a run resumes; every other change is refused:
@@ -30,6 +30,11 @@ __all__ = ["MUTABLE", "mutable", "recipe_changes", "refused_override", "resume_r
 MUTABLE = ("run.", "optim.lr", "optim.g_lr", "optim.d_lr", "optim.betas", "optim.eps", "ema.", "metric",
            "plugins", "disable_plugins")
 _PENALTY_WEIGHT = re.compile(r"penalty\[\d+\]\.weight$")
+
+
+#: Keys that may change on resume when the data they lead to is the same: checked by content
+#: digest once the run's data set is built (``resume_run``; ``gan_kit.data.digest``).
+SAME_DATA = ("data.path",)
 
 
 def mutable(key: str) -> bool:
@@ -78,7 +83,7 @@ def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: P
             continue
         # as the recipe spells them (`true`, `"bf16"`), not as Python does (`True`, `'bf16'`)
         before, after = (toml_value(t[key]) if key in t else "(unset)" for t in (old, new))
-        if not mutable(key):
+        if not mutable(key) and key not in SAME_DATA:
             raise CheckpointError(
                 f"--resume: {checkpoint} was trained with {key} = {before}, the recipe now says {after}; this "
                 f"cannot change in a resumed run: resume with the run's own recipe (`gankit run --resume {run_dir}`) "
@@ -102,7 +107,8 @@ def refused_override(overrides, run_dir: Path, saved_text: str = "") -> None:
             continue  # reported by the recipe loader with the other problems
         key = ".".join(map(str, keys))
         before = _lookup(saved, keys)
-        if mutable(re.sub(r"\.(\d+)", r"[\1]", key)) or before == value or _same_components(value, before):
+        if (mutable(re.sub(r"\.(\d+)", r"[\1]", key)) or key in SAME_DATA or before == value
+                or _same_components(value, before)):
             continue
         raise CheckpointError(
             f"--resume: --set {key}: {key} cannot change in a resumed run (it may change: the [run] table but "
@@ -152,7 +158,7 @@ def resume_run(run: Any, path: str | Path | None = None) -> list[str]:
         raise GankitError(no_checkpoint_problem(run.out_dir))
     state = ckpt.load(path, map_location=run.device)
     changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir, run.plugins)
-    problem = classes_problem(state, run)
+    problem = classes_problem(state, run) or data_problem(state, run, changes)
     if problem:
         raise GankitError(f"--resume: {path}: {problem}")
     try:
@@ -162,6 +168,28 @@ def resume_run(run: Any, path: str | Path | None = None) -> list[str]:
         raise CheckpointError(f"--resume: {path} does not fit this recipe's networks ({first[:160]})") from None
     run.last_checkpoint = run.resumed_from = path
     return changes
+
+
+def data_problem(state: dict, run: Any, changes: list[str]) -> str | None:
+    """Why the run may not resume on the data set its recipe now names (``data.path`` changed,
+    the images there differ from those the checkpoint trained on, by content digest), else None."""
+    if not any(c.startswith("data.path:") for c in changes):
+        return None
+    now_path = getattr(run.recipe.data.options, "path", "?")
+    saved = state.get("data_digest")
+    if saved is None:
+        return (f"data.path changed to {now_path}, but the checkpoint holds no digest of its data (written by an "
+                f"older gankit, or the data was read lazily with cache = \"none\"): resume with the old data.path "
+                f"(a symlink there works), or start a new run with --out")
+    now = run.data_digest()
+    if now is None:
+        return (f"data.path changed to {now_path}, read lazily (cache = \"none\"): gankit cannot check it holds "
+                f"the same images; resume with the old data.path (a symlink there works)")
+    if now != saved:
+        return (f"data.path changed to {now_path}, and the images there are not the ones this run trained on "
+                f"(content digest {now[:12]} != {saved[:12]}): point data.path at a copy of the run's data, or "
+                f"start a new run with --out")
+    return None
 
 
 def classes_problem(state: dict, run: Any) -> str | None:

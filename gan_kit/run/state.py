@@ -58,7 +58,17 @@ class RunCheckpoints:
             "tick_stats": {k: [v, self.tick_counts[k]] for k, v in self.tick_sums.items()},
             "phase": _phase_dict(self.phase),
             "rng": ckpt.rng_state(),
+            # What the data held, so a resume may read it from another path (gan_kit.data.digest).
+            "data_digest": self.data_digest(),
         }
+
+    def data_digest(self) -> str | None:
+        """The content digest of the run's data set (``gan_kit.data.data_digest``), computed once."""
+        if not hasattr(self, "_data_digest"):
+            from gan_kit.data import data_digest
+
+            self._data_digest = data_digest(self.dataset)
+        return self._data_digest
 
     def load_state_dict(self, state: dict) -> None:
         self.G.load_state_dict(state["G"])
