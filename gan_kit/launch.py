@@ -12,7 +12,7 @@ import attrs
 from gan_kit.errors import GankitError
 from gan_kit.recipe import Recipe, load_recipe
 
-__all__ = ["load_for_run", "resume_source", "restarted", "continue_or_start"]
+__all__ = ["continue_or_start", "load_for_run", "restarted", "resume_source"]
 
 
 def restarted() -> bool:

@@ -64,11 +64,12 @@ from gan_kit.components import Loss, WeightedPenalty
 from gan_kit.phase import Phase
 from gan_kit.randomness import batch_rand
 from gan_kit.step.objectives import Objectives
+from gan_kit.step.staging import StagedUpdates, finite_on_device
 
 __all__ = ["StepContext"]
 
 @attrs.define(eq=False)
-class StepContext(Objectives):
+class StepContext(Objectives, StagedUpdates):
     """Everything an update strategy needs for one iteration, and the verbs it acts through.
 
     G, D:       the networks to run forwards through (``fake = ctx.G(z)``, ``logits = ctx.D(x)``).
@@ -181,35 +182,6 @@ class StepContext(Objectives):
             with _outside_autocast(loss):  # AMP: backward passes do not run under autocast
                 loss.backward(inputs=params, retain_graph=retain_graph)
 
-    def on_step(self, net: Any, update: Callable[[Any], None]) -> None:
-        """Call ``update(applied)`` at ``net``'s next optimizer step (``opt_step``), and only if
-        that step is applied: ``applied`` is ``True`` or a 0-dim bool tensor on the device (fp16:
-        False where the GradScaler skips the step) - build new state with
-        ``torch.where(applied, new, old)`` rather than reading it on the host. Never called for a
-        step that is not taken."""
-        self._staged.setdefault(self._name(net), []).append(update)
-
-    def stage(self, net: Any, owner: Any, name: str, value: torch.Tensor) -> None:
-        """Set ``owner.<name>`` (a tensor) to ``value`` when ``net``'s next optimizer step is
-        applied; where the GradScaler skips it, the old value stays (``torch.where`` on the device,
-        no host sync). For state a penalty or augmentation keeps across iterations."""
-        value = value.detach()
-
-        def commit(applied: Any) -> None:
-            if applied is True:
-                setattr(owner, name, value)
-            else:
-                old = getattr(owner, name)
-                setattr(owner, name, torch.where(applied.to(value.device), value, old.to(value.device, value.dtype)))
-
-        self.on_step(net, commit)
-
-    def _settle(self, name: str, applied: Any) -> None:
-        """Commit (``applied`` True or a device bool tensor) or drop (False) what ``name`` staged."""
-        for update in self._staged.pop(name, []):
-            if applied is not False:
-                update(applied)
-
     def opt_step(self, net: Any) -> bool:
         """``net``'s optimizer step; returns False when the step was not taken.
 
@@ -241,7 +213,7 @@ class StepContext(Objectives):
             self.scaler.unscale_(opt)  # what scaler.step does first; here so the verdict can be read
             # The scaler skips the step exactly when an unscaled gradient is inf/NaN; the same
             # test on the device gates the staged state (no host sync).
-            applied = _finite_on_device(opt) if self._staged.get(name) else True
+            applied = finite_on_device(opt) if self._staged.get(name) else True
             self.scaler.step(opt)
             self._scaler_stepped.add(id(opt))
             self._settle(name, applied)
@@ -342,16 +314,6 @@ def _drop_autocast_cache() -> None:
     ends, so a plugin whose ``with ctx.autocast():`` spans a step would otherwise run the next
     forward on the weights from before it."""
     torch.clear_autocast_cache()
-
-
-def _finite_on_device(opt: torch.optim.Optimizer) -> torch.Tensor | bool:
-    """0-dim bool tensor on the gradients' device: every gradient of ``opt`` is finite (the
-    max-abs norm of a tensor holding NaN/inf is NaN/inf); True when there is none."""
-    grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
-    if not grads:
-        return True
-    norms = torch._foreach_norm(grads, float("inf"))
-    return torch.isfinite(torch.stack([n.to(norms[0].device) for n in norms])).all()
 
 
 def _all_finite(opt: torch.optim.Optimizer) -> bool:
