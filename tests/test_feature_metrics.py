@@ -309,3 +309,67 @@ def test_metrics_at_every_metric_tick_in_jsonl_tensorboard_report_and_eval(tiny_
     trained = json.loads(result.output)["results"]["fid"]["trained"]
     assert trained["Metrics/fid"] == pytest.approx(rows[-1]["Metrics/fid"], rel=1e-5)
     assert fx.get_extractor("stub", None, "cpu", "fid").images_seen == 48
+
+
+def _weights_file_extractor(monkeypatch, tmp_path) -> tuple[Path, Path]:
+    """An extractor that loads its network from a weights file (the stub's architecture), and two
+    such files of one name and one size with different values - two fine-tuned detectors, or a
+    file re-downloaded in place."""
+    def build(path):
+        net = fx.StubNet()
+        net.load_state_dict(torch.load(path, weights_only=True))
+        return net
+
+    spec = fx.ExtractorSpec("stub-file", "file:///weights/stub.pt", "pool", "logits", build,
+                            "uint8 RGB scaled to [-1, 1], bilinear resize to 32x32")
+    monkeypatch.setitem(fx.EXTRACTORS, "stub-file", spec)
+    files = []
+    for seed, folder in ((1, "wA"), (2, "wB")):
+        torch.manual_seed(seed)
+        sd = {k: torch.randn_like(v) * 0.3 for k, v in fx.StubNet().state_dict().items()}
+        (tmp_path / folder).mkdir()
+        torch.save(sd, tmp_path / folder / "stub.pt")
+        files.append(tmp_path / folder / "stub.pt")
+    return files[0], files[1]
+
+
+def test_the_real_feature_cache_tells_weights_files_of_one_name_and_size_apart(cache_dir, tmp_path, monkeypatch):
+    """Two weights files with one name and one byte size but other values: the second never gets
+    the first one's cached real features, on disk or in memory; the same file does."""
+    wa, wb = _weights_file_extractor(monkeypatch, tmp_path)
+    assert wa.name == wb.name and wa.stat().st_size == wb.stat().st_size
+    assert wa.read_bytes() != wb.read_bytes()
+    fake, real = image_sets()
+    gen = lambda k: as_float(fake[:k])  # noqa: E731
+
+    def fid(weights, cache=True):
+        return FID(FID.Options(feature_extractor="stub-file", weights=str(weights), num_images=24,
+                               cache=cache)).compute(gen, as_float(real), "cpu")
+
+    fid_a = fid(wa)
+    fid_b = fid(wb)  # wA's real features are on disk and in memory now
+    fx.clear_caches()
+    fid_b_uncached = fid(wb, cache=False)
+    fx.clear_caches()
+    assert fid_b == fid_b_uncached != fid_a
+    assert fid(wb) == fid_b_uncached  # from the disk cache, now wB's
+    assert len(list(cache_dir.glob("*.pt"))) == 2  # one file per extractor, neither overwriting the other
+    # The same path rewritten in place with other weights (a new modification time): a new extractor.
+    fx.clear_caches()
+    assert fid(wa) == fid_a
+    wa.write_bytes(wb.read_bytes())
+    assert fid(wa) == fid_b_uncached
+
+
+def test_the_extractor_key_names_preprocessing_version_and_weights_content(tmp_path, monkeypatch):
+    wa, wb = _weights_file_extractor(monkeypatch, tmp_path)
+    spec = fx.EXTRACTORS["stub-file"]
+    ident = fx.extractor_ident(spec, wa)
+    assert fx.weights_digest(wa) in ident and spec.preprocess in ident and spec.version() in ident
+    assert fx.extractor_ident(spec, wb) != ident
+    import attrs
+
+    other_resize = attrs.evolve(spec, preprocess="uint8 RGB scaled to [-1, 1], bicubic resize to 32x32")
+    assert fx.extractor_ident(other_resize, wa) != ident
+    newer = attrs.evolve(spec, version=lambda: "gankit-2")
+    assert fx.extractor_ident(newer, wa) != ident

@@ -130,3 +130,42 @@ def test_eval_fid_without_weights_is_one_line_not_a_traceback(finished_run, tmp_
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and result.output.startswith("error: fid needs ")
     assert "Traceback" not in result.output and str(tmp_path / "empty") in result.output
+
+
+def _tb_steps(run_dir: Path, tag: str, kind: str = "scalars") -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "events"), size_guidance={"scalars": 0, "images": 0})
+    acc.Reload()
+    events = acc.Scalars(tag) if kind == "scalars" else acc.Images(tag)
+    return [e.step for e in events]
+
+
+def test_tensorboard_keeps_every_tick_once_across_an_extension_and_a_crash_resume(tmp_path, tiny_recipe_text,
+                                                                                  write_recipe):
+    """A finished run extended with --resume --set run.total_kimg keeps its old final tick (scalars
+    and grid); a resume from an older checkpoint drops what was written after it and writes it
+    again: TensorBoard then holds each tick of metrics.jsonl exactly once."""
+    import shutil
+
+    recipe = write_recipe(tiny_recipe_text.replace("total_kimg = 0.2", "total_kimg = 0.1"))
+    run_dir = tmp_path / "run"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["run", str(recipe)]).exit_code == 0
+    shutil.copy(run_dir / "checkpoints" / "latest.pt", tmp_path / "end-of-first.pt")
+    before = _tb_steps(run_dir, "Loss/D")
+    result = runner.invoke(cli, ["run", "--resume", str(run_dir), "--set", "run.total_kimg=0.2"])
+    assert result.exit_code == 0, result.output
+    rows, _ = load_metrics(run_dir)
+    want = [round(r["Progress/kimg"] * 1000) for r in rows]
+    assert before[-1] in want  # the old final tick ...
+    assert _tb_steps(run_dir, "Loss/D") == want  # ... is still there, every tick once
+    assert _tb_steps(run_dir, "Samples/G_ema", "images") == want
+    # As if the extension had crashed after its last events but before any checkpoint: it continues
+    # from the first run's end again, and the events written after that point are replaced, not doubled.
+    shutil.copy(tmp_path / "end-of-first.pt", run_dir / "checkpoints" / "latest.pt")
+    result = runner.invoke(cli, ["run", "--resume", str(run_dir), "--set", "run.total_kimg=0.2"])
+    assert result.exit_code == 0, result.output
+    rows, _ = load_metrics(run_dir)
+    want = [round(r["Progress/kimg"] * 1000) for r in rows]
+    assert len(want) == len(set(want)) and _tb_steps(run_dir, "Loss/D") == want

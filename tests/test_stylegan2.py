@@ -117,7 +117,8 @@ def make_ctx(latents, asked):
         return next(it)
 
     return SimpleNamespace(latent=latent, autocast=contextlib.nullcontext, mean_over_processes=lambda t: t,
-                           gradients=lambda out, x: torch.autograd.grad(out, x, create_graph=True)[0])
+                           gradients=lambda out, x: torch.autograd.grad(out, x, create_graph=True)[0],
+                           stage=lambda net, owner, name, value: setattr(owner, name, value))  # every step applied
 
 
 def expected_lengths(G, z, seed):

@@ -67,3 +67,63 @@ def test_omp_num_threads_and_the_recipe_win(monkeypatch, tmp_path):
         assert torch.get_num_threads() == min(2, T.os.cpu_count())
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_thread_count_is_chosen_again_at_each_tick_from_the_load_reading(tmp_path):
+    """A run that started on 2 free cores drops to 1 thread when another job takes a core, and
+    goes back to 2 when it ends; never above the usable CPUs; an unknown reading changes nothing.
+    The free-core reading is given to update() directly."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        follower = T.ThreadFollower([0, 1], stat=tmp_path / "no-stat")  # the readings are given below
+        assert follower.update(free=1.1) == 1 and torch.get_num_threads() == 1   # a job took a core
+        assert follower.update(free=1.2) is None and torch.get_num_threads() == 1
+        assert follower.update(free=1.9) == 2 and torch.get_num_threads() == 2   # it ended
+        assert follower.update(free=7.0) is None and torch.get_num_threads() == 2  # 2 usable CPUs at most
+        assert follower.update() is None and torch.get_num_threads() == 2  # no reading: unchanged
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_free_cores_count_the_idle_time_and_this_process_own_use(tmp_path):
+    """Between two readings 4 s apart: cpu0 was busy with another job, cpu1 idle half of the time,
+    and this process used 2 CPU seconds (0.5 core): 0 + 0.5 + 0.5 free cores."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu 0 0 0 0 0 0 0 0\ncpu0 100 0 0 100 0 0 0 0\ncpu1 100 0 0 100 0 0 0 0\n")
+    own, now = iter([10.0, 12.0]), iter([100.0, 104.0])
+    follower = T.ThreadFollower([0, 1], stat=stat, own_cpu_seconds=lambda: next(own), clock=lambda: next(now))
+    stat.write_text("cpu 0 0 0 0 0 0 0 0\ncpu0 500 0 0 100 0 0 0 0\ncpu1 300 0 0 300 0 0 0 0\n")
+    assert follower.free_cores() == pytest.approx(1.0)
+    assert T.ThreadFollower([0], stat=tmp_path / "nothing").free_cores() is None
+
+
+def test_a_cpu_run_reports_its_threads_and_follows_the_machine_only_when_the_count_is_its_own(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert T.follows_machine(None, torch.device("cpu"))
+    assert not T.follows_machine(2, torch.device("cpu"))  # run.threads wins
+    assert not T.follows_machine(None, torch.device("cuda"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert not T.follows_machine(None, torch.device("cpu"))
+
+
+def test_the_engine_rechooses_the_threads_at_each_tick(tmp_path):
+    """A run on 1 thread whose reading at the first tick says 2 cores are free trains its second
+    tick on 2 (metrics.jsonl's Timing/threads); the reading comes from the injected clocks."""
+    import itertools
+    import json
+
+    from gan_kit.runs.engine import train
+    from gan_kit.testing import make_run
+
+    run = make_run(tmp_path)
+    torch.set_num_threads(1)
+    stat = tmp_path / "stat"  # no jiffies pass in it: no idle time seen, only this process's own use
+    stat.write_text("cpu 0 0 0 0 0 0 0 0\ncpu0 100 0 0 100 0 0 0 0\ncpu1 100 0 0 100 0 0 0 0\n")
+    own, now = itertools.count(0.0, 2.0), itertools.count(0.0, 1.0)  # 2 CPU seconds per second: 2 cores
+    run.thread_follower = T.ThreadFollower([0, 1], stat=stat, own_cpu_seconds=lambda: next(own),
+                                           clock=lambda: next(now))
+    train(run)
+    rows = [json.loads(line) for line in (run.out_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["Timing/threads"] for r in rows] == [1, 2]

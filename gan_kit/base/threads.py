@@ -10,6 +10,12 @@ or ``OMP_NUM_THREADS`` in the environment (torchrun sets it to 1 for ``--nproc``
 With ``OMP_WAIT_POLICY=PASSIVE`` exported before the run (OpenMP reads it when torch loads, so
 gankit cannot set it itself) waiting threads sleep instead of spinning, and every usable core
 is used.
+
+The choice follows the machine while the run trains (``ThreadFollower``): at every tick the
+count is chosen again from the cores other processes left free since the previous tick - the
+idle time of the usable CPUs plus what this process itself used (its own threads are busy
+training, and those cores are its to keep) - so a job that starts later on the same cores
+lowers the count, and one that ends raises it again, never above the usable CPUs.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["choose_threads", "usable_cpus", "idle_cores", "default_threads", "set_threads"]
+__all__ = ["choose_threads", "usable_cpus", "idle_cores", "default_threads", "set_threads", "ThreadFollower",
+           "follows_machine"]
 
 #: Seconds over which the CPUs' idle time is sampled.
 SAMPLE_S = 0.25
@@ -103,6 +110,64 @@ def default_threads() -> int | None:
         # (docs/performance.md): every usable core.
         return len(cpus)
     return choose_threads(len(cpus), idle_cores(cpus))
+
+
+def follows_machine(requested: int | None, device: Any) -> bool:
+    """Whether a run's thread count is gankit's to choose, at the start and at every tick: a CPU
+    run with ``run.threads`` unset, no ``OMP_NUM_THREADS`` and no passive OpenMP wait policy."""
+    return (requested is None and getattr(device, "type", device) == "cpu" and not os.environ.get("OMP_NUM_THREADS")
+            and os.environ.get("OMP_WAIT_POLICY", "").strip().upper() != "PASSIVE")
+
+
+class ThreadFollower:
+    """Chooses torch's intra-op thread count again at each tick of a CPU run.
+
+    ``free_cores()``: over the time since the previous reading, the cores other processes left
+    free - the summed idle fraction of the usable ``cpus`` (``/proc/stat``) plus this process's
+    CPU seconds per second (``own_cpu_seconds``, default ``time.process_time``: all its threads;
+    data-loader workers are other processes and count as load). ``update(free)`` sets
+    ``torch.set_num_threads(choose_threads(len(cpus), free))`` and returns the new count when it
+    changed (None otherwise, or when ``free`` is unknown). The readings cost two file reads per
+    tick, no sampling sleep.
+    """
+
+    def __init__(self, cpus: list[int], stat: Path = Path("/proc/stat"), own_cpu_seconds=time.process_time,
+                 clock=time.monotonic):
+        self.cpus, self.stat, self.own, self.clock = list(cpus), stat, own_cpu_seconds, clock
+        self._last = self._reading()
+
+    def _reading(self):
+        return _cpu_times(self.cpus, self.stat), self.own(), self.clock()
+
+    def free_cores(self) -> float | None:
+        """Cores not used by other processes since the previous call (or the construction); None
+        where ``/proc/stat`` cannot tell or no time passed."""
+        (before, own0, t0), now = self._last, self._reading()
+        self._last = now
+        after, own1, t1 = now
+        if before is None or after is None or t1 <= t0:
+            return None
+        idle = 0.0
+        for cpu, (i0, j0) in before.items():
+            i1, j1 = after.get(cpu, (i0, j0))
+            if j1 > j0:
+                idle += (i1 - i0) / (j1 - j0)
+        return idle + max(0.0, own1 - own0) / (t1 - t0)
+
+    def update(self, free: float | None = None) -> int | None:
+        """Re-choose the thread count for ``free`` cores (default: ``free_cores()``); returns the
+        new count if it changed, else None."""
+        import torch
+
+        if free is None:
+            free = self.free_cores()
+        if free is None:
+            return None
+        threads = choose_threads(len(self.cpus), free)
+        if threads == torch.get_num_threads():
+            return None
+        torch.set_num_threads(threads)
+        return threads
 
 
 def set_threads(requested: int | None, device: Any) -> None:

@@ -39,13 +39,30 @@ __all__ = ["run"]
                                               "(with --resume: the resume point and the recipe changes); no training.")
 @click.option("--nproc", type=click.IntRange(min=1), default=None,
               help="Start N processes through torchrun (one per GPU).")
+@click.option("--resume-if-exists", "resume_if_exists", is_flag=True,
+              help="Continue the run directory's run from its checkpoints/latest.pt when it has one (the recipe "
+                   "must be one it may resume with), else start RECIPE there: one command for a job that a "
+                   "scheduler or torchrun --max-restarts may start again. A worker torchrun restarted "
+                   "(TORCHELASTIC_RESTART_COUNT > 0) does this without the flag.")
 @user_errors
 def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], resume: str | None,
-        init_from: str | None, overwrite: bool, dry_run: bool, nproc: int | None) -> None:
+        init_from: str | None, overwrite: bool, dry_run: bool, nproc: int | None, resume_if_exists: bool) -> None:
     """Train the GAN described by RECIPE (or continue the run in RUN_DIR with --resume)."""
     from gan_kit.runs.engine import Run, preflight, train
-    from gan_kit.runs.launch import load_for_run, prepare_run, resume_source
+    from gan_kit.runs.launch import continue_or_start, load_for_run, prepare_run, restarted, resume_source
 
+    if resume is not None and resume_if_exists:
+        raise GankitError("--resume and --resume-if-exists overlap: --resume continues a run that must exist, "
+                          "--resume-if-exists continues one if it exists, else starts RECIPE (choose one)")
+    # torchrun started this worker again (--max-restarts, a lost node): continue the run it was
+    # training, whatever the first start said (--overwrite or --init-from would undo its progress).
+    elastic_restart = resume is None and restarted() and recipe is not None
+    if (resume_if_exists or elastic_restart) and not dry_run:
+        resume, again = continue_or_start(recipe, out_dir, overrides)
+        if resume is not None or elastic_restart:
+            overwrite, init_from = again, None if resume is not None else init_from
+        else:
+            overwrite = overwrite or again
     resuming = resume is not None
     if resuming and overwrite:
         raise GankitError("--resume and --overwrite contradict each other: --resume continues the run, "
@@ -66,16 +83,21 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
             check_init_from(init_from, r)
         from gan_kit.training.distributed import launch
 
-        sys.exit(launch(nproc, sys.argv[1:]))
+        sys.exit(launch(nproc, sys.argv[1:], timeout_s=r.run.dist_timeout_minutes * 60))
 
     distributed = None
     clean = False
     try:
-        r, plugins, point = prepare_run(recipe, out_dir, overrides, resume)  # the checkpoint read once
-        if "LOCAL_RANK" in os.environ:  # the recipe first: it sets the process group's timeout
+        # The recipe first (files only; the checkpoint read once): it says how long the
+        # process-group set-up may wait.
+        r, plugins, point = prepare_run(recipe, out_dir, overrides, resume)
+        if "LOCAL_RANK" in os.environ:
             from gan_kit.training import distributed
 
-            distributed.init(r.run.dist_timeout_minutes)
+            distributed.init(timeout_s=r.run.dist_timeout_minutes * 60)
+            # Every process must have decided alike (continue or start): they read one run
+            # directory, which several nodes see only on a shared file system.
+            distributed.check_same_decision((resume, overwrite), r.run.out_dir)
         warn_broken(plugins)
         the_run = Run(r, plugins)
         if init_from is not None:

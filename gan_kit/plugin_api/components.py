@@ -210,7 +210,8 @@ class Augment(ComponentBase):
     per sample, from the global torch RNG so checkpoints make resume exact; per-sample draws
     through ``gan_kit.batch_rand`` / ``batch_randn`` / ``batch_randint``, so that N processes
     draw for the global batch and each keeps its slice, as one process would);
-    ``feedback(real_logits[N])`` after every D objective (detached logits on the augmented reals);
+    ``feedback(real_logits[N])`` after every D objective, once its D step is applied (detached logits on
+    the augmented reals; NaN where the fp16 GradScaler skipped the step: count only the others);
     ``end_step(step, nimg) -> dict`` after every iteration: ``step`` iterations done, ``nimg`` the
     real images that iteration showed D (all processes, every critic step counted: the phase's
     global batch x ``update.d_steps``); returns stats such as ``Augment/p``;

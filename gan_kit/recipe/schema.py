@@ -104,11 +104,12 @@ class RunOptions:
                     '(bucketed all-reduce overlapping the backward); "all-reduce" = one flattened '
                     "all-reduce before each optimizer step, also for strategies that set .grad themselves.")
     dist_timeout_minutes: float = option(
-        60.0, help="Several processes: how long a collective (all-reduce, barrier) waits for the other processes "
-                   "before the job is aborted (torch.distributed's process-group timeout; NCCL's own default is "
-                   "10 minutes). Rank 0 writing a large checkpoint, or a process that finishes its share of a "
-                   "metric's images first, keeps the others waiting that long at most.",
-        min=0, min_exclusive=True, max=10080)
+        30.0, help="Several processes: how long the process-group set-up and each collective (all-reduce, barrier) "
+                   "wait for the other processes before failing (init_process_group's timeout; the rendezvous "
+                   "join_timeout under --nproc; NCCL's own default is 10 minutes). A lost peer then ends the job - "
+                   "and torchrun --max-restarts can restart it - instead of hanging it; rank 0 writing a large "
+                   "checkpoint, or a process that finishes its share of a metric's images first, keeps the others "
+                   "waiting that long at most.", min=0, min_exclusive=True, max=10080)
     progress: bool = option(True, help="Show the rich progress bar.")
     threads: int | None = option(
         None, help="torch intra-op CPU threads (torch.set_num_threads); None = as many as the cores idle when a CPU "

@@ -12,7 +12,55 @@ import attrs
 from gan_kit.base.errors import GankitError
 from gan_kit.recipe import Recipe, load_recipe
 
-__all__ = ["load_for_run", "prepare_run", "resume_source"]
+__all__ = ["continue_or_start", "load_for_run", "prepare_run", "restarted", "resume_source"]
+
+
+def restarted() -> bool:
+    """True in a worker torchrun started again after a failure (``TORCHELASTIC_RESTART_COUNT`` >
+    0: ``--max-restarts``, an elastic job losing a node): it continues its run directory instead
+    of starting over (see ``continue_or_start``)."""
+    import os
+
+    try:
+        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    except ValueError:
+        return False
+
+
+def continue_or_start(recipe_path: Path | None, out_dir: Path | None, overrides: tuple[str, ...]) -> tuple[str | None, bool]:
+    """``(resume, overwrite)`` for ``gankit run RECIPE --resume-if-exists`` (and for a worker
+    torchrun restarted): ``(run_dir, False)`` when the run directory holds
+    ``checkpoints/latest.pt`` - continue it (the recipe must be one the run may resume with,
+    else the resume refuses in one line naming the key); ``(None, True)`` when it holds this
+    same recipe's earlier start that stopped before its first checkpoint (its ``recipe.toml``
+    equals the recipe): start it again; else ``(None, False)``: a fresh start, refused as usual
+    when the folder holds another run. Raises ``GankitError`` without a RECIPE."""
+    import tomllib
+
+    from gan_kit.runs.rundir import latest_checkpoint
+
+    if recipe_path is None:
+        raise GankitError("--resume-if-exists: give the RECIPE the run starts from when its run directory holds "
+                          "no checkpoint (gankit run RECIPE --out DIR --resume-if-exists)")
+    recipe, _ = load_recipe(recipe_path, list(overrides))
+    run_dir = Path(out_dir) if out_dir is not None else Path(recipe.run.out_dir)
+    if latest_checkpoint(run_dir).is_file():
+        return str(run_dir), False
+    saved = run_dir / "recipe.toml"
+    if saved.is_file():
+        def table(text: str) -> dict:
+            t = tomllib.loads(text)
+            t.get("run", {}).pop("out_dir", None)
+            return t
+
+        from gan_kit.recipe import recipe_to_toml
+
+        try:
+            same = table(saved.read_text(encoding="utf-8")) == table(recipe_to_toml(recipe))
+        except (OSError, tomllib.TOMLDecodeError):
+            same = False
+        return None, same
+    return None, False
 
 
 def resume_source(resume: str, out_dir: Path | None) -> tuple[Path, Path] | None:

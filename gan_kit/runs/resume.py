@@ -26,7 +26,7 @@ from gan_kit.plugin_api.ownership import load_without_frozen
 from gan_kit.base.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
 
-__all__ = ["MUTABLE", "ResumePoint", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
+__all__ = ["MUTABLE", "ResumePoint", "SAME_DATA", "data_problem", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
            "check_init_from", "init_from", "init_problem", "init_source"]
 
 #: Recipe keys (prefixes) that may change when a run resumes; every other change is refused:
@@ -35,6 +35,11 @@ __all__ = ["MUTABLE", "ResumePoint", "mutable", "recipe_changes", "refused_overr
 MUTABLE = ("run.", "optim.lr", "optim.g_lr", "optim.d_lr", "optim.betas", "optim.eps", "ema.", "metric",
            "plugins", "disable_plugins", "tracker")
 _PENALTY_WEIGHT = re.compile(r"penalty\[\d+\]\.weight(\..+)?$")  # a constant, or its schedule's keys
+
+
+#: Keys that may change on resume when the data they lead to is the same: checked by content
+#: digest once the run's data set is built (``resume_run``; ``gan_kit.training.data.digest``).
+SAME_DATA = ("data.path",)
 
 
 def mutable(key: str, schedulable: tuple[str, ...] = ()) -> bool:
@@ -98,7 +103,7 @@ def recipe_changes(saved_text: str, recipe: Recipe, checkpoint: Path, run_dir: P
             continue
         # as the recipe spells them (`true`, `"bf16"`), not as Python does (`True`, `'bf16'`)
         before, after = (toml_value(t[key]) if key in t else "(unset)" for t in (old, new))
-        if not mutable(key, free):
+        if not mutable(key, free) and key not in SAME_DATA:
             raise CheckpointError(
                 f"--resume: {checkpoint} was trained with {key} = {before}, the recipe now says {after}; this "
                 f"cannot change in a resumed run: resume with the run's own recipe (`gankit run --resume {run_dir}`) "
@@ -123,7 +128,7 @@ def refused_override(overrides, run_dir: Path, saved_text: str = "") -> None:
         key = ".".join(map(str, keys))
         before = _lookup(saved, keys)
         dotted = re.sub(r"\.(\d+)", r"[\1]", key)
-        if mutable(dotted) or before == value or _same_components(value, before):
+        if mutable(dotted) or key in SAME_DATA or before == value or _same_components(value, before):
             continue
         if mutable(dotted, _saved_schedulable(saved_text)):  # a component's schedulable option
             continue
@@ -211,7 +216,7 @@ def resume_run(run: Any, path: str | Path | ResumePoint | None = None) -> list[s
         # refuses a CUDA ByteTensor).
         state = ckpt.load(path, map_location="cpu")
         changes = recipe_changes(state["recipe"], run.recipe, path, run.out_dir, run.plugins)
-    problem = classes_problem(state, run)
+    problem = classes_problem(state, run) or data_problem(state, run, changes)
     if problem:
         raise GankitError(f"--resume: {path}: {problem}")
     from gan_kit.plugin_api.ownership import check_frozen_files
@@ -224,6 +229,28 @@ def resume_run(run: Any, path: str | Path | ResumePoint | None = None) -> list[s
         raise CheckpointError(f"--resume: {path} does not fit this recipe's networks ({first[:160]})") from None
     run.last_checkpoint = run.resumed_from = path
     return changes
+
+
+def data_problem(state: dict, run: Any, changes: list[str]) -> str | None:
+    """Why the run may not resume on the data set its recipe now names (``data.path`` changed,
+    the images there differ from those the checkpoint trained on, by content digest), else None."""
+    if not any(c.startswith("data.path:") for c in changes):
+        return None
+    now_path = getattr(run.recipe.data.options, "path", "?")
+    saved = state.get("data_digest")
+    if saved is None:
+        return (f"data.path changed to {now_path}, but the checkpoint holds no digest of its data (written by an "
+                f"older gankit, or the data was read lazily with cache = \"none\"): resume with the old data.path "
+                f"(a symlink there works), or start a new run with --out")
+    now = run.data_digest()
+    if now is None:
+        return (f"data.path changed to {now_path}, read lazily (cache = \"none\"): gankit cannot check it holds "
+                f"the same images; resume with the old data.path (a symlink there works)")
+    if now != saved:
+        return (f"data.path changed to {now_path}, and the images there are not the ones this run trained on "
+                f"(content digest {now[:12]} != {saved[:12]}): point data.path at a copy of the run's data, or "
+                f"start a new run with --out")
+    return None
 
 
 def classes_problem(state: dict, run: Any) -> str | None:

@@ -47,21 +47,57 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def init(timeout_minutes: float = 60.0) -> None:
+#: How long the process-group set-up and every collective wait for the other processes by default
+#: (``run.dist_timeout_minutes``): a lost peer then ends the job instead of hanging it.
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def init(timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Join the process group torchrun describes in the environment (NCCL on CUDA, else gloo).
 
-    ``timeout_minutes`` (``run.dist_timeout_minutes``): how long a collective waits for the other
-    processes before it fails and the job is aborted - explicit, since NCCL's default watchdog
-    (10 minutes) would abort a job whose rank 0 spends longer alone (a large checkpoint written on
-    a slow disk)."""
+    ``timeout_s``: how long joining (the store connection to ``MASTER_ADDR:MASTER_PORT``) and
+    then each collective may wait for the other processes before raising - so a worker whose
+    peers never come (a restart that lost a node) or died mid-collective fails within that time
+    and torchrun can restart the group, instead of waiting forever. Raises ``GankitError`` when
+    the set-up times out or fails.
+    """
+    import datetime
+
+    from gan_kit.base.errors import GankitError
+
     if is_distributed():
         return
-    import datetime
 
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=timeout_minutes))
+    try:
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError) as e:  # DistStoreError (a store timeout) is a RuntimeError
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise GankitError(f"process group set-up (rank {os.environ.get('RANK', '?')} of "
+                          f"{os.environ.get('WORLD_SIZE', '?')}, store {where}) failed within {timeout_s:g} s: "
+                          f"{first}; check that every node runs the same torchrun command and reaches that address "
+                          f"(run.dist_timeout_minutes sets the wait)") from None
+
+
+def check_same_decision(decision, out_dir) -> None:
+    """Raise ``GankitError`` on every process when this process's ``decision`` (continue the run
+    directory or start it; any picklable value) differs from rank 0's: the processes read
+    different run directories - several nodes need the run directory on one shared file system.
+    A collective; nothing with one process."""
+    from gan_kit.base.errors import GankitError
+
+    if not is_distributed():
+        return
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, decision)
+    odd = [i for i, d in enumerate(every) if d != every[0]]
+    if odd:
+        raise GankitError(f"{out_dir}: process {odd[0]} sees another run directory than process 0 (one finds "
+                          f"checkpoints/latest.pt there, the other not): every node must see the run directory on one "
+                          f"shared file system (NFS, Lustre, a cluster's /scratch), not a local disk")
 
 
 def shutdown(clean: bool = True) -> None:
@@ -92,9 +128,10 @@ def broadcast_object(obj):
     return box[0]
 
 
-def launch(nproc: int, argv: list[str]) -> int:
+def launch(nproc: int, argv: list[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
     """Re-run this ``gankit`` command (``argv`` without the program name) under torchrun with
-    ``nproc`` processes on this machine; returns the exit code of the first process that failed
+    ``nproc`` processes on this machine (the rendezvous waits ``timeout_s`` for them: its
+    ``join_timeout``); returns the exit code of the first process that failed
     (a user error is 2, as with one process), 128 + the signal number when SIGTERM / SIGINT
     stopped the launcher, else 0.
 
@@ -118,7 +155,8 @@ def launch(nproc: int, argv: list[str]) -> int:
             continue
         args.append(a)
     try:
-        run(parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "gan_kit", *args]))
+        run(parse_args(["--standalone", f"--nproc-per-node={nproc}", f"--rdzv-conf=join_timeout={int(timeout_s)}",
+                        "-m", "gan_kit", *args]))
     except ChildFailedError as e:
         codes = [f.exitcode for _, f in sorted(e.failures.items())]
         return next((c for c in codes if c > 0), 1)

@@ -175,13 +175,17 @@ class AdaptiveAugment(Augment):
 
     def feedback(self, real_logits: torch.Tensor) -> None:
         """Accumulate ``sign(D(real))`` of one D objective's ``[N]`` logits (detached, on device;
-        no host sync)."""
-        signs = real_logits.detach().float().sign()
+        no host sync). NaN logits are not counted: the engine hands them over as NaN when the D
+        step they belong to was not applied (an fp16 step the GradScaler skipped), so such a
+        step leaves no trace in r_t or p."""
+        logits = real_logits.detach().float()
+        signs = logits.sign()  # sign(NaN) is 0 in PyTorch: the mask below decides what counts
         dev = signs.device
         if self.sign_sum.device != dev:  # once: the accumulators then live beside the logits
             self.sign_sum, self.sign_count = self.sign_sum.to(dev), self.sign_count.to(dev)
-        self.sign_sum = self.sign_sum + signs.sum()
-        self.sign_count = self.sign_count + signs.numel()
+        counted = ~logits.isnan()
+        self.sign_sum = self.sign_sum + torch.where(counted, signs, torch.zeros_like(signs)).sum()
+        self.sign_count = self.sign_count + counted.sum()
 
     def end_step(self, step: int, nimg: int) -> dict[str, float | torch.Tensor]:
         """After iteration ``step`` (iterations done), which showed D ``nimg`` real images (all

@@ -20,10 +20,13 @@ statistics the same way):
 
 - each extractor is built once per (name, weights file, device);
 - the features of the real images are kept in memory and, with ``cache = true``, on disk under
-  ``feature_cache_dir()``, keyed by the extractor and a SHA-256 digest of the exact uint8 images
-  fed to it. So they are computed once per data set, resolution (and fade-in alpha), image count
-  and seed, and never served stale for a data set that changed on disk (stylegan2-ada-pytorch
-  keys them by the data set's options instead);
+  ``feature_cache_dir()``, keyed by everything that changes them: the extractor (its name, the
+  preprocessing it applies and the version of the code that implements it), a SHA-256 digest of
+  its weights file's *content* (two files of one name and size are two extractors), and a SHA-256
+  digest of the exact uint8 images fed to it. So they are computed once per data set, resolution
+  (and fade-in alpha), image count and seed, and never served stale for a data set or a weights
+  file that changed on disk (stylegan2-ada-pytorch keys them by the data set's options and the
+  detector's URL instead);
 - the features of the last generated sets are kept too, so the metrics of one tick on one
   extractor (fid, kid, is, and precision-recall on ``inception-v3-compat``) with one
   ``num_images`` and ``seed`` share one pass over G_ema's images.
@@ -64,14 +67,19 @@ VGG16_URL = "https://download.pytorch.org/models/vgg16-397923af.pth"
 
 @attrs.frozen
 class ExtractorSpec:
-    """An extractor: its weights' address (None: needs no file) and the torch-fidelity feature
-    names read as ``pool`` (and ``logits``, None when it has none)."""
+    """An extractor: its weights' address (None: needs no file), the torch-fidelity feature
+    names read as ``pool`` (and ``logits``, None when it has none), how ``build(weights path)``
+    makes the network, ``preprocess``: what the network does to the uint8 images before its
+    first layer (part of the cache key: a change there changes the features), and ``version()``:
+    the version of the code that implements it (torch-fidelity's for its networks; also keyed)."""
 
     name: str
     url: str | None
     pool: str
     logits: str | None
     build: Callable[[Path | None], nn.Module]
+    preprocess: str = ""
+    version: Callable[[], str] = lambda: "gankit-1"
 
 
 def _fidelity_inception(path: Path | None) -> nn.Module:
@@ -85,6 +93,15 @@ def _fidelity_vgg16(path: Path | None) -> nn.Module:
     from torch_fidelity.feature_extractor_vgg16 import FeatureExtractorVGG16
 
     return FeatureExtractorVGG16("vgg16", ["fc2_relu"], feature_extractor_weights_path=str(path))
+
+
+def _fidelity_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return "torch-fidelity-" + version("torch-fidelity")
+    except PackageNotFoundError:
+        return "torch-fidelity-unknown"
 
 
 class StubNet(nn.Module):
@@ -116,10 +133,42 @@ class StubNet(nn.Module):
 
 EXTRACTORS: dict[str, ExtractorSpec] = {
     "inception-v3-compat": ExtractorSpec("inception-v3-compat", INCEPTION_URL, "2048", "logits_unbiased",
-                                         _fidelity_inception),
-    "vgg16": ExtractorSpec("vgg16", VGG16_URL, "fc2_relu", None, _fidelity_vgg16),
-    "stub": ExtractorSpec("stub", None, "pool", "logits", lambda path: StubNet()),
+                                         _fidelity_inception, "uint8 RGB, TF1-style bilinear resize to 299x299, "
+                                         "scaled to [-1, 1]", _fidelity_version),
+    "vgg16": ExtractorSpec("vgg16", VGG16_URL, "fc2_relu", None, _fidelity_vgg16,
+                           "uint8 RGB, TF1-style bilinear resize to 224x224, ImageNet mean/std", _fidelity_version),
+    "stub": ExtractorSpec("stub", None, "pool", "logits", lambda path: StubNet(),
+                          "uint8 RGB scaled to [-1, 1], bilinear resize to 32x32"),
 }
+
+#: How ``to_uint8`` turns images into the extractors' input (keyed with each extractor).
+QUANTISE = "round((x + 1) * 127.5) to uint8, grey repeated to RGB"
+
+_WEIGHT_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def weights_digest(path: Path) -> str:
+    """SHA-256 (hex) of the weights file's bytes: what tells two extractors apart, whatever the
+    files are called (a fine-tuned or re-downloaded file may keep the name and the size). Read
+    once per process and file version (path, size, modification time). Raises ``OSError`` for a
+    file that cannot be read."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _WEIGHT_DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+        _WEIGHT_DIGESTS[key] = h.hexdigest()
+    return _WEIGHT_DIGESTS[key]
+
+
+def extractor_ident(spec: ExtractorSpec, path: Path | None) -> str:
+    """What the features of ``spec`` with the weights at ``path`` depend on besides the images,
+    as one string (the cache key's extractor part): name, preprocessing, implementation version,
+    and the weights' content digest."""
+    weights = "no weights" if path is None else f"weights sha256 {weights_digest(path)}"
+    return f"{spec.name} | {QUANTISE} | {spec.preprocess} | {spec.version()} | {weights}"
 
 
 def weights_path(extractor: str, weights: str | None = None) -> Path | None:
@@ -181,7 +230,7 @@ class FeatureExtractor:
         self.passes += 1
 
 
-_EXTRACTORS: dict[tuple[str, str, str], FeatureExtractor] = {}
+_EXTRACTORS: dict[tuple[str, str], FeatureExtractor] = {}
 
 
 def get_extractor(name: str, weights: str | None, device: torch.device | str, metric: str) -> FeatureExtractor:
@@ -189,20 +238,24 @@ def get_extractor(name: str, weights: str | None, device: torch.device | str, me
     naming ``metric`` when the weights are missing or do not load."""
     device = torch.device(device)
     path = weights_path(name, weights)
-    key = (name, str(path), str(device))
+    problem = extractor_problem(metric, name, weights)
+    if problem:
+        raise GankitError(problem)
+    spec = EXTRACTORS[name]
+    try:
+        ident = extractor_ident(spec, path)
+    except OSError as e:
+        raise GankitError(f"{metric}: cannot read the {name} weights {path} ({e.strerror or e}); check the "
+                          f"file's permissions, or fetch {spec.url} again") from None
+    # A weights file replaced in place is another extractor, also within one process.
+    key = (ident, str(device))
     if key not in _EXTRACTORS:
-        problem = extractor_problem(metric, name, weights)
-        if problem:
-            raise GankitError(problem)
-        spec = EXTRACTORS[name]
         try:
             net = spec.build(path)
         except Exception as e:  # a damaged or foreign weights file
             first = str(e).splitlines()[0][:160] if str(e) else ""
             raise GankitError(f"{metric}: cannot load the {name} weights {path} ({type(e).__name__}: {first}); "
                               f"delete the file and fetch {spec.url} again") from None
-        # The weights file's name and size tell two files apart without reading them again.
-        ident = name if path is None else f"{name}-{path.name}-{path.stat().st_size}"
         _EXTRACTORS[key] = FeatureExtractor(spec, net.to(device).eval(), ident, device)
     return _EXTRACTORS[key]
 
@@ -290,7 +343,8 @@ def stream_features(ex: FeatureExtractor, batches: ImageBatches, keep: frozenset
     image set is held whole. From the caches when the same set went through ``ex`` before with at
     least ``keep``: a set with a ``key`` by that key; otherwise by a digest of its uint8 images
     (one reading pass, no extractor). Real sets' features are also kept in ``disk`` (a folder,
-    None = memory only) as ``<tag>-<extractor>-<N>x<H>px-<digest>.pt``."""
+    None = memory only) as ``<tag>-<extractor>-<N>x<H>px-<digest>.pt``, the digest covering the images
+    and ``ex.ident`` (see ``extractor_ident``)."""
     table = _REAL if real else _FAKE
     path = None
     if batches.key is not None:
@@ -305,7 +359,8 @@ def stream_features(ex: FeatureExtractor, batches: ImageBatches, keep: frozenset
         key = (ex.ident, stream_digest(itertools.chain([u8], rest), shape))
         del u8
         if real and disk is not None:
-            name = f"{tag + '-' if tag else ''}{ex.spec.name}-{shape[0]}x{shape[-1]}px-{key[1][:24]}.pt"
+            both = hashlib.sha256(f"{ex.ident}\n{key[1]}".encode()).hexdigest()  # two extractors never share a file
+            name = f"{tag + '-' if tag else ''}{ex.spec.name}-{shape[0]}x{shape[-1]}px-{both[:24]}.pt"
             path = disk / name
     held = table.get(key)
     if held is not None and keep <= held["keep"]:
@@ -338,5 +393,6 @@ def features(ex: FeatureExtractor, images: torch.Tensor, batch_size: int, real: 
 def clear_caches() -> None:
     """Forget the loaded extractors and the features kept in memory (not those on disk)."""
     _EXTRACTORS.clear()
+    _WEIGHT_DIGESTS.clear()
     _REAL.clear()
     _FAKE.clear()

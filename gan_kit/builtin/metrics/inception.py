@@ -38,7 +38,8 @@ _WEIGHTS_HELP = ("Local weights file of the feature extractor (relative to the r
                  "torch-fidelity's file in the torch hub cache ($TORCH_HOME/hub/checkpoints). Nothing is ever "
                  "downloaded.")
 _CACHE_HELP = ("Keep the real images' features on disk (under $GANKIT_CACHE_DIR/metrics, else "
-               "~/.cache/gankit/metrics), keyed by the exact images, so later runs and gankit eval skip them.")
+               "~/.cache/gankit/metrics), keyed by the exact images and the extractor (its weights file's content, "
+               "preprocessing and version), so later runs and gankit eval skip them.")
 #: The feature metrics alive in this process (those of the run or evaluation at hand).
 _LIVE: "weakref.WeakSet[FeatureMetric]" = weakref.WeakSet()
 _STUB = ' "stub": a small fixed random network for tests and offline smoke runs (values not comparable).'

@@ -29,8 +29,11 @@ def run_started(run):
     cls = _writer_class()
     if cls is None:
         return
-    # purge_step drops events a crashed run wrote after the checkpoint it resumes from.
-    writer = cls(log_dir=str(run.out_dir / "events"), purge_step=run.cur_nimg if run.cur_nimg else None)
+    # purge_step drops the events a crashed run wrote after the checkpoint it resumes from: every
+    # step >= purge_step. The tick at the checkpoint's own step was written before the checkpoint
+    # (checkpointing's hooks run last) and this run never writes that step again, so it stays:
+    # purge from the next image on. A run extended past its old end keeps its final tick and grid.
+    writer = cls(log_dir=str(run.out_dir / "events"), purge_step=run.cur_nimg + 1 if run.cur_nimg else None)
     run.stash[writer_key] = writer
 
 

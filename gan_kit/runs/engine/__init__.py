@@ -84,12 +84,15 @@ def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
                 steps += 1
                 clock.update()
                 ticks.add(stats)
-                stop, timed_out = _stop_flags(run, interrupt.requested, clock.out_of_time(), ticks.due())
+                stop, timed_out, sigterm = _stop_flags(run, interrupt.requested, clock.out_of_time(), ticks.due(),
+                                                       interrupt.signal_name == "SIGTERM")
                 if ticks.due() and run.cur_nimg < run.total_nimg and not timed_out:
                     ticks.finish(final=False)  # a tick that ends at this step is written before stopping
                 if stop:
                     ticks.settle()  # a non-finite "stop" pending wins: no checkpoint after it
-                    stop_on_interrupt(run, interrupt.signal_name)
+                    # A process stopped because another one got SIGTERM (a scheduler's preemption
+                    # reaches one rank first) exits as SIGTERM does, 143.
+                    stop_on_interrupt(run, "SIGTERM" if sigterm else (interrupt.signal_name or "SIGINT"))
             final = run.cur_nimg >= run.total_nimg or timed_out
             stats = ticks.finish(final=final)
             if final:
@@ -113,17 +116,19 @@ def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
 FLAG_EVERY = 8
 
 
-def _stop_flags(run: Run, requested: bool, out_of_time: bool, tick_due: bool) -> tuple[bool, bool]:
-    """``(stop, timed_out)`` after an iteration: this process's own flags with one process; with
-    several, every process stops at the same iteration, the first (every ``FLAG_EVERY`` steps or
-    at a tick) after one of them saw a signal or ran out of time."""
+def _stop_flags(run: Run, requested: bool, out_of_time: bool, tick_due: bool,
+                sigterm: bool = False) -> tuple[bool, bool, bool]:
+    """``(stop, timed_out, sigterm)`` after an iteration: this process's own flags with one
+    process; with several, every process stops at the same iteration, the first (every
+    ``FLAG_EVERY`` steps or at a tick) after one of them saw a signal or ran out of time, and
+    ``sigterm`` says whether the signal was SIGTERM on any of them."""
     if run.world_size == 1:
-        return requested, out_of_time
+        return requested, out_of_time, sigterm
     if run.step % FLAG_EVERY and not tick_due:
-        return False, False
+        return False, False, False
     from gan_kit.training.distributed import flags_over_processes
 
-    return flags_over_processes([requested, out_of_time], run.device)
+    return flags_over_processes([requested, out_of_time, sigterm], run.device)
 
 
 def _open_run_dir(run: Run, resume: bool | str | Path | ResumePoint, overwrite: bool) -> RunLock | None:

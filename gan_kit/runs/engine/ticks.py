@@ -102,6 +102,12 @@ class Ticks:
         # each scheduled option's value in the tick's last iteration, keyed as --set spells it
         # (Schedule/optim.lr, Schedule/penalty.0.weight: no brackets, which trackers refuse)
         stats.update({"Schedule/" + k.replace("[", ".").replace("]", ""): v for k, v in run.schedule_values.items()})
+        if run.device.type == "cpu":
+            stats["Timing/threads"] = torch.get_num_threads()  # what this tick trained with
+        if run.thread_follower is not None:
+            # The machine's load since the last tick sets the next tick's threads (a job that
+            # started beside the run takes cores; one that ended gives them back).
+            run.thread_follower.update()
         run.tick += 1
         self.sums.clear()
         self.counts.clear()

@@ -33,7 +33,7 @@ from gan_kit.runs.run.state import RunCheckpoints
 from gan_kit.base.stash import Stash
 from gan_kit.training.step import StepContext
 from gan_kit.training.step.finite import FiniteGuard
-from gan_kit.base.threads import set_threads
+from gan_kit.base.threads import ThreadFollower, follows_machine, set_threads, usable_cpus
 
 __all__ = ["Run", "resolve_device", "seed_everything"]
 
@@ -108,6 +108,9 @@ class Run(RunBuilding, RunSchedules, RunImages, RunCheckpoints):
         self.resumed_from: Path | None = None
         self.initialized_from: Path | None = None  # --init-from: the checkpoint G, D, G_ema came from
         set_threads(recipe.run.threads, self.device)  # unset: the cores free now (gan_kit/base/threads.py)
+        #: Re-chooses the CPU thread count at every tick (None when the count is not gankit's).
+        self.thread_follower = (ThreadFollower(usable_cpus()) if follows_machine(recipe.run.threads, self.device)
+                                else None)
         seed_everything(recipe.run.seed)
         self._build_data()
         self._build_networks()

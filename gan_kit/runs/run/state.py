@@ -70,7 +70,17 @@ class RunCheckpoints:
             "tick_stats": {k: [v, self.tick_counts[k]] for k, v in self.tick_sums.items()},
             "phase": _phase_dict(self.phase),
             "rng": rng if rng is not None else ckpt.rng_state(self.device, self.world_size),
+            # What the data held, so a resume may read it from another path (gan_kit.training.data.digest).
+            "data_digest": self.data_digest(),
         }
+
+    def data_digest(self) -> str | None:
+        """The content digest of the run's data set (``gan_kit.training.data.data_digest``), computed once."""
+        if not hasattr(self, "_data_digest"):
+            from gan_kit.training.data import data_digest
+
+            self._data_digest = data_digest(self.dataset)
+        return self._data_digest
 
     def load_state_dict(self, state: dict) -> None:
         load_without_frozen(self.G, state["G"])

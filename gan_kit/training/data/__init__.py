@@ -9,13 +9,15 @@ An item is a float image ``[C, H, W]`` in [-1, 1], or ``(image, label)`` with ``
 indexing operation: ``images [N, C, H, W]``, or ``(images, labels [N])`` when labelled.
 
 One job per module: ``datasets`` (the datasets and the collation of their items into batches),
-``loader`` (the batch sampler and the training loader); everything is importable from here.
+``loader`` (the batch sampler and the training loader), ``digest`` (the content digest of a data
+set that lets a resumed run read it from another path); everything is importable from here.
 """
 
 from gan_kit.training.data.datasets import (FileImages, ImageDataset, TensorImages, UInt8Images, XFlip, check_labels,
                                    collate_images, collate_images_labels, mirrored)
+from gan_kit.training.data.digest import data_digest
 from gan_kit.training.data.loader import GankitLoader, PhaseBatchSampler, index_at, iter_batches, make_loader
 
 __all__ = ["check_labels", "ImageDataset", "TensorImages", "UInt8Images", "FileImages", "XFlip", "mirrored",
            "collate_images", "collate_images_labels", "index_at", "PhaseBatchSampler", "GankitLoader",
-           "iter_batches", "make_loader"]
+           "iter_batches", "make_loader", "data_digest"]

@@ -31,7 +31,19 @@ Verbs, each taking a network as ``"G"`` / ``"D"`` or as ``ctx.G`` / ``ctx.D``:
 ``ctx.mean_over_processes(t)``     ``t`` averaged over all processes (identity with one); differentiable
 ``ctx.autocast()``                 the precision context for forwards (optional: ``ctx.G`` and
                                    ``ctx.D`` already run at the run's precision)
+``ctx.stage(net, owner, name, v)`` set ``owner.name = v`` only if ``net``'s next optimizer step
+                                   is applied (``ctx.on_step(net, fn)``: call ``fn(applied)`` then)
 =================================  ==============================================================
+
+State a component keeps across iterations (path length's running mean, ADA's sign statistics, a
+penalty's EMA) changes only with an optimizer step that is applied: a component *stages* the
+update (``ctx.stage`` / ``ctx.on_step``) and ``ctx.opt_step`` of that network commits it when
+its step changed the weights. ``applied`` is a 0-dim bool tensor on the device (or Python
+``True``): under fp16 it is whether the GradScaler found the gradients finite, computed on the
+device, so a step the scaler skips for an overflow leaves no trace in any state and no host sync
+is added; ``ctx.stage`` commits with ``torch.where(applied, v, old)``. Updates staged for a step
+that is never applied (the non-finite policy stopped the iteration, or the strategy never steps
+that network) are dropped with the iteration's context.
 
 Precision (docs/hooks.md, "Precision"): under bf16 / fp16 ``ctx.G`` / ``ctx.D`` and the
 penalties' networks run their forwards under autocast and return float32, and every image handed
@@ -66,10 +78,11 @@ from gan_kit.training.step.objectives import Objectives
 from gan_kit.training.step.rounds import Round, Rounds
 
 __all__ = ["StepContext", "Round"]
+from gan_kit.training.step.staging import StagedUpdates, finite_on_device
 
 
 @attrs.define(eq=False)
-class StepContext(Objectives, Rounds):
+class StepContext(Objectives, Rounds, StagedUpdates):
     """Everything an update strategy needs for one iteration, and the verbs it acts through.
 
     G, D:       the networks to run forwards through (``fake = ctx.G(z)``, ``logits = ctx.D(x)``).
@@ -132,6 +145,7 @@ class StepContext(Objectives, Rounds):
     #: calls it meets a ``growth.batch_gpu`` that asks for rounds).
     accumulated: bool = attrs.field(default=False, init=False, repr=False)
     _scaler_stepped: set = attrs.field(factory=set, init=False, repr=False)
+    _staged: dict = attrs.field(factory=dict, init=False, repr=False)
 
     # ---------------------------------------------------------------- networks and optimizers --
 
@@ -207,12 +221,15 @@ class StepContext(Objectives, Rounds):
         (``gan_kit.training.step.finite``: no host sync; the engine applies the policy at the tick, and
         this returns True for a step it issued); a bare StepContext checks on the host (one sync)
         and returns False with ``ctx.nonfinite`` naming the network.
+        What components staged for this network (``stage``, ``on_step``) is committed when the step
+        is applied.
         """
         self._not_in_round("opt_step")
         name = self._name(net)
         opt = self._opt(name)
         self.stepped.add(name)
         if self.nonfinite is not None:
+            self._settle(name, False)
             return False  # an earlier step of this iteration failed: leave every weight as it is
         if self.all_reduce_grads and self.world_size > 1:
             from gan_kit.training.distributed import all_reduce_grads
@@ -225,18 +242,25 @@ class StepContext(Objectives, Rounds):
                 # round (the engine updates once more after the strategy).
                 self.scaler.update()
                 self._scaler_stepped.clear()
-            self.scaler.step(opt)  # the scaler already skips steps with inf/NaN gradients
+            self.scaler.unscale_(opt)  # what scaler.step does first; here so the verdict can be read
+            # The scaler skips the step exactly when an unscaled gradient is inf/NaN; the same
+            # test on the device gates the staged state (no host sync).
+            applied = finite_on_device(opt) if self._staged.get(name) else True
+            self.scaler.step(opt)
             self._scaler_stepped.add(id(opt))
+            self._settle(name, applied)
             _drop_autocast_cache()
             return True
         if self.guard is not None:
-            self.guard.step(opt, name)
+            self._settle(name, self.guard.step(opt, name))  # staged state follows the device's verdict
             _drop_autocast_cache()
             return True
         if self.check_nonfinite and not _all_finite(opt):
             self.nonfinite = name
+            self._settle(name, False)
             return False
         opt.step()
+        self._settle(name, True)
         _drop_autocast_cache()
         return True
 

@@ -47,9 +47,10 @@ class FiniteGuard:
         if self.sticky:
             self.halted = self.halted | iteration_bad
 
-    def step(self, opt: torch.optim.Optimizer, name: str) -> None:
+    def step(self, opt: torch.optim.Optimizer, name: str) -> torch.Tensor:
         """``opt.step()``, skipped on the device when this iteration's gradients so far (this
-        one's included) hold a NaN/inf, or the run is halted."""
+        one's included) hold a NaN/inf, or the run is halted. Returns whether it was applied (a
+        0-dim bool tensor on the device: what staged component state commits by)."""
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
         if grads:
             # One fused reduction: the norm of a tensor holding NaN/inf is NaN/inf.
@@ -66,6 +67,7 @@ class FiniteGuard:
                 del opt.found_inf, opt.grad_scale
         elif not bool(self.bad):  # one host sync: this optimizer cannot skip a step on the device
             opt.step()
+        return ~self.bad
 
 
 def scale_of(scaler: Any, device: torch.device) -> torch.Tensor:

@@ -52,7 +52,11 @@ class Objectives:
                     fake_logits = self.discriminate(fake, labels)
         real_logits, fake_logits = real_logits.float(), fake_logits.float()
         if self.augment is not None:
-            self.augment.feedback(real_logits.detach())  # ADA's overfitting heuristic
+            # ADA's overfitting heuristic, counted only if this D step is applied: a skipped
+            # step's logits reach feedback as NaN, which it does not count.
+            logits = real_logits.detach()
+            self.on_step("D", lambda applied: self.augment.feedback(
+                logits if applied is True else torch.where(applied, logits, torch.full_like(logits, float("nan")))))
         loss = self.loss.d_loss(real_logits, fake_logits)
         stats: dict[str, torch.Tensor] = {
             "Loss/D": loss.detach(),

@@ -56,7 +56,9 @@ class PathLength(Penalty):
         W); its length is ``sqrt(mean over the num_ws layers of the squared norm + 1e-12)``
         (stylegan2-ada-pytorch's ``pl_lengths``, guarded at zero length like the gradient
         penalty's norm). ``a`` is updated first, ``a <- lerp(a, mean length, decay)``, and the
-        penalty uses the updated ``a`` (gradient flows through it, as in the official code).
+        penalty uses the updated ``a`` (gradient flows through it, as in the official code); the
+        new ``a`` is kept only if G's optimizer step is applied (``ctx.stage``): a
+        mixed-precision step that is skipped (an overflow) leaves ``a`` unchanged.
         Under several processes the mean length is that of the global batch
         (``ctx.mean_over_processes``), so every process keeps the same ``a`` - the one a single
         process keeps - and a resume under any number of processes continues it exactly (the
@@ -85,7 +87,9 @@ class PathLength(Penalty):
         lengths = (grad.square().sum(dim=2).mean(dim=1) + _EPS).sqrt()  # [n]
         mean_length = ctx.mean_over_processes(lengths.mean())
         pl_mean = self.pl_mean.to(lengths.device).lerp(mean_length, self.options.decay)
-        self.pl_mean = pl_mean.detach()
+        # a changes with G's step only: a skipped mixed-precision step (an overflow, which
+        # makes the lengths inf/NaN) leaves it as it was.
+        ctx.stage(self.network, self, "pl_mean", pl_mean)
         return (lengths - pl_mean).square().mean()
 
     def state_dict(self) -> dict:
