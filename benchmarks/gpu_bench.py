@@ -1,114 +1,215 @@
-"""GPU benchmark: images/s per phase of a 128x128 PGGAN recipe, eager vs torch.compile, bf16 vs
-fp32, and peak GPU memory. Run by hand on a CUDA machine, one command:
+"""GPU benchmark of the engine's whole iteration: images/s and ms per iteration of
+``gan_kit.runs.engine.train_step`` (data on the device, the strategy, lazy penalties, GradScaler,
+non-finite policy, G_ema, the stats - everything but the loader and the tick), host syncs per
+iteration (``gan_kit.base.syncs.SyncCounter``), peak CUDA memory against batch size for a 1024-px
+StyleGAN2 at config F sizes, and torch.compile's graphs per growth phase (dynamo's counters).
 
-    python benchmarks/gpu_bench.py                  # writes a markdown table to stdout
-    python benchmarks/gpu_bench.py --steps 50 --out docs/performance-gpu.md
+    python benchmarks/gpu_bench.py                 # on CUDA: markdown tables on stdout
+    python benchmarks/gpu_bench.py --tiny          # the same sections at tiny sizes, on the CPU
 
-Every configuration trains the same networks through the engine's own update strategy on real
-digits resized to 128x128 (the embedded data, so nothing is downloaded). For each phase the
-networks are set to that resolution mid-fade (alpha 0.5, the most expensive state: both the new
-and the old toRGB/fromRGB paths run), warmed up, then timed with CUDA events around whole
-iterations. ``--device cpu --resolution 16 --steps 2`` runs a smoke version anywhere.
+``--tiny`` exists to check that the script runs (CI, a machine without a GPU): its figures
+measure nothing. On the CPU the memory section says so instead of printing numbers. Every
+section prints what it ran; one that fails prints its one-line error and the rest still run.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+import tempfile
 import time
 
 import torch
 
-from gan_kit.runs.engine import Run
-from gan_kit.base.phase import Phase, fade_real
+from gan_kit.tools.census import sync_census
+from gan_kit.runs.engine import Run, train_step
+from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
+from gan_kit.base.syncs import SyncCounter
 
-RECIPE_OVERRIDES = [
-    "run.progress=false",
-    "run.total_kimg=10000",
-    "metric=[]",
-    "architecture.latent_dim=512",
-    "architecture.fmap_base=8192",
-    "architecture.fmap_max=512",
-]
+COMMON = ["run.progress=false", "metric=[]", "run.max_minutes=none", "run.snapshot_ticks=0"]
+#: StyleGAN2 config F (stylegan2-ada-pytorch's `--cfg stylegan2`): 512-d z and W, 8 mapping
+#: layers, cbase 32768, cmax 512, minibatch-stddev group 4.
+CONFIG_F = ["architecture.latent_dim=512", "architecture.w_dim=512", "architecture.mapping_layers=8",
+            "architecture.channel_base=32768", "architecture.channel_max=512", "architecture.modconv='grouped'"]
+TINY_SG2 = ["architecture.latent_dim=16", "architecture.w_dim=16", "architecture.mapping_layers=2",
+            "architecture.channel_base=128", "architecture.channel_max=16"]
 
 
-def bench_config(resolution: int, device: str, precision: str, compiled: bool, steps: int, warmup: int,
-                 batch: int) -> list[dict]:
-    levels = [4 * 2**i for i in range(resolution.bit_length() - 2)]
-    batches = "{" + ", ".join(f"{r} = {batch}" for r in levels) + "}"
-    recipe, plugins = load_recipe("recipes/pggan.toml", [
-        *RECIPE_OVERRIDES, f"data.resolution={resolution}", f"growth.batch_size={batches}",
-        f"run.device='{device}'", f"run.precision='{precision}'", f"run.compile={str(compiled).lower()}",
-        "run.channels_last=true" if device != "cpu" else "run.channels_last=false"])
-    run = Run(recipe, plugins, out_dir="/tmp/gankit-gpu-bench")
-    rows = []
-    cuda = run.device.type == "cuda"
-    for res in levels:
-        alpha = 1.0 if res == levels[0] else 0.5
-        phase = Phase(index=levels.index(res), resolution=res, alpha=alpha, batch_size=batch)
-        run.phase = phase
+def _device_sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_iterations(recipe: str, overrides: list[str], steps: int, warmup: int, batch: int) -> dict:
+    """Images/s, ms/iteration and syncs/iteration of ``train_step`` on ``recipe`` at its first
+    phase with ``batch`` images per step."""
+    with tempfile.TemporaryDirectory() as tmp:
+        r, plugins = load_recipe(recipe, [*COMMON, f"run.out_dir='{tmp}'", *overrides])
+        run = Run(r, plugins)
+        p0 = run.growth.phase_at(0)
+        phase = Phase(index=p0.index, resolution=p0.resolution, alpha=1.0, batch_size=batch)
         run.set_phase(phase)
-        reals = run.real_images(batch).to(run.device)
-        if recipe.run.channels_last:
-            reals = reals.contiguous(memory_format=torch.channels_last)
-        real = fade_real(reals, res, alpha)
-
-        def step():
-            return run.strategy.step(run.step_context(phase, [real]))
-
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
+        run.apply_optim_settings()
+        d = run.strategy.d_steps
+        pool = run.real_images(batch * d)
+        labels = torch.zeros(batch * d, dtype=torch.int64) if run.num_classes else None
+        pool = pool.pin_memory() if run.device.type == "cuda" else pool
+        item = (pool, labels) if labels is not None else pool
         for _ in range(warmup):
-            step()
-        if cuda:
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            train_step(run, phase, item)
+        _device_sync(run.device)
+        counter = SyncCounter()
         t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        if cuda:
-            end.record()
-            torch.cuda.synchronize()
-            seconds = start.elapsed_time(end) / 1000
-        else:
-            seconds = time.perf_counter() - t0
-        rows.append({"resolution": res, "img_s": batch * steps / seconds, "ms_step": 1000 * seconds / steps,
-                     "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")})
+        with counter:
+            for _ in range(steps):
+                train_step(run, phase, item)
+        _device_sync(run.device)
+        seconds = time.perf_counter() - t0
+    return {"img_s": batch * d * steps / seconds, "ms": 1000 * seconds / steps, "syncs": counter.total / steps,
+            "resolution": phase.resolution}
+
+
+def peak_memory(resolution: int, batches: list[int], device: str, overrides: list[str]) -> list[tuple[int, str]]:
+    """Peak CUDA memory of one StyleGAN2 iteration (G, D, R1 and path length due) per batch."""
+    rows = []
+    for batch in batches:
+        with tempfile.TemporaryDirectory() as tmp:
+            r, plugins = load_recipe("recipes/stylegan2.toml", [
+                *COMMON, f"run.out_dir='{tmp}'", f"data.resolution={resolution}", f"growth.batch_size={batch}",
+                f"run.device='{device}'", "data.interpolation='bilinear'", *overrides])
+            run = Run(r, plugins)
+            phase = run.growth.phase_at(0)
+            reals = run.real_images(batch)
+            if run.device.type != "cuda":
+                rows.append((batch, "n/a (CPU: no CUDA allocator)"))
+                train_step(run, phase, reals)  # the iteration still runs
+                continue
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(run.device)
+            try:
+                for _ in range(2):
+                    run.step = 0  # both lazy penalties are due at step 0
+                    train_step(run, phase, reals)
+                torch.cuda.synchronize(run.device)
+                rows.append((batch, f"{torch.cuda.max_memory_allocated(run.device) / 2**30:.2f} GiB"))
+            except torch.cuda.OutOfMemoryError:
+                rows.append((batch, "out of memory"))
+            del run
     return rows
 
 
-def main() -> None:
+def compile_graphs(overrides: list[str], steps: int) -> dict[int, int]:
+    """Graphs dynamo compiled by the end of each phase of a compiled progressive run (the
+    'aot_eager' backend: capture and AOTAutograd without code generation)."""
+    from torch._dynamo.utils import counters
+
+    from gan_kit import hookimpl
+    from gan_kit.runs.engine import train
+
+    seen: dict[int, int] = {}
+
+    class Watch:
+        @hookimpl
+        def step_finished(self, run, stats):
+            seen[run.phase.index] = counters["stats"]["unique_graphs"]
+
+    torch._dynamo.reset()
+    counters.clear()
+    with tempfile.TemporaryDirectory() as tmp:
+        r, plugins = load_recipe("recipes/pggan.toml", [*COMMON, f"run.out_dir='{tmp}'", "run.compile=true",
+                                                        *overrides], extra_plugins=[Watch()])
+        train(Run(r, plugins), max_steps=steps)
+    return seen
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--resolution", type=int, default=128)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--configs", default="fp32-eager,bf16-eager,bf16-compiled")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
-    results = {}
-    for cfg in args.configs.split(","):
-        precision, mode = cfg.split("-")
-        torch._dynamo.reset()
-        results[cfg] = bench_config(args.resolution, args.device, precision, mode == "compiled",
-                                    args.steps, args.warmup, args.batch)
-    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
-    lines = [f"{args.resolution}x{args.resolution} PGGAN (fmap_max 512, latent 512), batch {args.batch}, "
-             f"d-then-g + gradient penalty, mid-fade, on {name}, torch {torch.__version__}", "",
-             "| resolution | " + " | ".join(f"{c} img/s" for c in results) + " | "
-             + " | ".join(f"{c} peak GiB" for c in results) + " |",
-             "|---" * (1 + 2 * len(results)) + "|"]
-    for i, row in enumerate(next(iter(results.values()))):
-        cells = [f"{results[c][i]['img_s']:.0f}" for c in results] + [f"{results[c][i]['peak_gib']:.2f}" for c in results]
-        lines.append(f"| {row['resolution']} | " + " | ".join(cells) + " |")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    ap.add_argument("--tiny", action="store_true", help="tiny sizes on the CPU: checks that the script runs")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--batches", default=None, help="comma-separated batch sizes for the 1024-px memory table")
+    args = ap.parse_args(argv)
+    tiny = args.tiny or not torch.cuda.is_available()
+    device = "cpu" if tiny else "cuda"
+    steps = args.steps or (3 if tiny else 30)
+    warmup = args.warmup or (1 if tiny else 5)
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU (tiny sizes: the figures measure nothing)"
+    print(f"# gpu_bench on {name}, torch {torch.__version__}\n")
+    if tiny and not args.tiny:
+        print("no CUDA device: running the tiny CPU version\n")
+    dev = [f"run.device='{device}'"]
+    configs = {
+        "pggan 16px bf16": ("recipes/pggan.toml", [*dev, "run.precision='bf16'", "data.resolution=16"], 32),
+        "stylegan2 16px bf16": ("recipes/stylegan2.toml", [*dev, "run.precision='bf16'"], 32),
+        "stylegan2 256px config F bf16": ("recipes/stylegan2.toml",
+                                          [*dev, "run.precision='bf16'", "data.resolution=256",
+                                           "data.interpolation='bilinear'", *CONFIG_F], 16),
+        "stylegan2 16px ada fp16": ("recipes/stylegan2.toml", [*dev, "run.precision='fp16'", "augment.name='ada'"], 32),
+    }
+    if tiny:
+        configs = {k: (p, [*o, "data.resolution=8", "growth.batch_size=8", *([] if "pggan" in k else TINY_SG2)], 8)
+                   for k, (p, o, _) in configs.items() if "config F" not in k}
+    sections = []
+
+    def section(title, fn):
+        print(f"## {title}\n", flush=True)
+        try:
+            fn()
+        except Exception as e:  # a section that fails says why; the others still run
+            print(f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            sections.append(title)
+        print(flush=True)
+
+    def engine():
+        print("| configuration | px | batch | img/s | ms/iteration | host syncs/iteration |")
+        print("|---|---|---|---|---|---|")
+        for label, (path, overrides, batch) in configs.items():
+            row = time_iterations(path, overrides, steps, warmup, batch)
+            print(f"| {label} | {row['resolution']} | {batch} | {row['img_s']:.0f} | {row['ms']:.1f} | "
+                  f"{row['syncs']:.2f} |", flush=True)
+
+    def census():
+        print("| recipe | syncs per iteration (between ticks) | at ticks |")
+        print("|---|---|---|")
+        for label, path, overrides in (
+                ("pggan", "recipes/pggan.toml", ["growth.batch_size={4 = 8, 8 = 8, 16 = 8}"]),
+                ("dcgan", "recipes/dcgan.toml", ["growth.batch_size=8", "data.resolution=16"]),
+                ("stylegan2", "recipes/stylegan2.toml", ["growth.batch_size=8", "data.resolution=8", *TINY_SG2]),
+                ("stylegan2 + ada", "recipes/stylegan2.toml",
+                 ["growth.batch_size=8", "data.resolution=8", *TINY_SG2, "augment.name='ada'"]),
+                ("pggan fp16", "recipes/pggan.toml", ["growth.batch_size={4 = 8, 8 = 8, 16 = 8}", "run.precision='fp16'"])):
+            c = sync_census(path, [*dev, "run.tick_kimg=0.032", *overrides], steps=9)
+            ticks = [c.per_iteration[i - 1] for i in sorted(c.boundary) if i <= len(c.per_iteration)]
+            print(f"| {label} | {c.mean:.2f} | {ticks} |", flush=True)
+
+    def memory():
+        res = 32 if tiny else 1024
+        batches = [int(b) for b in (args.batches or ("2" if tiny else "4,8,16,32")).split(",")]
+        over = [*dev, "run.precision='bf16'", *(TINY_SG2 if tiny else CONFIG_F)]
+        print(f"StyleGAN2 {res}px ({'tiny' if tiny else 'config F'}), bf16, one iteration with R1 and path length\n")
+        print("| batch | peak memory |")
+        print("|---|---|")
+        for batch, text in peak_memory(res, batches, device, over):
+            print(f"| {batch} | {text} |", flush=True)
+
+    def graphs():
+        over = [*dev, "run.compile_backend='aot_eager'", "growth.batch_size={4 = 8, 8 = 8, 16 = 8}",
+                "growth.fade_kimg=0.016", "growth.stable_kimg=0.016"]
+        seen = compile_graphs(over, steps=12)
+        print("| phase | graphs compiled by its end |")
+        print("|---|---|")
+        for phase, n in sorted(seen.items()):
+            print(f"| {phase} | {n} |")
+
+    section("Engine iteration", engine)
+    section("Host syncs per iteration (the census)", census)
+    section("Peak memory against batch", memory)
+    section("torch.compile graphs per phase", graphs)
+    if sections:
+        print(f"sections that failed: {', '.join(sections)}")
+    return 1 if sections else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

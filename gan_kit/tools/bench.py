@@ -4,8 +4,8 @@ device, side by side with a hand-written plain-PyTorch loop doing the math of ``
 What is timed, per iteration (``d_steps`` D steps and one G step), identically for every row:
 
 * a strategy row: what ``gan_kit.runs.engine.train`` does around the strategy - build the
-  ``StepContext``, ``strategy.step(ctx)``, ``scaler.update()`` under fp16, and the conversion of
-  the returned stats to floats (one device sync);
+  ``StepContext``, ``strategy.step(ctx)``, ``scaler.update()`` under fp16, the non-finite flags
+  and the stats, kept on the device (the timing synchronises the device around each call);
 * the ``hand-written`` row: ``zero_grad`` / forward / loss / penalties / ``backward`` / ``step``
   written out in plain PyTorch on its own copies of G and D and its own optimizers (same
   hyper-parameters), no gankit object involved, returning the two losses as floats.

@@ -312,6 +312,13 @@ def flags_over_processes(flags: list[bool], device: torch.device) -> tuple[bool,
     return tuple(v > 0 for v in t.tolist())
 
 
+def sum_tensor_over_processes(t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed over all processes (one all-reduce, in place on a copy; no host read)."""
+    t = t.clone()
+    dist.all_reduce(t)
+    return t
+
+
 def sum_over_processes(values: list[float], device: torch.device) -> list[float]:
     """Each number summed over all processes, in float64 (one all-reduce and one host read)."""
     if not values:

@@ -3,8 +3,10 @@
 checkpointers are built on.
 
 Per iteration (``train_step``): the phase's real batches, ``strategy.step(ctx)`` (the order of
-the D and G steps), the lazy regularisation steps that are due, the non-finite policy, then G_ema.
-Per tick (``Ticks.finish``): the weights are checked across processes, G_ema's BatchNorm
+the D and G steps), the lazy regularisation steps that are due, the non-finite flags, then G_ema -
+with no host-device sync: the stats stay on the device. Per tick (``Ticks.finish``): the stats
+are read with one copy and the non-finite policy applied (``Ticks.settle``, also at a phase change
+and before an interrupt's checkpoint), the weights are checked across processes, G_ema's BatchNorm
 statistics refreshed, and ``tick_finished`` fired (``gan_kit.runs.engine.ticks``). SIGINT / SIGTERM
 finish the iteration and write a checkpoint (``gan_kit.runs.engine.interrupts``). ``run_teardown``
 fires from a ``finally``, on success, error and interrupt alike.

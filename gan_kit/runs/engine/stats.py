@@ -37,10 +37,11 @@ class StepStats(Mapping[str, float]):
         self._floats: dict[str, float] | None = None
         self.flags: dict[str, bool] = {}
 
-    def materialise(self, values: list[float] | None = None) -> dict[str, float]:
+    def materialise(self, values: list[float] | None = None, *, replace: bool = False) -> dict[str, float]:
         """The floats (``values``: this iteration's vector already copied to the host by the
-        tick; else one copy now)."""
-        if self._floats is None:
+        tick; else one copy now). ``replace``: take ``values`` even if already read (the tick's
+        averages over processes replace this process's own values)."""
+        if self._floats is None or (replace and values is not None):
             if values is None:
                 values = self.vector.cpu().tolist() if self.vector is not None else []
             n = len(self.keys_)
@@ -52,7 +53,6 @@ class StepStats(Mapping[str, float]):
                     out[f"Grad/{net}"] = float("nan")
             out.update(self.host)
             self._floats = out
-            self.vector = None  # the device memory goes
         return self._floats
 
     @property

@@ -51,13 +51,25 @@ class Ticks:
         loss scale collapsed."""
         run = self.run
         pending, self.pending = self.pending, []
-        lazy = [s for s in pending if isinstance(s, StepStats) and not s.materialised]
+        several = run.world_size > 1
+        # With several processes every iteration is read again, averaged over the processes (its
+        # flags OR-ed), so all of them apply the same policy with the same message.
+        lazy = [s for s in pending if isinstance(s, StepStats) and (several or not s.materialised)]
         if lazy:
-            flat = torch.cat([s.vector for s in lazy]).cpu().tolist()
+            flat = torch.cat([s.vector for s in lazy])
+            if several:
+                from gan_kit.training.distributed import sum_tensor_over_processes
+
+                flat = sum_tensor_over_processes(flat)
+            values = flat.cpu().tolist()
             at = 0
             for s in lazy:
-                n = s.vector.numel()
-                s.materialise(flat[at:at + n])
+                n, k = s.vector.numel(), len(s.keys_)
+                chunk = values[at:at + n]
+                if several:  # stats: the mean over processes; flags (the rest): set on any
+                    chunk = [v / run.world_size for v in chunk[:k]] + chunk[k:]
+                s.materialise(chunk, replace=True)
+                s.vector = None  # read: its device memory goes
                 at += n
         for s in pending:
             floats = s.materialise() if isinstance(s, StepStats) else s
