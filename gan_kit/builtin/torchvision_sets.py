@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from gan_kit import DatasetFactory, option
-from gan_kit.builtin.datasets import (_XFLIP_HELP, _file_set, _label, list_images, reason, resize_uint8, resolve_path,
+from gan_kit.builtin.datasets import (_XFLIP_HELP, _label, list_images, reason, resize_uint8, resolve_path,
                                       warn_upscaled, written)
+from gan_kit.builtin.file_sets import file_set
 from gan_kit.data import UInt8Images, mirrored
 from gan_kit.errors import GankitError
 
@@ -67,7 +68,7 @@ class _TorchvisionSet(DatasetFactory):
 
     def _finish(self, images: torch.Tensor, resolution: int, labels: torch.Tensor | None = None,
                 num_classes: int = 0):
-        warn_upscaled(min(images.shape[-2:]), resolution, f"{self.title}'s images")
+        warn_upscaled(min(images.shape[-2:]), resolution, f"{self.title}'s images", recipe=self.context.recipe)
         ds = UInt8Images(resize_uint8(images, resolution, self.options.channels), labels, num_classes)
         return mirrored(ds, self.options.xflip)
 
@@ -201,6 +202,6 @@ class CelebA(_TorchvisionSet):
         if not files:
             raise self._missing(root, f"images of split {o.split!r}")
         box_fn = celeba_face_box if o.crop == "face" else None
-        ds = _file_set(files, None, 0, resolution, o.channels or 3, o.on_corrupt, o.cache, box_fn,
+        ds = file_set(files, None, 0, resolution, o.channels or 3, o.on_corrupt, o.cache, box_fn,
                        "data.root", images, _label(self.context.recipe), check_headers=False)
         return mirrored(ds, o.xflip)
