@@ -148,6 +148,9 @@ def to_mode(im: Image.Image, channels: int, background: RGB = (255, 255, 255)) -
         if im.mode == "F" and arr.max(initial=0) <= 1.0:
             top = 1.0
         im = Image.fromarray(np.clip(arr / top * 255.0 + 0.5, 0, 255).astype(np.uint8), "L")
+    target = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
+    if im.mode == target and (channels == 4 or not has_alpha(im)):
+        return im  # convert() would copy it unchanged
     if channels == 4:
         return im.convert("RGBA")
     if has_alpha(im):
@@ -209,6 +212,8 @@ def crop_resize(im: Image.Image, resolution: int, box: tuple[float, float, float
     nw, nh = max(resolution, int(round(w * s))), max(resolution, int(round(h * s)))
     left, top = (nw - resolution) // 2, (nh - resolution) // 2
     if (nw, nh) == (w, h):
+        if (w, h) == (resolution, resolution):
+            return im  # already the square: crop() would copy it unchanged
         return im.crop((left, top, left + resolution, top + resolution))
     sx, sy = nw / w, nh / h
     source = (left / sx, top / sy, (left + resolution) / sx, (top + resolution) / sy)
@@ -265,7 +270,7 @@ def load_image(path: Source, resolution: int, channels: int, box_fn: BoxFn | Non
             # DCT-domain downscale; both sides stay >= resolution, enough for crop and pad alike
             im.draft("L" if channels == 1 else "RGB", (resolution, resolution))
         im.load()  # raises for truncated data
-        im = ImageOps.exif_transpose(im)
+        ImageOps.exif_transpose(im, in_place=True)  # without an orientation tag: no copy
         if facts is not None:
             facts["size"], facts["alpha"] = im.size, has_alpha(im)
         im = to_mode(im, channels, framing.background)
@@ -275,8 +280,9 @@ def load_image(path: Source, resolution: int, channels: int, box_fn: BoxFn | Non
         else:
             im = crop_resize(im, resolution, box)
         arr = np.asarray(im, dtype=np.uint8)
-    t = torch.from_numpy(arr.copy())
-    return t.unsqueeze(0) if t.ndim == 2 else t.permute(2, 0, 1).contiguous()
+    # One copy from the (read-only) pixel buffer into the contiguous [C, H, W] tensor.
+    chw = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+    return torch.from_numpy(chw.copy())  # order "C": contiguous
 
 
 #: What decoding a bad file raises: Pillow's errors for corrupt or truncated data, and ImageTooLarge.
