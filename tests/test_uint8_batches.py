@@ -97,3 +97,33 @@ def test_num_workers_auto_is_none_on_the_cpu_and_the_free_cores_on_cuda(tiny_rec
     assert auto_num_workers("cuda", cpus=16, local_world_size=8) == 1
     assert auto_num_workers("cuda", cpus=6, local_world_size=2) == 2
     assert auto_num_workers("cuda", cpus=1) == 1
+
+
+def test_a_set_over_the_memory_budget_streams_from_the_zip_in_workers(tmp_path, tiny_recipe_text, write_recipe,
+                                                                      monkeypatch):
+    import zipfile
+
+    from gan_kit.builtin import file_sets
+    from gan_kit.builtin.archive import ZipImages
+
+    folder = _folder(tmp_path / "imgs", n=10)
+    with zipfile.ZipFile(tmp_path / "set.zip", "w") as zf:
+        for p in sorted(folder.iterdir()):
+            zf.write(p, f"00000/{p.name}")
+    recipe, plugins = load_recipe(write_recipe(_folder_recipe(tiny_recipe_text, tmp_path / "set.zip")))
+    in_memory = Run(recipe, plugins).dataset
+    assert isinstance(in_memory, UInt8Images)  # 10 x 3 x 8 x 8 bytes fit cache = "auto"'s budget
+    monkeypatch.setattr(file_sets, "AUTO_CACHE_BYTES", 10 * 3 * 8 * 8 - 1)  # one byte short
+    streamed = Run(recipe, plugins).dataset
+    assert isinstance(streamed, ZipImages) and not hasattr(streamed, "images")  # nothing decoded up front
+
+    def first_batches(ds, workers: int):
+        sampler = PhaseBatchSampler(len(ds), seed=3, start=0, batch_for=lambda position: (4, 1))
+        loader = make_loader(ds, sampler, num_workers=workers, pin_memory=False, uint8=True)
+        it = iter(loader)
+        out = [next(it) for _ in range(3)]
+        loader.close()
+        return out
+
+    for a, b in zip(first_batches(in_memory, 0), first_batches(streamed, 2)):
+        assert a.dtype == b.dtype == torch.uint8 and torch.equal(a, b)
