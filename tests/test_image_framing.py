@@ -170,3 +170,14 @@ def test_an_rgba_set_trains_with_four_channels(tmp_path, tiny_recipe_text, write
     assert run.cur_nimg >= 16
     with torch.no_grad():
         assert run.generate(torch.randn(2, recipe.architecture.options.latent_dim)).shape[1] == 4
+
+
+def test_an_inception_metric_on_an_rgba_set_is_one_line(tmp_path, tiny_recipe_text, write_recipe):
+    from gan_kit.errors import GankitError
+
+    folder = _emoji_like(tmp_path / "imgs")
+    text = _recipe(tiny_recipe_text, folder, 'alpha = "keep"') + '\n[[metric]]\nname = "fid"\nfeature_extractor = "stub"\n'
+    recipe, plugins = load_recipe(write_recipe(text))
+    with pytest.raises(GankitError) as e:
+        Run(recipe, plugins)
+    assert "\n" not in str(e.value) and "4 channels" in str(e.value) and 'data.alpha = "composite"' in str(e.value)
