@@ -89,7 +89,7 @@ def test_the_training_loader_gives_uint8_and_split_reals_converts_on_the_device(
     assert on_meta.device.type == "meta" and on_meta.dtype == torch.float32
 
 
-def test_num_workers_auto_is_none_on_the_cpu_and_the_free_cores_on_cuda(tiny_recipe):
+def test_num_workers_auto_is_none_on_the_cpu_or_in_memory_and_the_free_cores_on_cuda(tiny_recipe):
     recipe, _ = load_recipe(tiny_recipe)
     assert recipe.run.num_workers == "auto"
     assert auto_num_workers("cpu", cpus=64) == 0
@@ -97,6 +97,17 @@ def test_num_workers_auto_is_none_on_the_cpu_and_the_free_cores_on_cuda(tiny_rec
     assert auto_num_workers("cuda", cpus=16, local_world_size=8) == 1
     assert auto_num_workers("cuda", cpus=6, local_world_size=2) == 2
     assert auto_num_workers("cuda", cpus=1) == 1
+    # Data held in memory needs no worker; data decoded per item (and a plugin's, which does not
+    # say) gets them.
+    in_memory = UInt8Images(torch.zeros(4, 1, 4, 4, dtype=torch.uint8))
+    assert auto_num_workers("cuda", cpus=16, dataset=in_memory) == 0
+    assert auto_num_workers("cuda", cpus=16, dataset=XFlip(in_memory)) == 0
+    assert auto_num_workers("cuda", cpus=16, dataset=TensorImages(torch.zeros(4, 1, 4, 4))) == 0
+    from gan_kit.data import FileImages
+
+    assert auto_num_workers("cuda", cpus=16, dataset=XFlip(FileImages([], 8, 3))) == 8
+    assert auto_num_workers("cuda", cpus=16, dataset=torch.utils.data.TensorDataset(torch.zeros(4))) == 8
+    assert auto_num_workers("cpu", cpus=16, dataset=FileImages([], 8, 3)) == 0
 
 
 def test_a_set_over_the_memory_budget_streams_from_the_zip_in_workers(tmp_path, tiny_recipe_text, write_recipe,

@@ -45,6 +45,9 @@ class ImageDataset(Dataset):
 
     labels: torch.Tensor | None = None
     num_classes: int = 0
+    #: Whether fetching an item reads and decodes a file (worth loader worker processes) rather
+    #: than indexing memory (where a worker only adds the copy through shared memory).
+    decodes_per_item: bool = False
 
     def _set_labels(self, labels, num_classes: int) -> None:
         self.labels = check_labels(labels, len(self), num_classes)
@@ -180,6 +183,7 @@ class FileImages(ImageDataset):
         raise GankitError(f"{self.key}: none of the {n} image files could be read")
 
     remedy = "remove the file"  # the first half of a corrupt file's fix in the one-line error
+    decodes_per_item = True
 
     def _load(self, j: int, facts: dict | None = None) -> torch.Tensor:
         """File ``j`` as ``uint8 [C, res, res]`` (``load_image``; ``facts`` filled as there);

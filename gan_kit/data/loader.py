@@ -225,12 +225,16 @@ def _reap_workers(at_exit: bool = False) -> None:
 atexit.register(_reap_workers, at_exit=True)
 
 
-def auto_num_workers(device_type: str, local_world_size: int = 1, cpus: int | None = None) -> int:
+def auto_num_workers(device_type: str, local_world_size: int = 1, cpus: int | None = None,
+                     dataset: Dataset | None = None) -> int:
     """``run.num_workers = "auto"``: no worker process on the CPU (training uses every core, and
-    a worker would take cores from it), and on CUDA the cores this process's share leaves after
-    the main process (``cpus // local_world_size - 1``), at least 1 and at most 8 (past that a
-    decoding loader outruns a GPU step; stylegan2-ada-pytorch's default is 3)."""
-    if device_type != "cuda":
+    a worker would take cores from it), nor for a ``dataset`` held in memory (its
+    ``decodes_per_item`` is false: indexing it takes microseconds, a worker would only add a copy
+    through shared memory); else, on CUDA, the cores this process's share leaves after the main
+    process (``cpus // local_world_size - 1``), at least 1 and at most 8 (past that a decoding
+    loader outruns a GPU step; stylegan2-ada-pytorch's default is 3). A dataset that does not
+    say (a plugin's) counts as decoding."""
+    if device_type != "cuda" or not getattr(dataset, "decodes_per_item", True):
         return 0
     if cpus is None:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

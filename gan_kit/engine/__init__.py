@@ -168,7 +168,8 @@ def real_loader(run: Run) -> GankitLoader:
                                 run.world_size)
     workers = run.recipe.run.num_workers
     if workers == "auto":
-        workers = auto_num_workers(run.device.type, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        workers = auto_num_workers(run.device.type, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                                   dataset=run.dataset)
     # uint8 batches: a quarter of the bytes through the workers' queues, the pinned copy and the
     # copy to the device; split_reals converts them to float there.
     return make_loader(run.dataset, sampler, workers, pin_memory=run.device.type == "cuda",

@@ -86,8 +86,8 @@ class RunOptions:
     max_skipped: int = option(100, help='With on_nonfinite = "skip": stop after this many skipped steps.', min=0)
     num_workers: int | Literal["auto"] = option(
         "auto", help='Data-loader worker processes (0 = load in the main process). "auto": 0 on the CPU (training '
-                     "takes every core), and on CUDA the cores left per process after the main one, 1 to 8; workers "
-                     "decode, batch and pin uint8 images while the GPU trains.",
+                     "takes every core) and for data held in memory, and on CUDA for data decoded per batch (cache = "
+                     "\"none\", a large folder or zip) the cores left per process after the main one, 1 to 8.",
         min=0, max=1024, hint='e.g. num_workers = 4; 0 loads in the main process; "auto" chooses by device')
     compile: bool = option(False, help="torch.compile G and D (recompiles at most once per phase).")
     tf32: bool = option(True, help="Allow TF32 matmul/convolution on CUDA (Ampere and newer).")
