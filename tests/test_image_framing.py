@@ -181,3 +181,14 @@ def test_an_inception_metric_on_an_rgba_set_is_one_line(tmp_path, tiny_recipe_te
     with pytest.raises(GankitError) as e:
         Run(recipe, plugins)
     assert "\n" not in str(e.value) and "4 channels" in str(e.value) and 'data.alpha = "composite"' in str(e.value)
+
+
+def test_pad_warns_of_upscaling_by_the_longer_side(tmp_path, tiny_recipe_text, write_recipe, caplog):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    Image.new("RGB", (8, 4), (1, 2, 3)).save(folder / "wide.png")  # crop upscales it 2x, pad does not
+    for fit, warned in (("crop", True), ("pad", False)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="gankit.data"):
+            _dataset(tmp_path, tiny_recipe_text, write_recipe, folder, f'fit = "{fit}"')
+        assert ("upscaled" in caplog.text) is warned, fit

@@ -315,7 +315,9 @@ class ImageFolder(DatasetFactory):
         framing = Framing(fit=o.fit, background=o.background, pad_color=o.pad_color)
         channels = 4 if o.alpha == "keep" else o.channels
         if zf is None:
-            warn_upscaled(_smallest_side(files[:32]), resolution, f"the smallest of the first images under {path}",
+            # fit = "pad" scales the longer side to the resolution, so that side says if it upscales
+            warn_upscaled(_smallest_side(files[:32], longer=o.fit == "pad"), resolution,
+                          f"the smallest of the first images under {path}",
                           interpolation="bicubic interpolation (Pillow)", recipe=recipe)
         else:
             lazy = archive.ZipImages(path, files, resolution, channels, o.on_corrupt, "data.path", labels,
@@ -329,13 +331,14 @@ class ImageFolder(DatasetFactory):
         return mirrored(ds, o.xflip)
 
 
-def _smallest_side(files: Sequence[Path]) -> int:
-    """The shortest image side among ``files`` (headers only; unreadable files left out), 0 if none."""
+def _smallest_side(files: Sequence[Path], longer: bool = False) -> int:
+    """The shortest image side among ``files`` (with ``longer``: the smallest of their longer
+    sides; headers only; unreadable files left out), 0 if none."""
     sides = []
     for p in files:
         try:
             with open_image(p) as im:
-                sides.append(min(im.size))
+                sides.append(max(im.size) if longer else min(im.size))
         except DECODE_ERRORS:
             continue
     return min(sides, default=0)
