@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import textwrap
 from pathlib import Path
@@ -48,5 +49,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)
+    # Libraries that configure logging in-process (import-linter's lint_imports, alembic under an
+    # Optuna SQLite storage) disable every logger that exists then; gankit's own warnings are
+    # what several tests read, so each test starts with them enabled.
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("gankit") and isinstance(logger, logging.Logger):
+            logger.disabled = False
     yield
     torch.set_num_threads(1)  # a test whose recipe sets run.threads must not slow the ones after it

@@ -47,3 +47,32 @@ def test_the_main_recipe_trains_any_other_data_set_with_one_set(tmp_path):
     Image.new("L", (16, 16), color=128).save(tmp_path / "a.png")
     r, _ = load_recipe(ROOT / "recipes" / "pggan.toml", ["data.name=image-folder", f"data.path={tmp_path}"])
     assert r.data.name == "image-folder" and r.resolution == 16
+
+
+def test_the_main_recipe_warns_once_naming_its_interpolation_and_the_key_that_silences_it(tmp_path):
+    # The first line is about the recipe itself: the 8x8 digits upscaled to 16x16. It names how
+    # (bicubic, data.interpolation) and data.upscale, which every data set takes, so that silencing
+    # it keeps --set data.name=... working.
+    import subprocess
+    import sys
+
+    def first_line(*sets: str) -> str:
+        cmd = [sys.executable, "-m", "gan_kit", "run", str(ROOT / "recipes" / "pggan.toml"), "--dry-run",
+               "--out", str(tmp_path / "r"), *[a for s in sets for a in ("--set", s)]]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return (done.stderr + done.stdout).splitlines()[0]
+
+    first = first_line()
+    assert first.startswith("warning: data.resolution: 16 is above the 8px of the digits' 8x8 images")
+    assert "upscaled 2x by bicubic interpolation (data.interpolation)" in first
+    assert 'data.upscale = "allow"' in first
+    assert "upscaled" not in first_line("data.upscale=allow")
+    from PIL import Image
+
+    from gan_kit.recipe import load_recipe
+
+    Image.new("L", (8, 8), color=128).save(tmp_path / "a.png")
+    r, _ = load_recipe(ROOT / "recipes" / "pggan.toml", ["data.name=image-folder", f"data.path={tmp_path}",
+                                                         "data.upscale=allow"])
+    assert r.data.name == "image-folder" and r.data.slot.upscale == "allow"

@@ -84,8 +84,11 @@ class RunOptions:
     on_nonfinite: Literal["stop", "skip"] = option(
         "stop", help='A NaN/inf loss: "stop" with a message (last checkpoint untouched) or "skip" the step.')
     max_skipped: int = option(100, help='With on_nonfinite = "skip": stop after this many skipped steps.', min=0)
-    num_workers: int = option(0, help="Data-loader worker processes (0 = load in the main process).",
-                              min=0, max=1024, hint="e.g. num_workers = 4; 0 loads in the main process")
+    num_workers: int | Literal["auto"] = option(
+        "auto", help='Data-loader worker processes (0 = load in the main process). "auto": 0 on the CPU (training '
+                     "takes every core) and for data held in memory, and on CUDA for data decoded per batch (cache = "
+                     "\"none\", a large folder or zip) the cores left per process after the main one, 1 to 8.",
+        min=0, max=1024, hint='e.g. num_workers = 4; 0 loads in the main process; "auto" chooses by device')
     compile: bool = option(False, help="torch.compile G's and D's training forwards: about two graphs per network per "
                                        "growth phase (trained, and frozen / no-grad), compiled on the phase's first "
                                        "step; dynamo's recompile limit is raised to fit the phase plan. Penalties "
@@ -160,6 +163,9 @@ class DataSlot:
         "train", help='Where metrics draw their real images: "train" = the training set; "full" = the same data set '
                       "without its max_images subset, so a limited-data run (data.max_images) is measured against the "
                       "whole distribution it samples rather than the few images D may have memorised.")
+    upscale: Literal["warn", "allow"] = option(
+        "warn", help='Images smaller than data.resolution are upscaled (G then learns interpolated pixels): "warn" says '
+                     'so once, naming the interpolation; "allow" says it is meant (any data set; silences the warning).')
 
 
 @attrs.frozen

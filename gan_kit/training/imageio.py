@@ -12,8 +12,9 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Literal
 
+import attrs
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -96,22 +97,97 @@ def list_images(folder: Path, recursive: bool = True, first_only: bool = False) 
 # ------------------------------------------------------------------------------ decoding --
 
 
-def to_mode(im: Image.Image, channels: int) -> Image.Image:
-    """A decoded PIL image as mode ``L`` (channels 1) or ``RGB`` (channels 3). Transparency is
-    composited over white; 16-bit and float grey images are scaled to 8 bits, not clipped."""
+#: Pillow modes that carry an alpha channel.
+ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
+
+RGB = tuple[int, int, int]
+
+
+@attrs.frozen
+class Framing:
+    """How an image of any shape and mode becomes a square of the target side.
+
+    fit:        ``"crop"``: the shorter side resized to the target, the centre square kept (the
+                part of a non-square image past it is lost); ``"pad"``: the longer side resized to
+                the target and the image centred on a square of ``pad_color`` (letterbox: the
+                whole image kept).
+    background: the colour (R, G, B, 0-255) transparency is composited over, unless alpha is kept
+                (4 channels).
+    pad_color:  the colour of the padding; None = ``background``. With alpha kept, padding is
+                transparent (alpha 0) in this colour.
+    """
+
+    fit: Literal["crop", "pad"] = "crop"
+    background: RGB = (255, 255, 255)
+    pad_color: RGB | None = None
+
+    @property
+    def pad(self) -> RGB:
+        return self.background if self.pad_color is None else self.pad_color
+
+
+#: The framing image-folder used before it had options: centre crop, composited over white.
+DEFAULT_FRAMING = Framing()
+
+
+def has_alpha(im: Image.Image) -> bool:
+    """Whether a decoded (or merely opened) image has transparency: an alpha channel, or a
+    palette / single colour marked transparent (PNG's tRNS, GIF's transparency index)."""
+    return im.mode in ALPHA_MODES or "transparency" in im.info
+
+
+def to_mode(im: Image.Image, channels: int, background: RGB = (255, 255, 255)) -> Image.Image:
+    """A decoded PIL image as mode ``L`` (channels 1), ``RGB`` (3) or ``RGBA`` (4: alpha kept,
+    255 where the image has none). Unless kept, transparency is composited over ``background``:
+    ``out = a * c + (1 - a) * background`` per channel, ``a = alpha / 255`` (Porter & Duff 1984,
+    "over"; Pillow's ``alpha_composite``); grey is the ITU-R 601 luma of the composite. 16-bit
+    and float grey images are scaled to 8 bits, not clipped."""
     if im.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
         arr = np.asarray(im, dtype=np.float32)
         top = 65535.0 if im.mode.startswith("I;16") or arr.max(initial=0) > 255 else 255.0
         if im.mode == "F" and arr.max(initial=0) <= 1.0:
             top = 1.0
         im = Image.fromarray(np.clip(arr / top * 255.0 + 0.5, 0, 255).astype(np.uint8), "L")
-    if im.mode == "P":
-        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
-    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+    target = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
+    if im.mode == target and (channels == 4 or not has_alpha(im)):
+        return im  # convert() would copy it unchanged
+    if channels == 4:
+        return im.convert("RGBA")
+    if has_alpha(im):
         rgba = im.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        im = Image.alpha_composite(background, rgba)
+        backdrop = Image.new("RGBA", rgba.size, (*background, 255))
+        im = Image.alpha_composite(backdrop, rgba)
     return im.convert("L" if channels == 1 else "RGB")
+
+
+def pad_resize(im: Image.Image, resolution: int, pad_color: RGB,
+               box: tuple[float, float, float, float] | None = None) -> Image.Image:
+    """Crop ``box`` (None = the whole image), resize so that the longer side is ``resolution``
+    (bicubic, antialiased when shrinking; the shorter side rounded, at least 1 pixel) and centre
+    the image on a ``resolution`` square of ``pad_color`` (letterbox; the odd pixel of padding
+    goes right / bottom). ``RGBA`` images are padded with transparent ``pad_color`` and resized
+    with premultiplied alpha, so transparent pixels' colours do not bleed into the edges."""
+    if box is not None:
+        im = im.crop(tuple(int(round(v)) for v in box))
+    w, h = im.size
+    s = resolution / max(w, h)
+    nw, nh = max(1, min(resolution, int(round(w * s)))), max(1, min(resolution, int(round(h * s))))
+    if (nw, nh) != (w, h):
+        if im.mode == "RGBA":
+            im = im.convert("RGBa").resize((nw, nh), Image.Resampling.BICUBIC).convert("RGBA")
+        else:
+            im = im.resize((nw, nh), Image.Resampling.BICUBIC)
+    if (nw, nh) == (resolution, resolution):
+        return im
+    if im.mode == "RGBA":
+        fill: object = (*pad_color, 0)
+    elif im.mode == "L":
+        fill = Image.new("RGB", (1, 1), tuple(pad_color)).convert("L").getpixel((0, 0))
+    else:
+        fill = tuple(pad_color)
+    canvas = Image.new(im.mode, (resolution, resolution), fill)
+    canvas.paste(im, ((resolution - nw) // 2, (resolution - nh) // 2))
+    return canvas
 
 
 def crop_resize(im: Image.Image, resolution: int, box: tuple[float, float, float, float] | None = None):
@@ -136,6 +212,8 @@ def crop_resize(im: Image.Image, resolution: int, box: tuple[float, float, float
     nw, nh = max(resolution, int(round(w * s))), max(resolution, int(round(h * s)))
     left, top = (nw - resolution) // 2, (nh - resolution) // 2
     if (nw, nh) == (w, h):
+        if (w, h) == (resolution, resolution):
+            return im  # already the square: crop() would copy it unchanged
         return im.crop((left, top, left + resolution, top + resolution))
     sx, sy = nw / w, nh / h
     source = (left / sx, top / sy, (left + resolution) / sx, (top + resolution) / sy)
@@ -171,12 +249,17 @@ def open_image(path: Source, name: str | None = None) -> Image.Image:
 
 
 def load_image(path: Source, resolution: int, channels: int, box_fn: BoxFn | None = None,
-               name: str | None = None) -> torch.Tensor:
+               name: str | None = None, framing: Framing = DEFAULT_FRAMING,
+               facts: dict | None = None) -> torch.Tensor:
     """Decode one image file (or open binary stream, called ``name`` in messages) to
-    ``uint8 [channels, resolution, resolution]``: EXIF orientation
-    applied, converted by ``to_mode``, cropped to ``box_fn(w, h)`` when given, then the centre
-    square resized (``crop_resize``). JPEGs without a box are decoded at a reduced scale in the
-    DCT domain (Pillow's draft mode) when that still covers ``resolution``.
+    ``uint8 [channels, resolution, resolution]`` (channels 1, 3, or 4 = RGBA with alpha kept):
+    EXIF orientation applied, converted by ``to_mode`` (transparency composited over
+    ``framing.background`` unless kept), cropped to ``box_fn(w, h)`` when given, then fitted to
+    the square by ``framing.fit``: the centre square resized (``crop_resize``) or the whole image
+    letterboxed (``pad_resize``). JPEGs without a box are decoded at a reduced scale in the DCT
+    domain (Pillow's draft mode) when that still covers ``resolution``. ``facts``, when given, is
+    filled with ``size`` ((w, h) as decoded, after EXIF orientation) and ``alpha`` (whether the
+    image had transparency).
 
     Raises ``ImageTooLarge`` (a ValueError) for an image over ``PIL.Image.MAX_IMAGE_PIXELS``
     before its pixel data is decoded, and ``OSError`` / ``ValueError`` (Pillow's errors) for a
@@ -184,15 +267,22 @@ def load_image(path: Source, resolution: int, channels: int, box_fn: BoxFn | Non
     """
     with open_image(path, name) as im:
         if im.format == "JPEG" and box_fn is None:
-            im.draft("L" if channels == 1 else "RGB", (resolution, resolution))  # DCT-domain downscale
+            # DCT-domain downscale; both sides stay >= resolution, enough for crop and pad alike
+            im.draft("L" if channels == 1 else "RGB", (resolution, resolution))
         im.load()  # raises for truncated data
-        im = ImageOps.exif_transpose(im)
-        im = to_mode(im, channels)
+        ImageOps.exif_transpose(im, in_place=True)  # without an orientation tag: no copy
+        if facts is not None:
+            facts["size"], facts["alpha"] = im.size, has_alpha(im)
+        im = to_mode(im, channels, framing.background)
         box = box_fn(*im.size) if box_fn is not None else None
-        im = crop_resize(im, resolution, box)
+        if framing.fit == "pad":
+            im = pad_resize(im, resolution, framing.pad, box)
+        else:
+            im = crop_resize(im, resolution, box)
         arr = np.asarray(im, dtype=np.uint8)
-    t = torch.from_numpy(arr.copy())
-    return t.unsqueeze(0) if t.ndim == 2 else t.permute(2, 0, 1).contiguous()
+    # One copy from the (read-only) pixel buffer into the contiguous [C, H, W] tensor.
+    chw = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+    return torch.from_numpy(chw.copy())  # order "C": contiguous
 
 
 #: What decoding a bad file raises: Pillow's errors for corrupt or truncated data, and ImageTooLarge.

@@ -41,7 +41,7 @@ from PIL import UnidentifiedImageError
 
 from gan_kit.training.data import FileImages
 from gan_kit.base.errors import GankitError
-from gan_kit.training.imageio import IMAGE_EXTENSIONS, load_image, open_image, reason
+from gan_kit.training.imageio import DEFAULT_FRAMING, IMAGE_EXTENSIONS, Framing, has_alpha, load_image, open_image, reason
 
 #: The labels file of the layout, at the top of the archive or folder.
 LABELS_FILE = "dataset.json"
@@ -161,8 +161,9 @@ class ZipImages(FileImages):
     remedy = "re-create the archive without it (or fix the member)"
 
     def __init__(self, archive: Path, members: Sequence[str], resolution: int, channels: int, on_corrupt: str = "skip",
-                 key: str = "data.path", labels: torch.Tensor | None = None, num_classes: int = 0):
-        super().__init__(list(members), resolution, channels, on_corrupt, None, key, labels, num_classes)
+                 key: str = "data.path", labels: torch.Tensor | None = None, num_classes: int = 0,
+                 framing: Framing = DEFAULT_FRAMING):
+        super().__init__(list(members), resolution, channels, on_corrupt, None, key, labels, num_classes, framing)
         self.archive = Path(archive)
         self._zip: zipfile.ZipFile | None = None
         self._pid = -1
@@ -176,22 +177,24 @@ class ZipImages(FileImages):
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_zip": None, "_pid": -1}  # a spawned worker opens its own
 
-    def _load(self, j: int) -> torch.Tensor:
+    def _load(self, j: int, facts: dict | None = None) -> torch.Tensor:
         name = self.files[j]
         try:
             return load_image(io.BytesIO(read_member(self.handle(), name)), self.resolution, self.channels,
-                              name=PurePosixPath(name).name)
+                              name=PurePosixPath(name).name, framing=self.framing, facts=facts)
         except UnidentifiedImageError:  # Pillow's message would name the in-memory stream object
             raise OSError("cannot identify image file") from None
 
     def _describe(self, j: int) -> str:
         return f"{self.files[j]} in archive {self.archive}"
 
-    def header(self, j: int) -> None:
-        """Read item ``j``'s image header only (its size and format); raises what ``_load`` does."""
+    def header(self, j: int) -> dict:
+        """Read item ``j``'s image header only: ``{"size": (w, h), "alpha": has transparency}``
+        (size before EXIF orientation, which does not change squareness); raises what ``_load``
+        does."""
         try:
-            with self.handle().open(self.files[j]) as f, open_image(f, PurePosixPath(self.files[j]).name):
-                pass
+            with self.handle().open(self.files[j]) as f, open_image(f, PurePosixPath(self.files[j]).name) as im:
+                return {"size": im.size, "alpha": has_alpha(im)}
         except UnidentifiedImageError:  # Pillow's message would name the member's stream object
             raise OSError("cannot identify image file") from None
         except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError) as e:  # Pillow's own errors pass as they are

@@ -23,7 +23,6 @@ run saves them absolute, so resuming works from any directory.
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 from pathlib import Path
@@ -35,16 +34,14 @@ import torch.nn.functional as F
 
 from gan_kit import DatasetFactory, hookimpl, option
 from gan_kit.builtin.data import archive
-from gan_kit.training.data import FileImages, TensorImages, UInt8Images, mirrored
+from gan_kit.builtin.data.file_sets import AUTO_CACHE_BYTES, file_set  # noqa: F401  (AUTO_CACHE_BYTES: re-exported)
+from gan_kit.training.data import TensorImages, mirrored
 from gan_kit.base.errors import GankitError
 # load_image is re-exported: scripts and plugins import it from here.
-from gan_kit.training.imageio import (DECODE_ERRORS, IMAGE_EXTENSIONS, BoxFn, decode_all, list_images, load_image,  # noqa: F401
-                             open_image, reason, resize_uint8)
+from gan_kit.training.imageio import (DECODE_ERRORS, IMAGE_EXTENSIONS, Framing, list_images, load_image, open_image,  # noqa: F401
+                             reason, resize_uint8)
 
 log = logging.getLogger("gankit.data")
-
-#: ``cache = "auto"`` keeps decoded images in memory up to this many bytes.
-AUTO_CACHE_BYTES = 2 * 1024**3
 
 XFLIP_HELP = ("Double the data set with left-right mirrored copies (item i + N is item i flipped; labels kept), "
                "as stylegan2-ada-pytorch's --mirror; not an augmentation of D's inputs.")
@@ -84,90 +81,24 @@ def resolve_path(value: str, recipe: Any, key: str = "data.path") -> Path:
     return _base_dir(recipe) / p
 
 
-def warn_upscaled(native: int, resolution: int, what: str, other_fix: str = "or use larger images") -> None:
+def warn_upscaled(native: int, resolution: int, what: str, other_fix: str = "or use larger images",
+                  interpolation: str = "bicubic interpolation", recipe: Any = None) -> None:
     """One warning when ``data.resolution`` is above the images' own side ``native`` (pixels,
-    the shorter side): they are upscaled, so G learns blurred, interpolated images (rank 0 only
-    under several processes). ``other_fix`` ends the message after "set data.resolution = N, "."""
+    the shorter side): they are upscaled with ``interpolation`` (named in the line, with the key
+    that sets it if any), so G learns blurred, interpolated images (rank 0 only under several
+    processes). ``other_fix`` comes after "set data.resolution = N, "; every line also names
+    ``data.upscale = "allow"``, the key every data set takes to say it is meant (``recipe``'s
+    ``data.upscale = "allow"`` silences it)."""
     import os
 
+    slot = getattr(getattr(recipe, "data", None), "slot", None)
+    if getattr(slot, "upscale", "warn") == "allow":
+        return
     if 0 < native < resolution and os.environ.get("RANK", "0") == "0":
-        log.warning("warning: data.resolution: %d is above the %dpx of %s: the images are upscaled %.3gx (G learns "
-                    "interpolated pixels); set data.resolution = %d, %s", resolution, native, what,
-                    resolution / native, native, other_fix)
-
-
-def _report_skipped(key: str, where: Path, skipped: list[tuple[str, str]], total: int) -> None:
-    shown = "; ".join(f"{name} ({why})" for name, why in skipped[:10])
-    more = f"; and {len(skipped) - 10} more" if len(skipped) > 10 else ""
-    log.warning("warning: %s: skipped %d unreadable image file%s of %d under %s: %s%s "
-                "(set data.on_corrupt = \"error\" to stop instead)", key, len(skipped),
-                "" if len(skipped) == 1 else "s", total, where, shown, more)
-
-
-def _relative(p: Path | str, where: Path) -> str:
-    if isinstance(p, str):  # a zip archive's member name
-        return p
-    try:
-        return p.relative_to(where).as_posix()
-    except ValueError:
-        return str(p)
-
-
-def file_set(files: Sequence[Path], labels: torch.Tensor | None, num_classes: int, resolution: int,
-              channels: int, on_corrupt: str, cache: str, box_fn: BoxFn | None, key: str, where: Path,
-              prefix: str, check_headers: bool = True, lazy: FileImages | None = None):
-    """The dataset of image ``files`` (with their ``labels``): decoded once into memory
-    (``cache = "memory"``, or ``"auto"`` within AUTO_CACHE_BYTES) or per access (``"none"``).
-    Unreadable files are skipped with one warning naming them, or are a GankitError naming
-    ``key`` and the file (``on_corrupt = "error"``). The dataset gets ``files`` (each item's file)
-    and ``skipped`` (``(path relative to where, reason)`` of each file left out). With ``cache =
-    "none"`` only the headers are read now, and not even those without ``check_headers`` (for
-    sets of many known files, such as CelebA's 200k, where opening each at start takes minutes).
-    ``lazy``: the per-access dataset of all ``files`` when they are not files on disk (a zip
-    archive's ``ZipImages``, whose ``files`` are member names)."""
-    if lazy is None:
-        lazy = FileImages(files, resolution, channels, on_corrupt, box_fn, key, labels, num_classes)
-    per_image = channels * resolution * resolution
-    if cache == "auto":
-        cache = "memory" if len(files) * per_image <= AUTO_CACHE_BYTES else "none"
-    if cache == "none":  # only the header is read now; truncated data is found when decoded
-        def check(j: int):
-            try:
-                if hasattr(lazy, "header"):
-                    lazy.header(j)
-                else:
-                    with open_image(files[j]):
-                        pass
-            except DECODE_ERRORS as e:
-                return e
-            return None
-        outcome = [check(j) if check_headers else None for j in range(len(files))]
-    else:
-        outcome = decode_all(list(range(len(files))), resolution, channels, load=lazy._load)
-    keep, skipped = [], []
-    for i, (p, item) in enumerate(zip(files, outcome)):
-        if isinstance(item, BaseException):
-            if on_corrupt == "error":
-                raise GankitError(f"{prefix}{key}: cannot read image {lazy._describe(i)} ({reason(item)}); "
-                                  f"{lazy.remedy} or set data.on_corrupt = \"skip\"")
-            skipped.append((_relative(p, where), reason(item)))
-        else:
-            keep.append(i)
-    if skipped:
-        _report_skipped(key, where, skipped, len(files))
-    if not keep:
-        first = f" (first: {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
-        raise GankitError(f"{prefix}{key}: none of the {len(files)} image files under {where} could be read{first}")
-    kept_files = [files[i] for i in keep]
-    kept_labels = labels[torch.as_tensor(keep)] if labels is not None else None
-    if cache == "none":
-        ds = copy.copy(lazy)
-        ds.files, ds.bad = kept_files, set()
-        ds._set_labels(kept_labels, num_classes)
-    else:
-        ds = UInt8Images(torch.stack([outcome[i] for i in keep]), kept_labels, num_classes)
-    ds.files, ds.skipped = kept_files, skipped
-    return ds
+        log.warning("warning: data.resolution: %d is above the %dpx of %s: the images are upscaled %.3gx by %s "
+                    "(G learns interpolated pixels); set data.resolution = %d, %s, or set data.upscale = \"allow\" "
+                    "to upscale on purpose (silences this)", resolution, native, what, resolution / native,
+                    interpolation, native, other_fix)
 
 
 # --------------------------------------------------------------------------------- digits --
@@ -212,8 +143,9 @@ class Digits(DatasetFactory):
         recipe = self.context.recipe
         chosen = recipe is not None and "interpolation" in ((getattr(recipe, "raw", None) or {}).get("data") or {})
         if not chosen:
-            warn_upscaled(8, resolution, "the digits' 8x8 images", 'or name data.interpolation (e.g. "bicubic") '
-                                                                   "to upscale on purpose")
+            mode = self.options.interpolation
+            warn_upscaled(8, resolution, "the digits' 8x8 images", f'or name data.interpolation (e.g. "{mode}")',
+                          interpolation=f"{mode} interpolation (data.interpolation)", recipe=recipe)
         if resolution != 8:
             mode = self.options.interpolation
             kwargs = {"align_corners": False} if mode != "nearest" else {}
@@ -269,6 +201,13 @@ def folder_classes(folder: Path, files: Sequence[Path]) -> tuple[list[str], torc
     return classes, torch.tensor([index[parts[0]] for parts in firsts], dtype=torch.int64)
 
 
+def _rgb(v) -> str | None:
+    """A colour option's problem: not three integers 0-255."""
+    if any(not 0 <= c <= 255 for c in v):
+        return f"must be [R, G, B] with each 0-255, got {list(v)}"
+    return None
+
+
 class ImageFolder(DatasetFactory):
     """Every image file under a folder or in a zip archive (png, jpg, jpeg, bmp, webp, gif; stylegan2-ada-pytorch's dataset_tool layout with dataset.json labels), resized and center-cropped to data.resolution."""
 
@@ -277,7 +216,21 @@ class ImageFolder(DatasetFactory):
         path: str = option(help="Folder of images or .zip archive of them (absolute, or relative to the folder of the "
                                 "recipe file that sets it; saved absolute); a zip, e.g. from stylegan2-ada-pytorch's "
                                 "dataset_tool.py, is read lazily.", path=True)
-        channels: Literal[1, 3] = option(3, help="1 = grey (luma), 3 = RGB; transparency is composited over white.")
+        channels: Literal[1, 3] = option(3, help="1 = grey (luma), 3 = RGB (4 with alpha = \"keep\").")
+        alpha: Literal["composite", "keep"] = option(
+            "composite", help='Transparent images (RGBA, LA, palette with transparency): "composite" flattens them onto '
+                              'data.background (out = a * colour + (1 - a) * background); "keep" keeps alpha as a 4th '
+                              "channel (RGBA, 4 channels; opaque images get alpha 255; needs channels = 3).")
+        background: tuple[int, int, int] = option(
+            (255, 255, 255), help="[R, G, B] (0-255) that transparency is composited over (alpha = \"composite\").",
+            validator=_rgb)
+        fit: Literal["crop", "pad"] = option(
+            "crop", help='Non-square images: "crop" resizes the shorter side to data.resolution and keeps the centre '
+                         'square (the ends are cut off); "pad" resizes the longer side and letterboxes the whole image '
+                         "on data.pad_color.")
+        pad_color: tuple[int, int, int] | None = option(
+            None, help='[R, G, B] (0-255) of the padding of fit = "pad"; None = data.background. With alpha = "keep" '
+                       "the padding is transparent (alpha 0).", validator=lambda v: None if v is None else _rgb(v))
         recursive: bool = option(True, help="Also read images in sub-folders (hidden files and folders are ignored; "
                                             "symbolic links to folders and files are followed, each real one once).")
         on_corrupt: Literal["skip", "error"] = option(
@@ -299,6 +252,9 @@ class ImageFolder(DatasetFactory):
 
     @classmethod
     def problems(cls, options, recipe):
+        if options.alpha == "keep" and options.channels != 3:
+            return [("alpha", 'alpha = "keep" gives RGBA (4 channels) and needs channels = 3; set channels = 3, or '
+                              'alpha = "composite" for grey images')]
         if options.num_classes is not None and options.labels not in ("auto", "dataset.json"):
             return [("num_classes", f'num_classes counts dataset.json labels; with labels = "{options.labels}" '
                                     f"leave it out")]
@@ -357,27 +313,33 @@ class ImageFolder(DatasetFactory):
         except GankitError as e:
             raise GankitError(f"{prefix}data.labels: {e}") from None
         lazy = None
+        framing = Framing(fit=o.fit, background=o.background, pad_color=o.pad_color)
+        channels = 4 if o.alpha == "keep" else o.channels
         if zf is None:
-            warn_upscaled(_smallest_side(files[:32]), resolution, f"the smallest of the first images under {path}")
+            # fit = "pad" scales the longer side to the resolution, so that side says if it upscales
+            warn_upscaled(_smallest_side(files[:32], longer=o.fit == "pad"), resolution,
+                          f"the smallest of the first images under {path}",
+                          interpolation="bicubic interpolation (Pillow)", recipe=recipe)
         else:
-            lazy = archive.ZipImages(path, files, resolution, o.channels, o.on_corrupt, "data.path", labels,
-                                     num_classes)
+            lazy = archive.ZipImages(path, files, resolution, channels, o.on_corrupt, "data.path", labels,
+                                     num_classes, framing)
             lazy._zip, lazy._pid = zf, os.getpid()  # the handle the listing opened serves this process
-        ds = file_set(files, labels, num_classes, resolution, o.channels, o.on_corrupt, o.cache, None,
-                       "data.path", path, prefix, lazy=lazy)
+        ds = file_set(files, labels, num_classes, resolution, channels, o.on_corrupt, o.cache, None,
+                       "data.path", path, prefix, lazy=lazy, framing=framing, report_fit=True)
         if lazy is not None and not isinstance(ds, archive.ZipImages):
             lazy.close()  # decoded into memory: the archive is not read again
         ds.classes = classes  # class names in label order ([] when unlabelled or numbered by dataset.json)
         return mirrored(ds, o.xflip)
 
 
-def _smallest_side(files: Sequence[Path]) -> int:
-    """The shortest image side among ``files`` (headers only; unreadable files left out), 0 if none."""
+def _smallest_side(files: Sequence[Path], longer: bool = False) -> int:
+    """The shortest image side among ``files`` (with ``longer``: the smallest of their longer
+    sides; headers only; unreadable files left out), 0 if none."""
     sides = []
     for p in files:
         try:
             with open_image(p) as im:
-                sides.append(min(im.size))
+                sides.append(max(im.size) if longer else min(im.size))
         except DECODE_ERRORS:
             continue
     return min(sides, default=0)

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from gan_kit import DatasetFactory, hookimpl, option
-from gan_kit.builtin.data.datasets import XFLIP_HELP, file_set, recipe_label, resize_uint8, resolve_path, warn_upscaled, written
+from gan_kit.builtin.data.datasets import XFLIP_HELP, recipe_label, resize_uint8, resolve_path, warn_upscaled, written
+from gan_kit.builtin.data.file_sets import file_set
 from gan_kit.training.data import UInt8Images, mirrored
 from gan_kit.base.errors import GankitError
 from gan_kit.training.imageio import list_images, reason
@@ -67,7 +68,7 @@ class _TorchvisionSet(DatasetFactory):
 
     def _finish(self, images: torch.Tensor, resolution: int, labels: torch.Tensor | None = None,
                 num_classes: int = 0):
-        warn_upscaled(min(images.shape[-2:]), resolution, f"{self.title}'s images")
+        warn_upscaled(min(images.shape[-2:]), resolution, f"{self.title}'s images", recipe=self.context.recipe)
         ds = UInt8Images(resize_uint8(images, resolution, self.options.channels), labels, num_classes)
         return mirrored(ds, self.options.xflip)
 

@@ -78,6 +78,11 @@ class FeatureMetric(FromOptions):
         msg = fx.extractor_problem(self.metric_name, self.options.feature_extractor, self.options.weights)
         if msg:
             raise GankitError(msg)
+        channels = int(getattr(self.context, "channels", 0) or 0)
+        if channels not in (0, 1, 3):  # 0: built without a data set (gankit eval reads it later)
+            raise GankitError(f"{self.metric_name}: the Inception network takes RGB or grey images, and the data set's "
+                              f"have {channels} channels (data.alpha = \"keep\" gives RGBA); set data.alpha = "
+                              f"\"composite\" for this metric, or measure with swd, which takes any channels")
         _LIVE.add(self)
 
     def keep(self) -> frozenset[str]:

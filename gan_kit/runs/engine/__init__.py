@@ -14,6 +14,7 @@ fires from a ``finally``, on success, error and interrupt alike.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,7 +22,7 @@ from typing import Any, Mapping
 import torch
 
 from gan_kit.plugin_api.components import DInputs, GInputs, bind_labels
-from gan_kit.training.data import GankitLoader, PhaseBatchSampler, make_loader
+from gan_kit.training.data import GankitLoader, PhaseBatchSampler, auto_num_workers, make_loader, to_float_images
 from gan_kit.training.ema import ema_beta, update_ema
 from gan_kit.runs.engine.interrupts import interrupts, stop_on_interrupt
 from gan_kit.runs.engine.stats import StepStats, stack_stats
@@ -37,7 +38,7 @@ from gan_kit.base.stash import StashKey
 from gan_kit.training.step import StepContext
 from gan_kit.training.step.finite import scale_of
 
-__all__ = ["Run", "train", "train_step", "split_reals", "lazy_regularization", "Ticks", "resolve_device", "preflight"]
+__all__ = ["Run", "train", "train_step", "real_loader", "split_reals", "lazy_regularization", "Ticks", "resolve_device", "preflight"]
 
 
 def train(run: Run, *, resume: bool | str | Path | ResumePoint = False, max_steps: int | None = None,
@@ -64,7 +65,7 @@ def train(run: Run, *, resume: bool | str | Path | ResumePoint = False, max_step
 
 
 def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
-    loader = _real_loader(run)
+    loader = real_loader(run)
     batches = iter(loader)  # make_loader's loader raises a worker's GankitError as its one line
     ticks = Ticks(run)
     error: BaseException | None = None
@@ -179,9 +180,10 @@ def _open_run_dir(run: Run, resume: bool | str | Path | ResumePoint, overwrite: 
     return lock
 
 
-def _real_loader(run: Run) -> GankitLoader:
+def real_loader(run: Run) -> GankitLoader:
     """The loader of each iteration's real images ``[d_steps * N, C, R, R]`` (final resolution R,
-    this process's share), from the data stream position ``cur_nimg``."""
+    this process's share; uint8 when the data set has ``uint8_items``), from the data stream
+    position ``cur_nimg``, with ``run.num_workers`` worker processes ("auto": by device)."""
     d_steps = run.strategy.d_steps
 
     def batch_for(position: int) -> tuple[int, int]:
@@ -189,8 +191,14 @@ def _real_loader(run: Run) -> GankitLoader:
 
     sampler = PhaseBatchSampler(len(run.dataset), run.recipe.run.seed, run.cur_nimg, batch_for, run.rank,
                                 run.world_size)
-    return make_loader(run.dataset, sampler, run.recipe.run.num_workers, pin_memory=run.device.type == "cuda",
-                       with_labels=run.num_classes > 0)  # a conditional run's batches are (images, labels)
+    workers = run.recipe.run.num_workers
+    if workers == "auto":
+        workers = auto_num_workers(run.device.type, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                                   dataset=run.dataset)
+    # uint8 batches: a quarter of the bytes through the workers' queues, the pinned copy and the
+    # copy to the device; split_reals converts them to float there.
+    return make_loader(run.dataset, sampler, workers, pin_memory=run.device.type == "cuda",
+                       with_labels=run.num_classes > 0, uint8=True)  # a conditional run's batches are (images, labels)
 
 
 def _enter_phase(run: Run, phase: Phase, *, first: bool) -> None:
@@ -213,9 +221,9 @@ def _enter_phase(run: Run, phase: Phase, *, first: bool) -> None:
 
 
 def split_reals(run: Run, phase: Phase, batch: torch.Tensor) -> list[torch.Tensor]:
-    """The ``d_steps`` real batches of an iteration, on the device, at the phase's resolution and
-    fade-in alpha."""
-    batch = batch.to(run.device, non_blocking=True)
+    """The ``d_steps`` real batches of an iteration, on the device, float in [-1, 1] (a uint8
+    ``batch`` is converted there, after the copy), at the phase's resolution and fade-in alpha."""
+    batch = to_float_images(batch.to(run.device, non_blocking=True))  # uint8 -> [-1, 1] on the device
     if run.recipe.run.channels_last:
         batch = batch.contiguous(memory_format=torch.channels_last)
     d_steps = run.strategy.d_steps

@@ -12,10 +12,10 @@ import torch
 from torch.utils.data import Dataset
 
 from gan_kit.base.errors import GankitError
-from gan_kit.training.imageio import DECODE_ERRORS, BoxFn, load_image, reason
+from gan_kit.training.imageio import DECODE_ERRORS, DEFAULT_FRAMING, BoxFn, Framing, load_image, reason
 
 __all__ = ["check_labels", "ImageDataset", "TensorImages", "UInt8Images", "FileImages", "XFlip", "mirrored",
-           "collate_images", "collate_images_labels"]
+           "collate_images", "collate_images_labels", "to_float_images", "has_uint8_batches"]
 
 log = logging.getLogger("gankit.data")
 
@@ -45,6 +45,9 @@ class ImageDataset(Dataset):
 
     labels: torch.Tensor | None = None
     num_classes: int = 0
+    #: Whether fetching an item reads and decodes a file (worth loader worker processes) rather
+    #: than indexing memory (where a worker only adds the copy through shared memory).
+    decodes_per_item: bool = False
 
     def _set_labels(self, labels, num_classes: int) -> None:
         self.labels = check_labels(labels, len(self), num_classes)
@@ -60,6 +63,24 @@ class ImageDataset(Dataset):
 def _to_float(x: torch.Tensor) -> torch.Tensor:
     """``uint8`` images -> float in [-1, 1]."""
     return x.float().div_(127.5).sub_(1.0)
+
+
+def to_float_images(x: torch.Tensor) -> torch.Tensor:
+    """Images as the networks take them: ``uint8 [N, C, H, W]`` (0..255) -> float32 in [-1, 1]
+    (``x / 127.5 - 1``, the same operations, so the same values, as a dataset's float items), on
+    ``x``'s device; float images are returned as they are. The training loop calls it after the
+    copy to the device, so the CPU never converts (or holds) float batches (stylegan2-ada-pytorch's
+    training loop does the same: ``phase_real_img.to(device).to(torch.float32) / 127.5 - 1``)."""
+    return _to_float(x) if x.dtype == torch.uint8 else x
+
+
+def has_uint8_batches(dataset: Dataset) -> bool:
+    """Whether ``dataset`` can give its batches as ``uint8`` (``uint8_items(indices)``): the
+    in-memory uint8 and on-disk sets, and their mirrored doubles; not float sets (``TensorImages``,
+    a plugin's own dataset without the method)."""
+    if isinstance(dataset, XFlip):
+        return has_uint8_batches(dataset.base)
+    return callable(getattr(dataset, "uint8_items", None))
 
 
 class TensorImages(ImageDataset):
@@ -100,21 +121,30 @@ class UInt8Images(ImageDataset):
         idx = torch.as_tensor(indices, dtype=torch.long)
         return self._batch(_to_float(self.images[idx]), idx)
 
+    def uint8_items(self, indices: list[int]):
+        """``__getitems__`` without the float conversion: ``uint8 [N, C, H, W]`` images (or
+        ``(images, labels)``), a quarter of the bytes to copy to the device."""
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        return self._batch(self.images[idx], idx)
+
 
 class FileImages(ImageDataset):
     """Images decoded from files on every access (``gan_kit.training.imageio.load_image``), for folders too
     large to hold in memory; optionally with ``labels [N]`` (one per file).
 
-    A file that fails to decode is, with ``on_corrupt="skip"``, replaced by the next readable
+    ``channels``: 1, 3, or 4 (RGBA, alpha kept); ``framing``: crop or pad, and the colours
+    (``gan_kit.training.imageio.Framing``). A file that fails to decode is, with ``on_corrupt="skip"``,
+    replaced by the next readable
     file (deterministically; its label comes with it) and reported once by name; with ``"error"``
     it raises GankitError naming ``key`` and the file.
     """
 
     def __init__(self, files: Sequence[Path], resolution: int, channels: int, on_corrupt: str = "skip",
                  box_fn: BoxFn | None = None, key: str = "data.path", labels: torch.Tensor | None = None,
-                 num_classes: int = 0):
+                 num_classes: int = 0, framing: Framing = DEFAULT_FRAMING):
         self.files = list(files)
         self.resolution, self.channels, self.on_corrupt = resolution, channels, on_corrupt
+        self.framing = framing
         self.box_fn, self.key = box_fn, key
         self.bad: set[int] = set()
         self._set_labels(labels, num_classes)
@@ -123,6 +153,18 @@ class FileImages(ImageDataset):
         return len(self.files)
 
     def __getitem__(self, i: int):
+        image, j = self._fetch(i)
+        return self._item(_to_float(image), j)
+
+    def uint8_items(self, indices: list[int]):
+        """Items ``indices`` decoded, as ``uint8 [N, C, H, W]`` (or ``(images, labels)``): what
+        a loader worker sends to the main process (a quarter of float32's bytes)."""
+        fetched = [self._fetch(i) for i in indices]
+        images = torch.stack([image for image, _ in fetched])
+        return self._batch(images, torch.as_tensor([j for _, j in fetched], dtype=torch.long))
+
+    def _fetch(self, i: int) -> tuple[torch.Tensor, int]:
+        """``(uint8 image, index of the file it came from)`` of item ``i`` (see the class doc)."""
         n = len(self.files)
         for k in range(n):
             j = (i + k) % n
@@ -137,13 +179,17 @@ class FileImages(ImageDataset):
                 self.bad.add(j)
                 log.warning("warning: %s: skipped unreadable image %s (%s)", self.key, self._describe(j), reason(e))
                 continue
-            return self._item(_to_float(image), j)
+            return image, j
         raise GankitError(f"{self.key}: none of the {n} image files could be read")
 
     remedy = "remove the file"  # the first half of a corrupt file's fix in the one-line error
+    decodes_per_item = True
 
-    def _load(self, j: int) -> torch.Tensor:  # uint8 [C, res, res]; raises one of DECODE_ERRORS
-        return load_image(self.files[j], self.resolution, self.channels, self.box_fn)
+    def _load(self, j: int, facts: dict | None = None) -> torch.Tensor:
+        """File ``j`` as ``uint8 [C, res, res]`` (``load_image``; ``facts`` filled as there);
+        raises one of DECODE_ERRORS."""
+        return load_image(self.files[j], self.resolution, self.channels, self.box_fn, framing=self.framing,
+                          facts=facts)
 
     def _describe(self, j: int) -> str:  # item j's file as messages name it
         return str(self.files[j])
@@ -193,6 +239,16 @@ class XFlip(Dataset):
             images, labels = _split(self.base.__getitems__(src))
         else:
             images, labels = collate_images_labels([self.base[j] for j in src])
+        return self._flip(idx, images, labels)
+
+    def uint8_items(self, indices: list[int]):
+        """``__getitems__`` of the base's ``uint8_items``: uint8 images, mirrored the same way.
+        Raises AttributeError when the base has none (``has_uint8_batches`` tells)."""
+        idx = torch.as_tensor(indices, dtype=torch.long) % (2 * self.n)
+        images, labels = _split(self.base.uint8_items((idx % self.n).tolist()))
+        return self._flip(idx, images, labels)
+
+    def _flip(self, idx: torch.Tensor, images: torch.Tensor, labels: torch.Tensor | None):
         flipped = (idx >= self.n).view(-1, *([1] * (images.ndim - 1)))
         images = torch.where(flipped, images.flip(-1), images)
         return images if labels is None else (images, labels)

@@ -9,16 +9,17 @@ import atexit
 import functools
 import multiprocessing
 import multiprocessing.util  # noqa: F401  (its exit handler must be registered before ours)
+import os
 import weakref
 from typing import Callable, Iterable, Iterator
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from gan_kit.training.data.datasets import collate_images, collate_images_labels
+from gan_kit.training.data.datasets import collate_images, collate_images_labels, has_uint8_batches
 from gan_kit.base.errors import GankitError
 
-__all__ = ["index_at", "PhaseBatchSampler", "GankitLoader", "iter_batches", "make_loader"]
+__all__ = ["index_at", "PhaseBatchSampler", "GankitLoader", "iter_batches", "make_loader", "auto_num_workers"]
 
 
 # --------------------------------------------------------------------------------- sampler --
@@ -104,12 +105,14 @@ class _WorkerError:
         return rebuilt if str(rebuilt) == self.message else GankitError(self.message)
 
 
-class _WorkerSide(Dataset):
-    """Runs in the worker processes: fetches a batch from ``dataset`` (its ``__getitems__`` when
-    it has one) and returns a GankitError as a ``_WorkerError`` value instead of raising it."""
+class _Batches(Dataset):
+    """What the loader indexes: fetches a batch from ``dataset`` in one call (its ``uint8_items``
+    with ``uint8``, else its ``__getitems__`` when it has one, else item by item). With
+    ``catch`` (in worker processes) a GankitError comes back as a ``_WorkerError`` value instead
+    of being raised."""
 
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
+    def __init__(self, dataset: Dataset, uint8: bool, catch: bool):
+        self.dataset, self.uint8, self.catch = dataset, uint8, catch
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -119,10 +122,14 @@ class _WorkerSide(Dataset):
 
     def __getitems__(self, indices: list[int]):
         try:
+            if self.uint8:
+                return self.dataset.uint8_items(indices)
             if hasattr(self.dataset, "__getitems__"):
                 return self.dataset.__getitems__(indices)
             return [self.dataset[i] for i in indices]
         except GankitError as e:
+            if not self.catch:
+                raise
             return _WorkerError(e)
 
 
@@ -218,15 +225,37 @@ def _reap_workers(at_exit: bool = False) -> None:
 atexit.register(_reap_workers, at_exit=True)
 
 
+def auto_num_workers(device_type: str, local_world_size: int = 1, cpus: int | None = None,
+                     dataset: Dataset | None = None) -> int:
+    """``run.num_workers = "auto"``: no worker process on the CPU (training uses every core, and
+    a worker would take cores from it), nor for a ``dataset`` held in memory (its
+    ``decodes_per_item`` is false: indexing it takes microseconds, a worker would only add a copy
+    through shared memory); else, on CUDA, the cores this process's share leaves after the main
+    process (``cpus // local_world_size - 1``), at least 1 and at most 8 (past that a decoding
+    loader outruns a GPU step; stylegan2-ada-pytorch's default is 3). A dataset that does not
+    say (a plugin's) counts as decoding."""
+    if device_type != "cuda" or not getattr(dataset, "decodes_per_item", True):
+        return 0
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, cpus // max(1, local_world_size) - 1))
+
+
 def make_loader(dataset: Dataset, sampler: PhaseBatchSampler, num_workers: int, pin_memory: bool,
-                with_labels: bool = False) -> GankitLoader:
+                with_labels: bool = False, uint8: bool = False) -> GankitLoader:
     """The training loader: batches of ``sampler``'s indices, collated by ``collate_images``
     (images ``[N, C, H, W]``) or, with ``with_labels``, ``collate_images_labels`` (``(images,
-    labels)``, labels None for an unlabelled set). With ``num_workers > 0`` a GankitError raised
-    while fetching a batch in a worker is raised by the iterator as the same one-line error."""
+    labels)``, labels None for an unlabelled set). With ``uint8`` a dataset that has
+    ``uint8_items`` (``has_uint8_batches``) gives ``uint8`` images (0..255), which the caller
+    converts on its device (``to_float_images``); other datasets give their float images. With
+    ``num_workers > 0`` a GankitError raised while fetching a batch in a worker is raised by the
+    iterator as the same one-line error; workers persist across iterations, prefetch 2 batches
+    each, and ``pin_memory`` puts each batch in page-locked memory so the copy to a GPU can be
+    ``non_blocking``."""
     collate: Callable = collate_images_labels if with_labels else collate_images
     if num_workers > 0:
-        dataset, collate = _WorkerSide(dataset), functools.partial(_collate_or_error, collate)
+        collate = functools.partial(_collate_or_error, collate)
+    dataset = _Batches(dataset, uint8=uint8 and has_uint8_batches(dataset), catch=num_workers > 0)
     # A private generator: creating the loader's iterator would otherwise draw from the global
     # torch RNG, and a resumed run (which creates it after restoring the RNG) would diverge.
     return GankitLoader(dataset, batch_sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
