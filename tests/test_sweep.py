@@ -164,7 +164,9 @@ def test_a_param_typo_names_the_param_and_a_bad_storage_url_what_storage_takes(t
         open_storage("foo://bar", tmp_path)
     assert str(e.value) == ("--storage foo://bar: unknown storage URL scheme 'foo://'; --storage takes a journal file "
                             "path such as runs/study.journal, sqlite:///FILE.db, or another SQLAlchemy database URL "
-                            "Optuna can use: postgresql://USER:PASSWORD@HOST/DB, mysql://...")
+                            "Optuna can use: postgresql://USER@HOST/DB (psycopg2-binary or psycopg), "
+                            "mysql://USER@HOST/DB (pymysql or mysqlclient), with the password in "
+                            "GANKIT_STORAGE_PASSWORD")
 
 
 def test_dry_run_lists_the_grid_and_the_trial_command(tmp_path, monkeypatch):
