@@ -168,6 +168,11 @@ def _read_run(path: Path, key: str, higher: bool, extras: list[str]) -> RunInfo:
     if state not in ("pruned", "failed") and finished and state != "complete":
         state = "finished"
     final = _number(last.get(key)) if finished else None
+    computed = any(isinstance(m, dict) and f"Metrics/{m.get('name')}" == key for m in recipe.get("metric") or [])
+    if finished and final is None and state in FINISHED and (computed or any(key in r for r in rows)):
+        # NaN or missing in the final row: no result (the sweep fails such a trial the same way),
+        # never an earlier tick's value
+        state = "failed"
     kimg = _number(last.get("Progress/kimg"))
     train_s = _number(last.get("Timing/train_s"))
     if train_s is None and rows:

@@ -27,6 +27,7 @@ import click
 from optuna.exceptions import UpdateFinishedTrialError
 
 from gan_kit.errors import GankitError, Interrupted
+from gan_kit.sweep import procs
 from gan_kit.sweep import study as st
 from gan_kit.sweep import trials as tr
 from gan_kit.sweep.spaces import Space, config_label
@@ -94,6 +95,8 @@ class Sweep:
         self.forwarded = False
         self.failed = 0
         self.devices = _devices()
+        self._others: bool | None = None
+        self._others_checked = 0.0
 
     # -------------------------------------------------------------------------------- loop --
 
@@ -151,10 +154,31 @@ class Sweep:
             while self.signal is None and len(self.active) < self.s.jobs and self._start_next():
                 pass
             if not self.active:
-                break
+                # Nothing left for this worker, but trials run in other processes: wait for them,
+                # so that one whose machine is lost (its heartbeat stale beyond the grace) is
+                # taken over here, with no one having to run the command again.
+                others = self.signal is None and self._others_running()
+                if not others:
+                    break
+                time.sleep(POLL_S)
+                continue
             for a in list(self.active):
                 self._poll(a)
             time.sleep(POLL_S)
+
+    def _others_running(self) -> bool:
+        """Whether trials of the study run in other processes (checked at most every
+        ``STALE_CHECK_S``); says once that this worker waits for them."""
+        now = time.monotonic()
+        if now >= self._others_checked + STALE_CHECK_S or self._others is None:
+            self._others_checked = now
+            running = st.count_states(self.study).get("running", 0)
+            if running and not self._others:
+                grace = f"{st.GRACE_S / 60:g} minutes" if st.GRACE_S >= 60 else f"{st.GRACE_S:g} s"
+                _echo(f"waiting for {running} trial(s) running in other processes: one whose process dies is taken "
+                      f"over here (on this machine at once, elsewhere after {grace} without its heartbeat)")
+            self._others = bool(running)
+        return self._others
 
     # ------------------------------------------------------------------------ taking trials --
 
@@ -194,7 +218,7 @@ class Sweep:
             self._tell_fail(a, f"{a.run_dir} holds a trial of another study ({old.get('study')}, {old.get('params')})")
             raise GankitError(f"{a.run_dir}: holds a run of study {old.get('study')!r} with other parameters; give "
                               f"this study its own folder with --out (or another --study name)")
-        tr.wait_previous_child(old)
+        tr.wait_previous_child(old, a.run_dir)
         label = config_label(a.params)
         record = dict(study=self.s.study_name, trial=a.name, number=a.trial.number, params=a.params, seed=a.seed,
                       metric=self.s.objective.key, higher_is_better=self.s.objective.higher_is_better,
@@ -224,7 +248,9 @@ class Sweep:
         a.beat = time.monotonic()
         attempts = [*old.get("attempts", []), {"trial": a.trial.number, "resumed_from_kimg": resumed_kimg,
                                                "started": time.strftime("%Y-%m-%d %H:%M:%S")}]
-        tr.write_state(a.run_dir, **record, child_pid=a.proc.pid, attempts=attempts)
+        child = procs.identity(a.proc.pid)
+        tr.write_state(a.run_dir, **record, child_pid=a.proc.pid, child_start=child["start"],
+                       child_boot=child["boot"], attempts=attempts)
         self.active.append(a)
         how = f"resuming from kimg {resumed_kimg:g}" if resume else "started"
         _echo(f"{a.name}: {how} ({label}, seed {a.seed}) -> {a.run_dir}")
@@ -273,7 +299,8 @@ class Sweep:
         wall = time.monotonic() - a.started if a.started else 0.0
         train = float(last.get("Timing/train_s", a.train_s0)) - a.train_s0 if a.started else 0.0
         timing = dict(kimg=last.get("Progress/kimg"), wall_s=round(wall, 3), train_s=last.get("Timing/train_s"),
-                      overhead_s=round(wall - train, 3) if a.started and rows else None, exit_code=rc, child_pid=None)
+                      overhead_s=round(wall - train, 3) if a.started and rows else None, exit_code=rc, child_pid=None,
+                      child_start=None, child_boot=None)
         final = bool(last.get("Progress/final"))
         checkpoint, checkpoint_kimg = a.run_dir / "checkpoints" / "latest.pt", None
         if not (rc == 0 and final) and checkpoint.is_file():  # stopped between ticks: further than its last row
@@ -281,8 +308,10 @@ class Sweep:
             if checkpoint_kimg is not None and (timing["kimg"] is None or checkpoint_kimg > timing["kimg"]):
                 timing["kimg"] = checkpoint_kimg
         key = self.s.objective.key
-        if rc == 0 and final and values:
-            value = values[-1][1]
+        # The objective is the final row's value: a metric that is NaN or failed at the end is no
+        # result, whatever it was at an earlier tick (compare reads it the same way).
+        value = tr.final_value(last, key) if final else None
+        if rc == 0 and final and value is not None:
             self.study.tell(a.trial, value, skip_if_finished=True)
             best = (max if self.s.objective.higher_is_better else min)(v for _, v in values)
             tr.write_state(a.run_dir, state="complete", value=value, best=best, **timing)
@@ -301,7 +330,8 @@ class Sweep:
             where = f"its checkpoint at kimg {kimg:g}" if kimg is not None else "the start (no checkpoint yet)"
             _echo(f"{a.name}: stopped; queued to continue from {where}")
         else:
-            reason = (f"the run finished without {key} in metrics.jsonl (did the metric fail? see sweep.log)"
+            reason = (tr.no_final_value(last, key) if rc == 0 and final
+                      else f"the run finished without {key} in metrics.jsonl (did the metric fail? see sweep.log)"
                       if rc == 0 else tr.last_log_line(a.run_dir) or f"exit code {rc}")
             self._tell_fail(a, reason)
             tr.write_state(a.run_dir, state="failed", reason=reason, **timing)
@@ -320,15 +350,25 @@ class Sweep:
     def _summary(self) -> int:
         counts = st.count_states(self.study)
         text = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no trials"
-        command = "gankit " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+        command = _command()
         if self.signal is not None:
             code = 130 if self.signal == signal.SIGINT else 143
-            raise Interrupted(f"sweep interrupted ({text}); continue the study with `{command}`", exit_code=code)
+            raise Interrupted(f"sweep interrupted ({text}); continue the study with {command}", exit_code=code)
         _echo(f"study {self.s.study_name}: {text}; compare with `gankit compare {self.s.folder}`")
         if counts.get("running"):
             _echo(f"{counts['running']} trial(s) still run in other processes; one whose process died is taken "
-                  f"over by the next `{command}`")
+                  f"over by the next {command}")
         return 1 if self.failed else 0
+
+
+def _command() -> str:
+    """This sweep's command line in backticks, as it may be printed: a ``--storage`` password left
+    out, to be given in ``GANKIT_STORAGE_PASSWORD`` (printed lines end up in scheduler logs)."""
+    from gan_kit.sweep.storage import PASSWORD_ENV, command_form
+
+    args, hidden = command_form(sys.argv[1:])
+    text = "gankit " + " ".join(shlex.quote(x) for x in args)
+    return f"`{text}` (with the database password in {PASSWORD_ENV})" if hidden else f"`{text}`"
 
 
 def _set_attr(trial: Any, key: str, value: Any) -> None:
