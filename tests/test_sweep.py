@@ -274,6 +274,10 @@ if value < 0:
 for tick in range(start, ticks):
     row = {"Progress/tick": tick, "Progress/kimg": 0.1 * (tick + 1), "Progress/final": tick == ticks - 1,
            "Metrics/const": value, "Timing/train_s": 0.05 * (tick + 1)}
+    if tick == ticks - 1 and os.environ.get("FAKE_FINAL") == "nan":  # the metric is NaN at the end only
+        row["Metrics/const"] = float("nan")
+    elif tick == ticks - 1 and os.environ.get("FAKE_FINAL") == "missing":  # ... or failed there
+        del row["Metrics/const"]
     with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
         f.write(json.dumps(row) + "\\n")
     open(os.path.join(run_dir, "checkpoints", "latest.pt"), "w").write(str(tick + 1))
@@ -361,6 +365,85 @@ def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
     with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(--param "
                                           r"'metric.0.value=\[-1, 1\]' then, 'metric.0.value=\[-1, 1, 5\]' now\)"):
         fake_sweep(tmp_path, monkeypatch, [-1, 1, 5])  # the same study, other values: refused before training
+
+
+@pytest.mark.parametrize("final", ["nan", "missing"])
+def test_the_objective_is_the_final_rows_value_and_nan_there_fails_the_trial(tmp_path, monkeypatch, final):
+    monkeypatch.setenv("FAKE_FINAL", final)
+    code = fake_sweep(tmp_path, monkeypatch, [3]).run()
+    assert code == 1  # a trial without a result is a failure, not an earlier tick's 3
+    trial = tmp_path / "study" / "c000-s0"
+    record = tr.read_state(trial)
+    assert record["state"] == "failed" and "value" not in record
+    assert ("Metrics/const is nan in the final metrics row at kimg 0.4" if final == "nan" else
+            "the final metrics row at kimg 0.4 has no Metrics/const") in record["reason"]
+    study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
+    assert [(t.state.name, t.value) for t in study.trials] == [("FAIL", None)]
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "study"), "--json", "--no-html"])
+    conf = json.loads(result.output)["configurations"][0]
+    assert (conf["n"], conf["mean"], conf["states"], conf["runs"][0]["final"]) == (0, None, {"failed": 1}, None)
+    assert conf["runs"][0]["last"] == 3.0  # the earlier ticks' value is shown as such, not counted
+
+
+def test_compare_counts_a_plain_run_whose_final_metric_is_nan_as_failed(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.toml").write_text('[run]\nseed = 0\n[[metric]]\nname = "swd"\n')
+    rows = [{"Progress/tick": 0, "Progress/kimg": 1.0, "Metrics/swd": 8.0},
+            {"Progress/tick": 1, "Progress/kimg": 2.0, "Progress/final": True, "Metrics/swd": float("nan")}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from gan_kit.sweep.compare import compare_runs
+
+    group = compare_runs([run]).groups[0]
+    assert (group.n, group.mean, group.states()) == (0, None, {"failed": 1})
+
+
+def test_a_pid_held_by_another_process_now_is_never_waited_for_nor_signalled(tmp_path):
+    import socket
+
+    from gan_kit.sweep import procs
+
+    other = subprocess.Popen(["sleep", "60"])  # holds the pid a dead trial child had
+    try:
+        me = procs.identity(other.pid)
+        assert me["start"] is not None and procs.same(me) is True
+        for record in ({"host": socket.gethostname(), "child_pid": other.pid, "child_start": str(int(me["start"]) - 1),
+                        "child_boot": me["boot"]},  # the recorded child started at another time
+                       {"host": socket.gethostname(), "child_pid": other.pid},  # an older record: no start time
+                       {"host": "another-node", "child_pid": other.pid, "child_start": me["start"]}):
+            t0 = time.monotonic()
+            tr.wait_previous_child(record, tmp_path, timeout=20)
+            assert time.monotonic() - t0 < 5 and other.poll() is None, record  # not waited for, still running
+            assert procs.kill_if_same(tr.child_record(record)) is False and other.poll() is None
+        # the recorded process itself: waited for, and killed at the timeout
+        record = {"host": socket.gethostname(), "child_pid": other.pid, "child_start": me["start"],
+                  "child_boot": me["boot"]}
+        t0 = time.monotonic()
+        tr.wait_previous_child(record, tmp_path, timeout=1)
+        assert 1 <= time.monotonic() - t0 < 10 and other.wait(5) == -signal.SIGKILL
+        assert procs.same(tr.child_record(record)) is False  # gone
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_trial_of_a_lost_machine_is_taken_over_by_a_live_worker(tmp_path, monkeypatch, capsys):
+    from gan_kit.sweep import driver
+    from gan_kit.sweep import study as st
+
+    monkeypatch.setattr(st, "GRACE_S", 1.5)
+    monkeypatch.setattr(driver, "STALE_CHECK_S", 0.2)
+    sweep = fake_sweep(tmp_path, monkeypatch, [1, 2])
+    # another machine took c000-s0 and was lost: its heartbeat stops now
+    tid = st.pop_waiting(sweep.storage, sweep.study_id)
+    frozen = sweep.storage.get_trial(tid)
+    sweep.storage.set_trial_system_attr(tid, st.WORKER, {"host": "lost-node", "pid": 4242, "trial": frozen.number})
+    sweep.storage.set_trial_system_attr(tid, st.BEAT, time.time())
+    assert sweep.run() == 0  # this worker ran c001, waited, and took c000 over: no one reran anything
+    out = capsys.readouterr().out
+    assert "waiting for 1 trial(s) running in other processes" in out and "queued again" in out
+    done = states(tmp_path / "study", "s")
+    assert sorted(done) == [("c000-s0", "COMPLETE"), ("c000-s0", "FAIL"), ("c001-s0", "COMPLETE")]
 
 
 def test_a_sampled_configuration_runs_with_every_seed(tmp_path, monkeypatch):

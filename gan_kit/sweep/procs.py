@@ -22,14 +22,21 @@ from pathlib import Path
 __all__ = ["identity", "start_time", "boot_id", "same", "wait_gone", "kill_if_same"]
 
 
+def _stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time) of process ``pid`` from ``/proc/<pid>/stat`` (fields 3 and 22)."""
+    try:
+        # The command name (field 2) may hold spaces and ')': the fields after its last ')'.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], fields[19]
+    except (OSError, IndexError):
+        return None
+
+
 def start_time(pid: int) -> str | None:
     """The start time of process ``pid`` (Linux: clock ticks after boot, as text); None when there
     is no such process or no ``/proc``."""
-    try:
-        # The command name (field 2) may hold spaces and ')': the fields after its last ')'.
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    stat = _stat(pid)
+    return stat[1] if stat else None
 
 
 def boot_id() -> str | None:
@@ -56,7 +63,10 @@ def same(record: dict | None) -> bool | None:
     recorded_boot = record.get("boot")
     if recorded_boot and boot_id() and recorded_boot != boot_id():
         return False  # rebooted since: every process of then is gone
-    now = start_time(pid)
+    stat = _stat(pid)
+    if stat is not None and stat[0] in ("Z", "X"):
+        return False  # exited; only its parent has not collected its status yet
+    now = stat[1] if stat else None
     if now is None:
         try:
             os.kill(pid, 0)
