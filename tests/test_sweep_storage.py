@@ -124,3 +124,208 @@ def test_a_creation_race_is_retried_and_other_errors_are_not():
     with pytest.raises(RuntimeError):
         stg.with_retries(refused, base_s=0.001)
     assert len(calls) == 1
+
+
+# ------------------------------------------------------------ a real PostgreSQL server --
+
+
+def _server_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Postgres:
+    """A throwaway PostgreSQL cluster: initdb on a temporary folder, trust for the superuser and
+    a password login for ``sweep`` on a free loopback port, the unix socket in the folder.
+    PostgreSQL refuses to run as root: as root, the server runs as the ``postgres`` user (else
+    ``nobody``)."""
+
+    def __init__(self, bindir: Path):
+        self.bin = bindir
+        self.dir = Path(tempfile.mkdtemp(prefix="gankit-pg-"))  # not under pytest's root-only tmp folders
+        self.port = _free_port()
+        self.prefix: list[str] = []
+        if os.geteuid() == 0:
+            user = next((u for u in ("postgres", "nobody") if _has_user(u)), None)
+            assert user is not None, "no user to run the PostgreSQL server as"
+            os.chmod(self.dir, 0o755)
+            shutil.chown(self.dir, user)
+            self.prefix = ["runuser", "-u", user, "--"]
+        self.data = self.dir / "data"
+        self.databases = 0
+
+    def _run(self, *cmd: str) -> None:
+        out = subprocess.run([*self.prefix, *cmd], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+    def start(self) -> None:
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                  "--no-sync")
+        hba = self.data / "pg_hba.conf"
+        hba.write_text("local all all trust\nhost all sweep 127.0.0.1/32 scram-sha-256\n"
+                       "host all all 127.0.0.1/32 trust\n")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "server.log"), "-w", "-o",
+                  f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
+                  f"-c max_connections=200", "start")
+        self.admin(f"CREATE ROLE sweep LOGIN PASSWORD '{PASSWORD}' CREATEDB")
+
+    def admin(self, sql: str) -> None:
+        import psycopg2
+
+        conn = psycopg2.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres")
+        conn.autocommit = True
+        try:
+            conn.cursor().execute(sql)
+        finally:
+            conn.close()
+
+    def new_database(self) -> str:
+        """A fresh empty database owned by ``sweep``; its URL with the password in it."""
+        self.databases += 1
+        name = f"optuna{self.databases}"
+        self.admin(f"CREATE DATABASE {name} OWNER sweep")
+        return f"postgresql://sweep:{PASSWORD}@127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        subprocess.run([*self.prefix, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w",
+                        "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    bindir = _server_bin()
+    if bindir is None:
+        if os.environ.get("GANKIT_REQUIRE_POSTGRES") == "1":
+            pytest.fail("GANKIT_REQUIRE_POSTGRES=1 but no PostgreSQL server binaries (initdb) are installed")
+        pytest.skip("no PostgreSQL server binaries (initdb); .ci/run installs Debian's postgresql package")
+    server = Postgres(bindir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+CONST = '''
+import attrs
+from gan_kit import Metric, hookimpl, option
+
+
+class Const(Metric):
+    num_images = 8
+
+    @attrs.frozen
+    class Options:
+        value: float = option(1.0, help="The value reported.")
+
+    def compute(self, generate, reals, device):
+        return {"Metrics/const": float(self.options.value)}
+
+
+@hookimpl
+def register_metrics(register):
+    register("const", Const)
+'''
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def const_recipe(tmp_path: Path) -> Path:
+    (tmp_path / "constmetric.py").write_text(CONST)
+    path = tmp_path / "t.toml"
+    path.write_text('plugins = ["constmetric.py"]\n' + TINY_RECIPE.format(out_dir="run")
+                    + '\n[[metric]]\nname = "const"\nevery_kimg = 0.1\n')
+    return path
+
+
+def sweep_cmd(recipe: Path, folder: Path, url: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "gan_kit", "sweep", str(recipe), "--out", str(folder), "--study", "s",
+            "--storage", url, "--set", "run.threads=1", *args]
+
+
+def pg_states(url: str) -> list[tuple[str, str]]:
+    store = optuna.storages.RDBStorage(stg.parse_url(url).url)
+    study = optuna.load_study(study_name="s", storage=store)
+    return sorted((t.user_attrs.get("gankit:name"), t.state.name) for t in study.trials)
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_workers_started_at_once_on_a_new_database_each_run_each_trial_once(tmp_path, postgres, workers):
+    url = postgres.new_database()
+    recipe = const_recipe(tmp_path)
+    cmd = sweep_cmd(recipe, tmp_path / "study", url, "--param", "metric.0.value=[1, 2, 3]", "--budget-kimg", "0.1")
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(workers)]
+    outs = [p.communicate(timeout=400)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * workers, outs  # every worker joined the study
+    started = [line for out in outs for line in out.splitlines() if ": started (" in line]
+    assert len(started) == 3, outs  # each trial once
+    states = [s for s in pg_states(url) if s[1] != "FAIL"]  # a grid queued twice in the race: copies FAIL
+    assert states == [("c000-s0", "COMPLETE"), ("c001-s0", "COMPLETE"), ("c002-s0", "COMPLETE")]
+    assert all(PASSWORD not in out for out in outs)
+    assert all(f"postgresql+psycopg" in out and ":***@127.0.0.1" in out for out in outs)  # the start line, masked
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_worker_killed_mid_trial_loses_nothing_on_postgresql(tmp_path, postgres, signum):
+    url = postgres.new_database()
+    recipe = const_recipe(tmp_path)
+    folder = tmp_path / "study"
+    cmd = sweep_cmd(recipe, folder, url, "--param", "metric.0.value=[1, 2]", "--budget-kimg", "0.6",
+                    "--set", "run.snapshot_ticks=1")
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    trial = folder / "c000-s0"
+    deadline = time.monotonic() + 240
+    while not (trial / "checkpoints" / "latest.pt").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signum)
+    out1 = first.communicate(timeout=120)[0]
+    assert first.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 143), out1
+    if signum == signal.SIGTERM:  # the continue line names the command without the password
+        assert "continue the study with `gankit sweep" in out1 and f"(with the database password in " \
+            f"{stg.PASSWORD_ENV})" in out1 and PASSWORD not in out1
+        assert "--storage postgresql://sweep@127.0.0.1:" in out1
+    assert not tr.run_finished(trial)
+    second = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=400)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "c000-s0: resuming from kimg" in second.stdout, second.stdout
+    assert PASSWORD not in second.stdout + second.stderr
+    names = [s for s in pg_states(url) if s[1] == "COMPLETE"]
+    assert names == [("c000-s0", "COMPLETE"), ("c001-s0", "COMPLETE")]
+    rows = [json.loads(x) for x in (trial / "metrics.jsonl").read_text().splitlines()]
+    assert [r["Progress/tick"] for r in rows] == list(range(len(rows)))  # continued, nothing lost or twice
+    for name in ("c000-s0", "c001-s0"):
+        assert PASSWORD not in (folder / name / "sweep.json").read_text()
+        assert PASSWORD not in (folder / name / "sweep.log").read_text()
+
+
+def test_a_refused_login_says_so_without_the_password(tmp_path, postgres, monkeypatch):
+    url = postgres.new_database().replace(PASSWORD, "wrong-pw")
+    with pytest.raises(GankitError) as e:
+        from gan_kit.sweep.study import open_storage
+
+        open_storage(url, tmp_path)
+    assert "the server refused the login" in str(e.value) and "wrong-pw" not in str(e.value)
+    monkeypatch.setenv(stg.PASSWORD_ENV, PASSWORD)  # the password from the environment: it opens
+    from gan_kit.sweep.study import open_storage
+
+    store, where = open_storage(url.replace(":wrong-pw", ""), tmp_path)
+    assert store is not None and where.endswith(f"sweep:***@127.0.0.1:{postgres.port}/optuna{postgres.databases}")

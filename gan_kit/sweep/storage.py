@@ -363,17 +363,17 @@ def problem(su: StorageURL, e: BaseException, tries: int = 1) -> str:
         return f"{where}: unknown storage URL scheme {su.given.split('://', 1)[0] + '://'!r}; {STORAGE_FORMS}"
     if isinstance(e, ImportError) or isinstance(e.__cause__, ImportError):
         return f"{where}: the database driver is not installed ({first})"
+    if any(s in low for s in ("password authentication failed", "access denied", "authentication failed",
+                              "no password supplied", "pg_hba.conf")):
+        return (f"{where}: the server refused the login ({first}); check the user, and the password in "
+                f"{PASSWORD_ENV} (or the URL)")
+    if ("does not exist" in low and "database" in low) or "unknown database" in low:
+        return f"{where}: the database does not exist ({first}); create it first (e.g. `createdb DB`)"
     if any(s in low for s in ("connection refused", "could not connect", "can't connect", "could not translate host",
                               "name or service not known", "timeout expired", "timed out", "no route to host",
                               "connection failed", "is the server running")):
         return (f"{where}: the database server does not answer ({first}); is it running, and reachable from this "
                 f"machine at that host and port?")
-    if any(s in low for s in ("password authentication failed", "access denied", "authentication failed",
-                              "no password supplied", "pg_hba.conf")):
-        return (f"{where}: the server refused the login ({first}); check the user, and the password in "
-                f"{PASSWORD_ENV} (or the URL)")
-    if "does not exist" in low and "database" in low or "unknown database" in low:
-        return f"{where}: the database does not exist ({first}); create it first (e.g. `createdb DB`)"
     if is_race(e):
         return (f"{where}: other workers were creating the same storage at the same moment, and opening it still "
                 f"failed after {tries} tries ({first}); start the workers again")
