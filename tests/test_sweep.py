@@ -216,7 +216,9 @@ def docs_examples() -> tuple[list[list[str]], list[str], list[str], list[str]]:
         for line in joined.splitlines():
             line = line.split("#", 1)[0] if line.lstrip().startswith(("gankit", "srun")) else ""
             if "gankit sweep" in line:
-                commands.append(shlex.split(line.split("gankit ", 1)[1]))
+                args = shlex.split(line.split("gankit ", 1)[1])
+                ends = [i for i, a in enumerate(args) if a in ("&", "|", ";", "&&") or ">" in a]  # redirections
+                commands.append(args[:ends[0]] if ends else args)
     prose = re.sub(r"```.*?```", "", text, flags=re.S)
     params = re.findall(r"--param '([^']+)'", prose)
     section = text.split("## Spaces", 1)[1].split("\n## ", 1)[0]

@@ -22,14 +22,16 @@ import attrs
 
 from gan_kit.errors import GankitError
 
-__all__ = ["RunInfo", "Group", "Comparison", "compare_runs", "to_json", "print_table", "find_runs", "ALPHA"]
+__all__ = ["RunInfo", "Group", "Comparison", "compare_runs", "identity", "to_json", "print_table", "find_runs", "ALPHA"]
 
 #: The significance level of "differs from the best beyond seed noise".
 ALPHA = 0.05
 #: Recipe keys that do not change what a run learns: runs differing only in them are one configuration.
-IGNORED = {"run.seed", "run.out_dir", "run.threads", "run.progress", "run.num_workers", "run.snapshot_ticks",
-           "run.keep_snapshots", "run.keep_every_ticks", "run.sample_ticks", "run.sample_G", "run.sample_grid",
-           "run.retain_cpu_memory"}
+IGNORED = {"run.seed", "run.out_dir", "run.threads", "run.progress", "run.num_workers", "run.tick_kimg",
+           "run.snapshot_ticks", "run.keep_snapshots", "run.keep_every_ticks", "run.sample_ticks", "run.sample_G",
+           "run.sample_grid", "run.retain_cpu_memory"}
+#: Keys of each ``[[metric]]`` that say when it is measured, not what: they change no number of it.
+METRIC_IGNORED = {"every_kimg"}
 #: States of a run whose final value is counted.
 FINISHED = ("complete", "finished")
 
@@ -128,6 +130,20 @@ def _flatten(table: dict, prefix: str = "") -> dict:
             out.update(_flatten(v, key + "."))
         else:
             out[key] = v
+    return out
+
+
+def identity(recipe: dict) -> dict:
+    """What of a flattened recipe changes what a run learns or what its metrics measure: without
+    the ``IGNORED`` keys (seed, run directory, threads, reporting, sampling and checkpoint
+    intervals) and each metric's ``every_kimg`` (metrics draw from their own seeded generators, so
+    when they are computed changes no training step). Metrics are compared by name and options,
+    in any order."""
+    out = {k: v for k, v in recipe.items() if k not in IGNORED}
+    if isinstance(out.get("metric"), list):
+        metrics = [{k: v for k, v in m.items() if k not in METRIC_IGNORED} if isinstance(m, dict) else m
+                   for m in out["metric"]]
+        out["metric"] = sorted(metrics, key=lambda m: json.dumps(m, sort_keys=True, default=str))
     return out
 
 
@@ -238,12 +254,14 @@ def _labels(groups: list[Group]) -> None:
     from gan_kit.sweep.spaces import config_label
 
     known = [g for g in groups if g.runs[0].recipe]  # a trial without its recipe.toml yet differs in nothing
-    keys = set().union(*(g.runs[0].recipe for g in known)) if known else set()
-    differ = sorted(k for k in keys - IGNORED if len({json.dumps(g.runs[0].recipe.get(k), default=str)
-                                                      for g in known}) > 1)
+    idents = {id(g): identity(g.runs[0].recipe) for g in known}
+    keys = set().union(*idents.values()) if known else set()
+    differ = sorted(k for k in keys if len({json.dumps(idents[id(g)].get(k), sort_keys=True, default=str)
+                                            for g in known}) > 1)
 
     def diff_label(g: Group) -> str:
-        return ", ".join(f"{k}={g.runs[0].recipe.get(k)}" for k in differ) or g.runs[0].path.parent.name
+        ident = idents.get(id(g), {})
+        return ", ".join(f"{k}={ident.get(k)}" for k in differ) or g.runs[0].path.parent.name
 
     for g in groups:
         params = [r.params for r in g.runs]
@@ -315,7 +333,7 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
     by_key: dict[str, Group] = {}
     for info in sorted(infos, key=lambda i: not i.recipe):
         if info.recipe:
-            ident = {k: v for k, v in info.recipe.items() if k not in IGNORED}
+            ident = identity(info.recipe)
         else:  # a trial that has not written its recipe.toml yet: its sweep configuration's group
             mates = next((gk for gk, g in by_key.items() if info.params and g.runs[0].params == info.params), None)
             ident = json.loads(mates) if mates else {"params": info.params or None, "path": None if info.params
