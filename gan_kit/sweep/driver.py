@@ -84,6 +84,44 @@ class _Active:
     slot: int = 0
 
 
+@attrs.define
+class _Others:
+    """Whether trials of the study run in other processes (asked at most every ``STALE_CHECK_S``);
+    says once that this worker waits for them."""
+
+    checked: float = 0.0
+    running: bool | None = None
+
+    def __call__(self, study: Any) -> bool:
+        now = time.monotonic()
+        if now >= self.checked + STALE_CHECK_S or self.running is None:
+            self.checked = now
+            running = st.count_states(study).get("running", 0)
+            if running and not self.running:
+                grace = f"{st.GRACE_S / 60:g} minutes" if st.GRACE_S >= 60 else f"{st.GRACE_S:g} s"
+                _echo(f"waiting for {running} trial(s) running in other processes: one whose process dies is taken "
+                      f"over here (on this machine at once, elsewhere after {grace} without its heartbeat)")
+            self.running = bool(running)
+        return self.running
+
+
+def _timing(a: _Active, rc: int, rows: list[dict]) -> tuple[dict, float | None]:
+    """The times, kimg and exit code ``sweep.json`` records for a trial that ended, and the kimg
+    of its checkpoint when it stopped between ticks (further than its last row)."""
+    last = rows[-1] if rows else {}
+    wall = time.monotonic() - a.started if a.started else 0.0
+    train = float(last.get("Timing/train_s", a.train_s0)) - a.train_s0 if a.started else 0.0
+    timing = dict(kimg=last.get("Progress/kimg"), wall_s=round(wall, 3), train_s=last.get("Timing/train_s"),
+                  overhead_s=round(wall - train, 3) if a.started and rows else None, exit_code=rc, child_pid=None,
+                  child_start=None, child_boot=None)
+    checkpoint, checkpoint_kimg = a.run_dir / "checkpoints" / "latest.pt", None
+    if not (rc == 0 and last.get("Progress/final")) and checkpoint.is_file():
+        checkpoint_kimg = _checkpoint_progress(checkpoint)[0]
+        if checkpoint_kimg is not None and (timing["kimg"] is None or checkpoint_kimg > timing["kimg"]):
+            timing["kimg"] = checkpoint_kimg
+    return timing, checkpoint_kimg
+
+
 class Sweep:
     """Runs the trials of ``study`` with ``settings``; ``run()`` returns the exit code."""
 
@@ -95,8 +133,7 @@ class Sweep:
         self.forwarded = False
         self.failed = 0
         self.devices = _devices()
-        self._others: bool | None = None
-        self._others_checked = 0.0
+        self.others = _Others()
 
     # -------------------------------------------------------------------------------- loop --
 
@@ -157,7 +194,7 @@ class Sweep:
                 # Nothing left for this worker, but trials run in other processes: wait for them,
                 # so that one whose machine is lost (its heartbeat stale beyond the grace) is
                 # taken over here, with no one having to run the command again.
-                others = self.signal is None and self._others_running()
+                others = self.signal is None and self.others(self.study)
                 if not others:
                     break
                 time.sleep(POLL_S)
@@ -165,20 +202,6 @@ class Sweep:
             for a in list(self.active):
                 self._poll(a)
             time.sleep(POLL_S)
-
-    def _others_running(self) -> bool:
-        """Whether trials of the study run in other processes (checked at most every
-        ``STALE_CHECK_S``); says once that this worker waits for them."""
-        now = time.monotonic()
-        if now >= self._others_checked + STALE_CHECK_S or self._others is None:
-            self._others_checked = now
-            running = st.count_states(self.study).get("running", 0)
-            if running and not self._others:
-                grace = f"{st.GRACE_S / 60:g} minutes" if st.GRACE_S >= 60 else f"{st.GRACE_S:g} s"
-                _echo(f"waiting for {running} trial(s) running in other processes: one whose process dies is taken "
-                      f"over here (on this machine at once, elsewhere after {grace} without its heartbeat)")
-            self._others = bool(running)
-        return self._others
 
     # ------------------------------------------------------------------------ taking trials --
 
@@ -215,7 +238,7 @@ class Sweep:
     def _launch(self, a: _Active) -> None:
         old = tr.read_state(a.run_dir)
         if old.get("study") not in (None, self.s.study_name) or (old.get("params") not in (None, a.params)):
-            self._tell_fail(a, f"{a.run_dir} holds a trial of another study ({old.get('study')}, {old.get('params')})")
+            _tell_fail(self.study, a.trial, f"{a.run_dir} holds a trial of another study ({old.get('study')}, {old.get('params')})")
             raise GankitError(f"{a.run_dir}: holds a run of study {old.get('study')!r} with other parameters; give "
                               f"this study its own folder with --out (or another --study name)")
         tr.wait_previous_child(old, a.run_dir)
@@ -296,17 +319,9 @@ class Sweep:
         rows = tr.read_rows(a.run_dir)
         last = rows[-1] if rows else {}
         values = tr.metric_values(rows, self.s.objective.key)
-        wall = time.monotonic() - a.started if a.started else 0.0
-        train = float(last.get("Timing/train_s", a.train_s0)) - a.train_s0 if a.started else 0.0
-        timing = dict(kimg=last.get("Progress/kimg"), wall_s=round(wall, 3), train_s=last.get("Timing/train_s"),
-                      overhead_s=round(wall - train, 3) if a.started and rows else None, exit_code=rc, child_pid=None,
-                      child_start=None, child_boot=None)
+        timing, checkpoint_kimg = _timing(a, rc, rows)
+        wall = timing["wall_s"]
         final = bool(last.get("Progress/final"))
-        checkpoint, checkpoint_kimg = a.run_dir / "checkpoints" / "latest.pt", None
-        if not (rc == 0 and final) and checkpoint.is_file():  # stopped between ticks: further than its last row
-            checkpoint_kimg = _checkpoint_progress(checkpoint)[0]
-            if checkpoint_kimg is not None and (timing["kimg"] is None or checkpoint_kimg > timing["kimg"]):
-                timing["kimg"] = checkpoint_kimg
         key = self.s.objective.key
         # The objective is the final row's value: a metric that is NaN or failed at the end is no
         # result, whatever it was at an earlier tick (compare reads it the same way).
@@ -333,17 +348,10 @@ class Sweep:
             reason = (tr.no_final_value(last, key) if rc == 0 and final
                       else f"the run finished without {key} in metrics.jsonl (did the metric fail? see sweep.log)"
                       if rc == 0 else tr.last_log_line(a.run_dir) or f"exit code {rc}")
-            self._tell_fail(a, reason)
+            _tell_fail(self.study, a.trial, reason)
             tr.write_state(a.run_dir, state="failed", reason=reason, **timing)
             self.failed += 1
             _echo(f"{a.name}: failed (exit code {rc}): {reason} [{a.run_dir / tr.LOG_FILE}]")
-
-    def _tell_fail(self, a: _Active, reason: str) -> None:
-        from optuna.trial import TrialState
-
-        _set_attr(a.trial, st.STATE, "failed")
-        _set_attr(a.trial, "gankit:reason", reason[:300])
-        self.study.tell(a.trial, state=TrialState.FAIL, skip_if_finished=True)
 
     # ---------------------------------------------------------------------------- summary --
 
@@ -369,6 +377,14 @@ def _command() -> str:
     args, hidden = command_form(sys.argv[1:])
     text = "gankit " + " ".join(shlex.quote(x) for x in args)
     return f"`{text}` (with the database password in {PASSWORD_ENV})" if hidden else f"`{text}`"
+
+
+def _tell_fail(study: Any, trial: Any, reason: str) -> None:
+    from optuna.trial import TrialState
+
+    _set_attr(trial, st.STATE, "failed")
+    _set_attr(trial, "gankit:reason", reason[:300])
+    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
 
 
 def _set_attr(trial: Any, key: str, value: Any) -> None:

@@ -37,7 +37,7 @@ import random
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 import attrs
 
