@@ -238,7 +238,8 @@ class Sweep:
     def _launch(self, a: _Active) -> None:
         old = tr.read_state(a.run_dir)
         if old.get("study") not in (None, self.s.study_name) or (old.get("params") not in (None, a.params)):
-            _tell_fail(self.study, a.trial, f"{a.run_dir} holds a trial of another study ({old.get('study')}, {old.get('params')})")
+            _tell_fail(self.study, a.trial,
+                       f"{a.run_dir} holds a trial of another study ({old.get('study')}, {old.get('params')})")
             raise GankitError(f"{a.run_dir}: holds a run of study {old.get('study')!r} with other parameters; give "
                               f"this study its own folder with --out (or another --study name)")
         tr.wait_previous_child(old, a.run_dir)
@@ -351,7 +352,8 @@ class Sweep:
             _tell_fail(self.study, a.trial, reason)
             tr.write_state(a.run_dir, state="failed", reason=reason, **timing)
             self.failed += 1
-            _echo(f"{a.name}: failed (exit code {rc}): {reason} [{a.run_dir / tr.LOG_FILE}]")
+            how = f"exit code {rc}" if rc else "no result"
+            _echo(f"{a.name}: failed ({how}): {reason} [{a.run_dir / tr.LOG_FILE}]")
 
     # ---------------------------------------------------------------------------- summary --
 

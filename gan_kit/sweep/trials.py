@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["child_command", "spawn", "MetricsTail", "read_state", "write_state", "run_finished", "last_log_line",
-           "threads_per_job", "exit_status", "final_value", "no_final_value", "child_record", "wait_previous_child", "STATE_FILE", "LOG_FILE"]
+           "threads_per_job", "exit_status", "final_value", "no_final_value", "child_record", "wait_previous_child",
+           "STATE_FILE", "LOG_FILE"]
 
 STATE_FILE = "sweep.json"
 LOG_FILE = "sweep.log"
