@@ -549,7 +549,7 @@ def test_two_processes_share_one_study_and_compare_gives_the_metrics_numbers(tmp
                      "--out", str(tmp_path / "study"), "--study", "two", "--set", "run.threads=1")
     procs = [subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     started = [line for out in outs for line in out.splitlines() if ": started (" in line]
     assert len(started) == 4, outs  # every trial once, by one of the two processes
@@ -589,7 +589,7 @@ def test_kill_9_then_the_same_command_resumes_and_a_pruner_stops_a_worse_trial(t
     first.kill()  # kill -9: no handler runs; the child gets SIGTERM (PR_SET_PDEATHSIG) and checkpoints
     first.wait()
     assert not tr.run_finished(trial)
-    second = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    second = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "c000-s0: resuming from kimg" in second.stdout, second.stdout
     state = tr.read_state(trial)
@@ -604,7 +604,7 @@ def test_kill_9_then_the_same_command_resumes_and_a_pruner_stops_a_worse_trial(t
     assert (folder / "c001-s0" / "checkpoints" / "latest.pt").is_file()
     assert sorted(states(folder, "k")) == [("c000-s0", "COMPLETE"), ("c000-s0", "FAIL"), ("c001-s0", "PRUNED")]
     # the same command once more: nothing is run again
-    third = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    third = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert third.returncode == 0 and "started" not in third.stdout and "resuming" not in third.stdout
     assert "1 complete, 1 pruned" in third.stdout
 
