@@ -28,7 +28,8 @@ from gan_kit.plugin_api.components import (
     UpdateStrategy,
     WeightedPenalty,
 )
-from gan_kit.base.errors import CheckpointError, GankitError, Interrupted, PluginError, RecipeError, TrainingError
+from gan_kit.base.errors import (CheckpointError, GankitError, Interrupted, PluginError, RecipeError, TrainingError,
+                                 keep_secret, redact)
 from gan_kit.plugin_api.hookspecs import Register, hookimpl
 from gan_kit.training.imagesets import ImageBatches
 from gan_kit.base.layers import fan_in, init_gain, set_init_gain, weight_layers
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gan_kit.recipe.datachecks import metric_problem
     from gan_kit.recipe import recipe_to_dict
     from gan_kit.runs.checkpoint import load as load_checkpoint
+    from gan_kit.runs.lock import lock_problem
     from gan_kit.runs.run import Run
     from gan_kit.tools.report import REPORT_CSS
 
@@ -65,6 +67,7 @@ _LAZY = {
     "recipe_to_dict": ("gan_kit.recipe", "recipe_to_dict"),
     "metric_problem": ("gan_kit.recipe.datachecks", "metric_problem"),
     "load_checkpoint": ("gan_kit.runs.checkpoint", "load"),
+    "lock_problem": ("gan_kit.runs.lock", "lock_problem"),
     "REPORT_CSS": ("gan_kit.tools.report", "REPORT_CSS"),
     "user_errors": ("gan_kit.cli.errors", "user_errors"),
 }
@@ -133,6 +136,9 @@ __all__ = [
     "RecipeError",
     "CheckpointError",
     "TrainingError",
+    # secrets kept out of printed lines (a database password in a storage URL)
+    "keep_secret",
+    "redact",
     "Interrupted",
     # for tools beside the training loop (commands added through register_commands, such as the
     # gankit-sweep plugin's `gankit sweep` / `gankit compare`)
@@ -146,5 +152,6 @@ __all__ = [
     "toml_value",
     "metric_problem",
     "load_checkpoint",
+    "lock_problem",
     "REPORT_CSS",
 ]

@@ -279,3 +279,24 @@ def test_a_folder_in_the_layout_names_its_dataset_json_problems_too(tmp_path, ti
         load_recipe(path)
     assert e.value.problems == [f"{path}: data.labels: {tmp_path / 'data' / 'dataset.json'} names {_name(7)}, which "
                                 f"is not an image of the set (1 such entry); add the file or remove its entry"]
+
+
+@pytest.mark.parametrize("layout", ["backslashes", "top-folder", "both"])
+def test_an_archive_made_on_windows_or_by_zipping_the_folder_reads_as_dataset_tools(tmp_path, layout):
+    """A zip written with Windows separators (``00000\\img00000000.png``) or by compressing the
+    data set's folder itself (``mydata/00000/...``, ``mydata/dataset.json``) is the same set,
+    labels included, as dataset_tool's archive."""
+    reference = build(write_set(tmp_path / "data.zip", CLASSES))
+    other = tmp_path / f"{layout}.zip"
+    with zipfile.ZipFile(tmp_path / "data.zip") as src, zipfile.ZipFile(other, "w") as dst:
+        for info in src.infolist():
+            name = info.filename
+            if layout in ("backslashes", "both"):
+                name = name.replace("/", "\\")
+            if layout in ("top-folder", "both"):
+                name = ("mydata\\" if layout == "both" else "mydata/") + name
+            dst.writestr(name, src.read(info.filename))
+    ds = build(other)
+    assert len(ds) == len(CLASSES) and ds.num_classes == 3 and torch.equal(ds.labels, reference.labels)
+    for i in range(len(ds)):
+        assert torch.equal(ds[i][0], reference[i][0])

@@ -39,3 +39,19 @@ class Interrupted(GankitError):
     def __init__(self, message: str, exit_code: int = 130):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+#: Texts no message may show (a database password read from a URL or the environment).
+_SECRETS: set[str] = set()
+
+
+def keep_secret(*texts: str) -> None:
+    """Never print ``texts``: ``redact`` (which every one-line error goes through) masks them."""
+    _SECRETS.update(t for t in texts if t and len(t) >= 3)
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret given to ``keep_secret`` as ``***``."""
+    for s in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(s, "***")
+    return text

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from gan_kit.base.errors import GankitError
+from gan_kit.base.errors import GankitError, redact
 
 
 def print_error(e: BaseException) -> None:
@@ -20,7 +20,7 @@ def print_error(e: BaseException) -> None:
     prefix = "stopped" if isinstance(e, Interrupted) else "error"  # an interrupt is no failure of the run
     if isinstance(e, Interrupted) and os.environ.get("RANK", "0") != "0":
         return  # every process stops on the same iteration with the same line: the first one says it
-    for line in str(e).splitlines() or [type(e).__name__]:
+    for line in redact(str(e)).splitlines() or [type(e).__name__]:
         click.echo(f"{prefix}: {line}", err=True)
 
 
@@ -48,7 +48,7 @@ def user_errors(fn):
         except Exception as e:  # an unexpected failure: one line, the traceback with --debug
             if debug:
                 raise
-            click.echo(f"error: {type(e).__name__}: {e} (run again with --debug for the traceback)", err=True)
+            click.echo(redact(f"error: {type(e).__name__}: {e} (run again with --debug for the traceback)"), err=True)
             sys.exit(1)
 
     return wrapper

@@ -7,6 +7,11 @@ same layout unpacked into a folder, with class labels from ``dataset.json``.
 ``training/dataset.py`` reads the images of the archive in sorted name order and takes each
 image's label from that table; the number of classes is the largest label + 1.
 
+Archives made by other tools read the same: member names with Windows separators
+(``00000\\img00000000.png``) are read as ``/``-separated, and an archive of the data set's folder
+itself (``mydata/00000/...``, ``mydata/dataset.json``, what a file manager's "compress" writes)
+as if its members were at the top (``top_folder``, ``set_name``).
+
 Zip members are read lazily, never extracted: the central directory (names, sizes) is read once,
 and a member is read and decoded when its image is needed, through a handle each process opens
 for itself (a handle inherited through fork shares its file offset with the parent's, so a data
@@ -84,19 +89,50 @@ def open_zip(path: Path) -> zipfile.ZipFile:
         raise GankitError(f"cannot read zip archive {path} ({reason(e)}); {_FIX_ARCHIVE}") from None
 
 
+def _parts(name: str) -> list[str]:
+    """A member name's folders and file name: ``/`` or ``\\`` separated (an archive written on
+    Windows by a tool that kept its separators)."""
+    return name.replace("\\", "/").split("/")
+
+
+def _ignored(parts: list[str]) -> bool:
+    return parts[0] == "__MACOSX" or any(p.startswith(".") for p in parts)
+
+
+def top_folder(zf: zipfile.ZipFile) -> str:
+    """The one folder every member lies in (``mydata/`` when the archive was made by zipping the
+    folder ``mydata`` rather than its contents, as a file manager's "compress" does), with its
+    trailing ``/``; "" when the members are at the top, as dataset_tool writes them."""
+    files = [p for info in zf.infolist() if not info.is_dir() and not _ignored(p := _parts(info.filename))]
+    if not files or any(len(p) == 1 for p in files):
+        return ""
+    tops = {p[0] for p in files}
+    return f"{tops.pop()}/" if len(tops) == 1 else ""
+
+
+def set_name(name: str, top: str = "") -> str:
+    """A member's name in the set: ``/``-separated, relative to the top folder ``top`` - the name
+    ``dataset.json`` lists it by."""
+    canonical = "/".join(_parts(name))
+    return canonical[len(top):] if top and canonical.startswith(top) else canonical
+
+
 def member_images(zf: zipfile.ZipFile, recursive: bool = True) -> list[str]:
-    """Names of the image members (``IMAGE_EXTENSIONS``) in sorted order, each once (a name stored
-    twice is read as zipfile reads it: the last entry). Hidden names (a part starting with ``.``)
-    and macOS's ``__MACOSX/`` copies are ignored, as hidden files are in folders; without
-    ``recursive`` only members at the top."""
-    names = set()
+    """Names of the image members (``IMAGE_EXTENSIONS``), each once (a name stored twice is read as
+    zipfile reads it: the last entry), in the sorted order of their names in the set
+    (``set_name``: a ``\\``-separated name read as ``/``-separated, relative to the one folder an
+    archive of a zipped folder holds everything in). Hidden names (a part starting with ``.``) and
+    macOS's ``__MACOSX/`` copies are ignored, as hidden files are in folders; without
+    ``recursive`` only members at the top of the set."""
+    top = top_folder(zf)
+    names = {}
     for info in zf.infolist():
-        parts = info.filename.split("/")
-        if info.is_dir() or parts[0] == "__MACOSX" or any(p.startswith(".") for p in parts):
+        parts = _parts(set_name(info.filename, top))
+        if info.is_dir() or _ignored(_parts(info.filename)):
             continue
         if (recursive or len(parts) == 1) and info.filename.lower().endswith(IMAGE_EXTENSIONS):
-            names.add(info.filename)
-    return sorted(names)
+            names[info.filename] = "/".join(parts)
+    return sorted(names, key=lambda n: names[n])
 
 
 def _bomb(what: str, unpacked: int, packed: int, archive: Path, one_member: bool) -> str | None:
@@ -279,9 +315,11 @@ def zip_labels(zf: zipfile.ZipFile, archive: Path, names: Sequence[str], require
                num_classes: int | None) -> tuple[torch.Tensor | None, int]:
     """Labels of the archive's images ``names`` from its ``dataset.json`` (see ``parse_labels``);
     ``(None, 0)`` when there is none, unless ``required`` (then a GankitError)."""
-    where = f"{archive}:{LABELS_FILE}"
+    top = top_folder(zf)
+    stored = next((i.filename for i in zf.infolist() if set_name(i.filename, top) == LABELS_FILE), LABELS_FILE)
+    where = f"{archive}:{stored}"
     try:
-        zf.getinfo(LABELS_FILE)
+        zf.getinfo(stored)
     except KeyError:
         if required:
             raise GankitError(f'labels = "dataset.json", but {archive} has no {LABELS_FILE} at its top; add one '
@@ -289,10 +327,10 @@ def zip_labels(zf: zipfile.ZipFile, archive: Path, names: Sequence[str], require
                               ) from None
         return None, 0
     try:
-        raw = zf.read(LABELS_FILE)
+        raw = zf.read(stored)
     except MEMBER_ERRORS as e:
         raise GankitError(f"cannot read {where} ({reason(e)}); {_FIX_ARCHIVE}") from None
-    return parse_labels(raw, where, names, num_classes)
+    return parse_labels(raw, where, [set_name(n, top) for n in names], num_classes)
 
 
 def folder_labels(folder: Path, files: Sequence[Path], required: bool,

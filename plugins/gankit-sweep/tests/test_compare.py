@@ -161,3 +161,18 @@ def test_a_path_that_does_not_exist_says_so(tmp_path):
     result = CliRunner().invoke(cli, ["compare", str(tmp_path / "nothere")])
     assert result.exit_code == 2
     assert result.output.startswith(f"error: {tmp_path / 'nothere'}: does not exist; give run directories")
+
+
+def test_runs_differing_only_in_reporting_logging_and_checkpoint_intervals_are_one_configuration(tmp_path):
+    """run.tick_kimg, the snapshot / sample / keep intervals and a metric's every_kimg say when
+    things are written or measured, not what a run learns: one configuration. The loss is not."""
+    intervals = ["tick_kimg = 0.5\nsnapshot_ticks = 1\nkeep_snapshots = 3\nsample_ticks = 2\n",
+                 "tick_kimg = 2.0\nsnapshot_ticks = 10\nkeep_every_ticks = 5\nsample_G = true\n"]
+    for seed, (text, every) in enumerate(zip(intervals, (1.0, 4.0))):
+        d = fake_run(tmp_path, "hinge", seed, [30.0 + seed])
+        recipe = (d / "recipe.toml").read_text().replace("[loss]", text + "[loss]")
+        (d / "recipe.toml").write_text(recipe + f"every_kimg = {every}\n")
+    fake_run(tmp_path, "bce", 0, [50.0])
+    c = compare_runs([tmp_path])
+    assert sorted((g.label, g.n) for g in c.groups) == [("loss.name=bce", 1), ("loss.name=hinge", 2)]
+    assert c.groups[0].mean == pytest.approx(30.5)

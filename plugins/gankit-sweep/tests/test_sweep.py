@@ -164,7 +164,9 @@ def test_a_param_typo_names_the_param_and_a_bad_storage_url_what_storage_takes(t
         open_storage("foo://bar", tmp_path)
     assert str(e.value) == ("--storage foo://bar: unknown storage URL scheme 'foo://'; --storage takes a journal file "
                             "path such as runs/study.journal, sqlite:///FILE.db, or another SQLAlchemy database URL "
-                            "Optuna can use: postgresql://USER:PASSWORD@HOST/DB, mysql://...")
+                            "Optuna can use: postgresql://USER@HOST/DB (psycopg2-binary or psycopg), "
+                            "mysql://USER@HOST/DB (pymysql or mysqlclient), with the password in "
+                            "GANKIT_STORAGE_PASSWORD")
 
 
 def test_dry_run_lists_the_grid_and_the_trial_command(tmp_path, monkeypatch):
@@ -214,7 +216,9 @@ def docs_examples() -> tuple[list[list[str]], list[str], list[str], list[str]]:
         for line in joined.splitlines():
             line = line.split("#", 1)[0] if line.lstrip().startswith(("gankit", "srun")) else ""
             if "gankit sweep" in line:
-                commands.append(shlex.split(line.split("gankit ", 1)[1]))
+                args = shlex.split(line.split("gankit ", 1)[1])
+                ends = [i for i, a in enumerate(args) if a in ("&", "|", ";", "&&") or ">" in a]  # redirections
+                commands.append(args[:ends[0]] if ends else args)
     prose = re.sub(r"```.*?```", "", text, flags=re.S)
     params = re.findall(r"--param '([^']+)'", prose)
     section = text.split("## Spaces", 1)[1].split("\n## ", 1)[0]
@@ -272,6 +276,10 @@ if value < 0:
 for tick in range(start, ticks):
     row = {"Progress/tick": tick, "Progress/kimg": 0.1 * (tick + 1), "Progress/final": tick == ticks - 1,
            "Metrics/const": value, "Timing/train_s": 0.05 * (tick + 1)}
+    if tick == ticks - 1 and os.environ.get("FAKE_FINAL") == "nan":  # the metric is NaN at the end only
+        row["Metrics/const"] = float("nan")
+    elif tick == ticks - 1 and os.environ.get("FAKE_FINAL") == "missing":  # ... or failed there
+        del row["Metrics/const"]
     with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
         f.write(json.dumps(row) + "\\n")
     open(os.path.join(run_dir, "checkpoints", "latest.pt"), "w").write(str(tick + 1))
@@ -359,6 +367,85 @@ def test_a_failed_trial_keeps_its_directory_and_says_why(tmp_path, monkeypatch):
     with pytest.raises(GankitError, match=r"--study s: this study was started with other settings \(--param "
                                           r"'metric.0.value=\[-1, 1\]' then, 'metric.0.value=\[-1, 1, 5\]' now\)"):
         fake_sweep(tmp_path, monkeypatch, [-1, 1, 5])  # the same study, other values: refused before training
+
+
+@pytest.mark.parametrize("final", ["nan", "missing"])
+def test_the_objective_is_the_final_rows_value_and_nan_there_fails_the_trial(tmp_path, monkeypatch, final):
+    monkeypatch.setenv("FAKE_FINAL", final)
+    code = fake_sweep(tmp_path, monkeypatch, [3]).run()
+    assert code == 1  # a trial without a result is a failure, not an earlier tick's 3
+    trial = tmp_path / "study" / "c000-s0"
+    record = tr.read_state(trial)
+    assert record["state"] == "failed" and "value" not in record
+    assert ("Metrics/const is nan in the final metrics row at kimg 0.4" if final == "nan" else
+            "the final metrics row at kimg 0.4 has no Metrics/const") in record["reason"]
+    study = optuna.load_study(study_name="s", storage=storage(tmp_path / "study"))
+    assert [(t.state.name, t.value) for t in study.trials] == [("FAIL", None)]
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "study"), "--json", "--no-html"])
+    conf = json.loads(result.output)["configurations"][0]
+    assert (conf["n"], conf["mean"], conf["states"], conf["runs"][0]["final"]) == (0, None, {"failed": 1}, None)
+    assert conf["runs"][0]["last"] == 3.0  # the earlier ticks' value is shown as such, not counted
+
+
+def test_compare_counts_a_plain_run_whose_final_metric_is_nan_as_failed(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.toml").write_text('[run]\nseed = 0\n[[metric]]\nname = "swd"\n')
+    rows = [{"Progress/tick": 0, "Progress/kimg": 1.0, "Metrics/swd": 8.0},
+            {"Progress/tick": 1, "Progress/kimg": 2.0, "Progress/final": True, "Metrics/swd": float("nan")}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from gankit_sweep.compare import compare_runs
+
+    group = compare_runs([run]).groups[0]
+    assert (group.n, group.mean, group.states()) == (0, None, {"failed": 1})
+
+
+def test_a_pid_held_by_another_process_now_is_never_waited_for_nor_signalled(tmp_path):
+    import socket
+
+    from gankit_sweep import procs
+
+    other = subprocess.Popen(["sleep", "60"])  # holds the pid a dead trial child had
+    try:
+        me = procs.identity(other.pid)
+        assert me["start"] is not None and procs.same(me) is True
+        for record in ({"host": socket.gethostname(), "child_pid": other.pid, "child_start": str(int(me["start"]) - 1),
+                        "child_boot": me["boot"]},  # the recorded child started at another time
+                       {"host": socket.gethostname(), "child_pid": other.pid},  # an older record: no start time
+                       {"host": "another-node", "child_pid": other.pid, "child_start": me["start"]}):
+            t0 = time.monotonic()
+            tr.wait_previous_child(record, tmp_path, timeout=20)
+            assert time.monotonic() - t0 < 5 and other.poll() is None, record  # not waited for, still running
+            assert procs.kill_if_same(tr.child_record(record)) is False and other.poll() is None
+        # the recorded process itself: waited for, and killed at the timeout
+        record = {"host": socket.gethostname(), "child_pid": other.pid, "child_start": me["start"],
+                  "child_boot": me["boot"]}
+        t0 = time.monotonic()
+        tr.wait_previous_child(record, tmp_path, timeout=1)
+        assert 1 <= time.monotonic() - t0 < 10 and other.wait(5) == -signal.SIGKILL
+        assert procs.same(tr.child_record(record)) is False  # gone
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_trial_of_a_lost_machine_is_taken_over_by_a_live_worker(tmp_path, monkeypatch, capsys):
+    from gankit_sweep import driver
+    from gankit_sweep import study as st
+
+    monkeypatch.setattr(st, "GRACE_S", 1.5)
+    monkeypatch.setattr(driver, "STALE_CHECK_S", 0.2)
+    sweep = fake_sweep(tmp_path, monkeypatch, [1, 2])
+    # another machine took c000-s0 and was lost: its heartbeat stops now
+    tid = st.pop_waiting(sweep.storage, sweep.study_id)
+    frozen = sweep.storage.get_trial(tid)
+    sweep.storage.set_trial_system_attr(tid, st.WORKER, {"host": "lost-node", "pid": 4242, "trial": frozen.number})
+    sweep.storage.set_trial_system_attr(tid, st.BEAT, time.time())
+    assert sweep.run() == 0  # this worker ran c001, waited, and took c000 over: no one reran anything
+    out = capsys.readouterr().out
+    assert "waiting for 1 trial(s) running in other processes" in out and "queued again" in out
+    done = states(tmp_path / "study", "s")
+    assert sorted(done) == [("c000-s0", "COMPLETE"), ("c000-s0", "FAIL"), ("c001-s0", "COMPLETE")]
 
 
 def test_a_sampled_configuration_runs_with_every_seed(tmp_path, monkeypatch):
@@ -462,7 +549,7 @@ def test_two_processes_share_one_study_and_compare_gives_the_metrics_numbers(tmp
                      "--out", str(tmp_path / "study"), "--study", "two", "--set", "run.threads=1")
     procs = [subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     started = [line for out in outs for line in out.splitlines() if ": started (" in line]
     assert len(started) == 4, outs  # every trial once, by one of the two processes
@@ -502,7 +589,7 @@ def test_kill_9_then_the_same_command_resumes_and_a_pruner_stops_a_worse_trial(t
     first.kill()  # kill -9: no handler runs; the child gets SIGTERM (PR_SET_PDEATHSIG) and checkpoints
     first.wait()
     assert not tr.run_finished(trial)
-    second = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    second = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "c000-s0: resuming from kimg" in second.stdout, second.stdout
     state = tr.read_state(trial)
@@ -517,6 +604,6 @@ def test_kill_9_then_the_same_command_resumes_and_a_pruner_stops_a_worse_trial(t
     assert (folder / "c001-s0" / "checkpoints" / "latest.pt").is_file()
     assert sorted(states(folder, "k")) == [("c000-s0", "COMPLETE"), ("c000-s0", "FAIL"), ("c001-s0", "PRUNED")]
     # the same command once more: nothing is run again
-    third = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    third = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert third.returncode == 0 and "started" not in third.stdout and "resuming" not in third.stdout
     assert "1 complete, 1 pruned" in third.stdout

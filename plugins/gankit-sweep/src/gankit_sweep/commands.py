@@ -34,10 +34,11 @@ _PARAM_HELP = ("A recipe key and its values, e.g. update.name=[d-then-g,g-then-d
               help="Study name (default: <recipe name>-sweep). The same command again continues it.")
 @click.option("--out", "folder", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Study folder: one run directory per trial, and the default storage (default: runs/<study>).")
-@click.option("--storage", default=None, metavar="URL",
+@click.option("--storage", default=None, metavar="URL", envvar="GANKIT_STORAGE", show_envvar=True,
               help="Optuna storage shared by every process of the study: a journal file path, sqlite:///FILE.db, "
-                   "or another SQLAlchemy database URL such as postgresql://... or mysql://... (default: <study "
-                   "folder>/study.journal).")
+                   "or a database URL such as postgresql://USER@HOST/DB (psycopg2-binary or psycopg) or "
+                   "mysql://USER@HOST/DB (pymysql or mysqlclient), the password in GANKIT_STORAGE_PASSWORD "
+                   "(default: <study folder>/study.journal). See docs/sweeps.md, Many machines.")
 @click.option("--sampler", type=click.Choice(["grid", "random", "tpe"]), default=None,
               help="How configurations are chosen (default: grid when every space is a list, named bundles or an "
                    "int(lo, hi) range; else tpe).")

@@ -21,15 +21,12 @@ from typing import Any
 import attrs
 
 from gan_kit import GankitError
+from gankit_sweep.grouping import identity
 
 __all__ = ["RunInfo", "Group", "Comparison", "compare_runs", "to_json", "print_table", "find_runs", "ALPHA"]
 
 #: The significance level of "differs from the best beyond seed noise".
 ALPHA = 0.05
-#: Recipe keys that do not change what a run learns: runs differing only in them are one configuration.
-IGNORED = {"run.seed", "run.out_dir", "run.threads", "run.progress", "run.num_workers", "run.snapshot_ticks",
-           "run.keep_snapshots", "run.keep_every_ticks", "run.sample_ticks", "run.sample_G", "run.sample_grid",
-           "run.retain_cpu_memory"}
 #: States of a run whose final value is counted.
 FINISHED = ("complete", "finished")
 
@@ -167,6 +164,11 @@ def _read_run(path: Path, key: str, higher: bool, extras: list[str]) -> RunInfo:
     if state not in ("pruned", "failed") and finished and state != "complete":
         state = "finished"
     final = _number(last.get(key)) if finished else None
+    computed = any(isinstance(m, dict) and f"Metrics/{m.get('name')}" == key for m in recipe.get("metric") or [])
+    if finished and final is None and state in FINISHED and (computed or any(key in r for r in rows)):
+        # NaN or missing in the final row: no result (the sweep fails such a trial the same way),
+        # never an earlier tick's value
+        state = "failed"
     kimg = _number(last.get("Progress/kimg"))
     train_s = _number(last.get("Timing/train_s"))
     if train_s is None and rows:
@@ -231,12 +233,14 @@ def _labels(groups: list[Group]) -> None:
     from gankit_sweep.spaces import config_label
 
     known = [g for g in groups if g.runs[0].recipe]  # a trial without its recipe.toml yet differs in nothing
-    keys = set().union(*(g.runs[0].recipe for g in known)) if known else set()
-    differ = sorted(k for k in keys - IGNORED if len({json.dumps(g.runs[0].recipe.get(k), default=str)
-                                                      for g in known}) > 1)
+    idents = {id(g): identity(g.runs[0].recipe) for g in known}
+    keys = set().union(*idents.values()) if known else set()
+    differ = sorted(k for k in keys if len({json.dumps(idents[id(g)].get(k), sort_keys=True, default=str)
+                                            for g in known}) > 1)
 
     def diff_label(g: Group) -> str:
-        return ", ".join(f"{k}={g.runs[0].recipe.get(k)}" for k in differ) or g.runs[0].path.parent.name
+        ident = idents.get(id(g), {})
+        return ", ".join(f"{k}={ident.get(k)}" for k in differ) or g.runs[0].path.parent.name
 
     for g in groups:
         params = [r.params for r in g.runs]
@@ -308,7 +312,7 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
     by_key: dict[str, Group] = {}
     for info in sorted(infos, key=lambda i: not i.recipe):
         if info.recipe:
-            ident = {k: v for k, v in info.recipe.items() if k not in IGNORED}
+            ident = identity(info.recipe)
         else:  # a trial that has not written its recipe.toml yet: its sweep configuration's group
             mates = next((gk for gk, g in by_key.items() if info.params and g.runs[0].params == info.params), None)
             ident = json.loads(mates) if mates else {"params": info.params or None, "path": None if info.params

@@ -27,6 +27,7 @@ import click
 from optuna.exceptions import UpdateFinishedTrialError
 
 from gan_kit import GankitError, Interrupted
+from gankit_sweep import procs
 from gankit_sweep import study as st
 from gankit_sweep import trials as tr
 from gankit_sweep.spaces import Space, config_label
@@ -83,6 +84,44 @@ class _Active:
     slot: int = 0
 
 
+@attrs.define
+class _Others:
+    """Whether trials of the study run in other processes (asked at most every ``STALE_CHECK_S``);
+    says once that this worker waits for them."""
+
+    checked: float = 0.0
+    running: bool | None = None
+
+    def __call__(self, study: Any) -> bool:
+        now = time.monotonic()
+        if now >= self.checked + STALE_CHECK_S or self.running is None:
+            self.checked = now
+            running = st.count_states(study).get("running", 0)
+            if running and not self.running:
+                grace = f"{st.GRACE_S / 60:g} minutes" if st.GRACE_S >= 60 else f"{st.GRACE_S:g} s"
+                _echo(f"waiting for {running} trial(s) running in other processes: one whose process dies is taken "
+                      f"over here (on this machine at once, elsewhere after {grace} without its heartbeat)")
+            self.running = bool(running)
+        return self.running
+
+
+def _timing(a: _Active, rc: int, rows: list[dict]) -> tuple[dict, float | None]:
+    """The times, kimg and exit code ``sweep.json`` records for a trial that ended, and the kimg
+    of its checkpoint when it stopped between ticks (further than its last row)."""
+    last = rows[-1] if rows else {}
+    wall = time.monotonic() - a.started if a.started else 0.0
+    train = float(last.get("Timing/train_s", a.train_s0)) - a.train_s0 if a.started else 0.0
+    timing = dict(kimg=last.get("Progress/kimg"), wall_s=round(wall, 3), train_s=last.get("Timing/train_s"),
+                  overhead_s=round(wall - train, 3) if a.started and rows else None, exit_code=rc, child_pid=None,
+                  child_start=None, child_boot=None)
+    checkpoint, checkpoint_kimg = a.run_dir / "checkpoints" / "latest.pt", None
+    if not (rc == 0 and last.get("Progress/final")) and checkpoint.is_file():
+        checkpoint_kimg = _checkpoint_progress(checkpoint)[0]
+        if checkpoint_kimg is not None and (timing["kimg"] is None or checkpoint_kimg > timing["kimg"]):
+            timing["kimg"] = checkpoint_kimg
+    return timing, checkpoint_kimg
+
+
 class Sweep:
     """Runs the trials of ``study`` with ``settings``; ``run()`` returns the exit code."""
 
@@ -94,6 +133,7 @@ class Sweep:
         self.forwarded = False
         self.failed = 0
         self.devices = _devices()
+        self.others = _Others()
 
     # -------------------------------------------------------------------------------- loop --
 
@@ -151,7 +191,14 @@ class Sweep:
             while self.signal is None and len(self.active) < self.s.jobs and self._start_next():
                 pass
             if not self.active:
-                break
+                # Nothing left for this worker, but trials run in other processes: wait for them,
+                # so that one whose machine is lost (its heartbeat stale beyond the grace) is
+                # taken over here, with no one having to run the command again.
+                others = self.signal is None and self.others(self.study)
+                if not others:
+                    break
+                time.sleep(POLL_S)
+                continue
             for a in list(self.active):
                 self._poll(a)
             time.sleep(POLL_S)
@@ -191,10 +238,11 @@ class Sweep:
     def _launch(self, a: _Active) -> None:
         old = tr.read_state(a.run_dir)
         if old.get("study") not in (None, self.s.study_name) or (old.get("params") not in (None, a.params)):
-            self._tell_fail(a, f"{a.run_dir} holds a trial of another study ({old.get('study')}, {old.get('params')})")
+            _tell_fail(self.study, a.trial,
+                       f"{a.run_dir} holds a trial of another study ({old.get('study')}, {old.get('params')})")
             raise GankitError(f"{a.run_dir}: holds a run of study {old.get('study')!r} with other parameters; give "
                               f"this study its own folder with --out (or another --study name)")
-        tr.wait_previous_child(old)
+        tr.wait_previous_child(old, a.run_dir)
         label = config_label(a.params)
         record = dict(study=self.s.study_name, trial=a.name, number=a.trial.number, params=a.params, seed=a.seed,
                       metric=self.s.objective.key, higher_is_better=self.s.objective.higher_is_better,
@@ -224,7 +272,9 @@ class Sweep:
         a.beat = time.monotonic()
         attempts = [*old.get("attempts", []), {"trial": a.trial.number, "resumed_from_kimg": resumed_kimg,
                                                "started": time.strftime("%Y-%m-%d %H:%M:%S")}]
-        tr.write_state(a.run_dir, **record, child_pid=a.proc.pid, attempts=attempts)
+        child = procs.identity(a.proc.pid)
+        tr.write_state(a.run_dir, **record, child_pid=a.proc.pid, child_start=child["start"],
+                       child_boot=child["boot"], attempts=attempts)
         self.active.append(a)
         how = f"resuming from kimg {resumed_kimg:g}" if resume else "started"
         _echo(f"{a.name}: {how} ({label}, seed {a.seed}) -> {a.run_dir}")
@@ -270,19 +320,14 @@ class Sweep:
         rows = tr.read_rows(a.run_dir)
         last = rows[-1] if rows else {}
         values = tr.metric_values(rows, self.s.objective.key)
-        wall = time.monotonic() - a.started if a.started else 0.0
-        train = float(last.get("Timing/train_s", a.train_s0)) - a.train_s0 if a.started else 0.0
-        timing = dict(kimg=last.get("Progress/kimg"), wall_s=round(wall, 3), train_s=last.get("Timing/train_s"),
-                      overhead_s=round(wall - train, 3) if a.started and rows else None, exit_code=rc, child_pid=None)
+        timing, checkpoint_kimg = _timing(a, rc, rows)
+        wall = timing["wall_s"]
         final = bool(last.get("Progress/final"))
-        checkpoint, checkpoint_kimg = a.run_dir / "checkpoints" / "latest.pt", None
-        if not (rc == 0 and final) and checkpoint.is_file():  # stopped between ticks: further than its last row
-            checkpoint_kimg = _checkpoint_progress(checkpoint)[0]
-            if checkpoint_kimg is not None and (timing["kimg"] is None or checkpoint_kimg > timing["kimg"]):
-                timing["kimg"] = checkpoint_kimg
         key = self.s.objective.key
-        if rc == 0 and final and values:
-            value = values[-1][1]
+        # The objective is the final row's value: a metric that is NaN or failed at the end is no
+        # result, whatever it was at an earlier tick (compare reads it the same way).
+        value = tr.final_value(last, key) if final else None
+        if rc == 0 and final and value is not None:
             self.study.tell(a.trial, value, skip_if_finished=True)
             best = (max if self.s.objective.higher_is_better else min)(v for _, v in values)
             tr.write_state(a.run_dir, state="complete", value=value, best=best, **timing)
@@ -301,34 +346,47 @@ class Sweep:
             where = f"its checkpoint at kimg {kimg:g}" if kimg is not None else "the start (no checkpoint yet)"
             _echo(f"{a.name}: stopped; queued to continue from {where}")
         else:
-            reason = (f"the run finished without {key} in metrics.jsonl (did the metric fail? see sweep.log)"
+            reason = (tr.no_final_value(last, key) if rc == 0 and final
+                      else f"the run finished without {key} in metrics.jsonl (did the metric fail? see sweep.log)"
                       if rc == 0 else tr.last_log_line(a.run_dir) or f"exit code {rc}")
-            self._tell_fail(a, reason)
+            _tell_fail(self.study, a.trial, reason)
             tr.write_state(a.run_dir, state="failed", reason=reason, **timing)
             self.failed += 1
-            _echo(f"{a.name}: failed (exit code {rc}): {reason} [{a.run_dir / tr.LOG_FILE}]")
-
-    def _tell_fail(self, a: _Active, reason: str) -> None:
-        from optuna.trial import TrialState
-
-        _set_attr(a.trial, st.STATE, "failed")
-        _set_attr(a.trial, "gankit:reason", reason[:300])
-        self.study.tell(a.trial, state=TrialState.FAIL, skip_if_finished=True)
+            how = f"exit code {rc}" if rc else "no result"
+            _echo(f"{a.name}: failed ({how}): {reason} [{a.run_dir / tr.LOG_FILE}]")
 
     # ---------------------------------------------------------------------------- summary --
 
     def _summary(self) -> int:
         counts = st.count_states(self.study)
         text = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no trials"
-        command = "gankit " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+        command = _command()
         if self.signal is not None:
             code = 130 if self.signal == signal.SIGINT else 143
-            raise Interrupted(f"sweep interrupted ({text}); continue the study with `{command}`", exit_code=code)
+            raise Interrupted(f"sweep interrupted ({text}); continue the study with {command}", exit_code=code)
         _echo(f"study {self.s.study_name}: {text}; compare with `gankit compare {self.s.folder}`")
         if counts.get("running"):
             _echo(f"{counts['running']} trial(s) still run in other processes; one whose process died is taken "
-                  f"over by the next `{command}`")
+                  f"over by the next {command}")
         return 1 if self.failed else 0
+
+
+def _command() -> str:
+    """This sweep's command line in backticks, as it may be printed: a ``--storage`` password left
+    out, to be given in ``GANKIT_STORAGE_PASSWORD`` (printed lines end up in scheduler logs)."""
+    from gankit_sweep.storage import PASSWORD_ENV, command_form
+
+    args, hidden = command_form(sys.argv[1:])
+    text = "gankit " + " ".join(shlex.quote(x) for x in args)
+    return f"`{text}` (with the database password in {PASSWORD_ENV})" if hidden else f"`{text}`"
+
+
+def _tell_fail(study: Any, trial: Any, reason: str) -> None:
+    from optuna.trial import TrialState
+
+    _set_attr(trial, st.STATE, "failed")
+    _set_attr(trial, "gankit:reason", reason[:300])
+    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
 
 
 def _set_attr(trial: Any, key: str, value: Any) -> None:

@@ -14,6 +14,7 @@ import click
 from gan_kit import GankitError
 from gankit_sweep import study as st
 from gankit_sweep.driver import Objective, Settings, Sweep
+from gankit_sweep.storage import serialised
 from gankit_sweep.spaces import check_spaces, config_label, configurations, parse_spaces
 from gankit_sweep.trials import child_command, threads_per_job
 
@@ -232,13 +233,16 @@ def prepare(*, recipe: Path, params, seeds: int, trials: int | None, jobs: int, 
         cmd = child_command(recipe, folder / st.trial_name(0, 0), items, resume=False, overwrite=False, threads=threads)
         click.echo("first trial: gankit " + " ".join(shlex.quote(c) for c in cmd[3:]))
         return None
-    store, where = st.open_storage(storage, folder)
-    study, warnings = st.open_study(store, study_name, objective.direction, _sampler(sampler, spaces),
-                                    _pruner(pruner, pruner_startup, pruner_warmup), spec_attrs, legacy_digest)
+    # Every worker of a SLURM array may get here at the same moment on a new database: they
+    # create its tables, the study and the grid's queue one at a time.
+    with serialised(storage, folder, st.journal_path(storage, folder)):
+        store, where = st.open_storage(storage, folder)
+        study, warnings = st.open_study(store, study_name, objective.direction, _sampler(sampler, spaces),
+                                        _pruner(pruner, pruner_startup, pruner_warmup), spec_attrs, legacy_digest)
+        if configs is not None:
+            st.enqueue_grid(study, configs, seeds, folder)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
-    if configs is not None:
-        st.enqueue_grid(study, configs, seeds, folder)
     click.echo(f"study {study_name}: {what}; {jobs} at once x {shown_threads} thread(s); storage {where}; "
                f"run directories {folder}/<trial>")
     settings = Settings(recipe=recipe, spaces=spaces, sets=sets, seeds=seeds, trials=trials, jobs=jobs,

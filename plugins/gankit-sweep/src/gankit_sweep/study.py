@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
-import socket
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
 from gan_kit import GankitError
+from gankit_sweep import procs
+from gankit_sweep import storage as stg
+from gankit_sweep.storage import STORAGE_FORMS
 
 __all__ = ["HEARTBEAT_S", "GRACE_S", "open_storage", "open_study", "trial_name", "enqueue_grid", "ensure_seeds",
            "pop_waiting", "is_duplicate", "claim", "heartbeat", "recover_stale", "retry", "worker_alive", "names",
@@ -53,7 +54,7 @@ def quiet() -> Iterator[None]:
         yield
 
 
-def _journal_path(url: str | None, folder: Path) -> Path | None:
+def journal_path(url: str | None, folder: Path) -> Path | None:
     """The journal file of ``--storage url`` (default: the one in ``folder``); None for a URL."""
     if url is None:
         return folder / "study.journal"
@@ -62,39 +63,36 @@ def _journal_path(url: str | None, folder: Path) -> Path | None:
     return None
 
 
-STORAGE_FORMS = ("--storage takes a journal file path such as runs/study.journal, sqlite:///FILE.db, or another "
-                 "SQLAlchemy database URL Optuna can use: postgresql://USER:PASSWORD@HOST/DB, mysql://...")
-#: A database URL's scheme -> the driver package it needs.
-DRIVERS = {"postgresql": "psycopg2-binary", "postgres": "psycopg2-binary", "mysql": "pymysql",
-           "mariadb": "pymysql", "redis": "redis"}
+def _rdb_exists(su: Any) -> bool:
+    """Whether the database of ``su`` holds Optuna's tables (False for a SQLite file not there)."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
 
-
-def _open_problem(url: str, e: Exception) -> str:
-    """One line for a storage URL that cannot be opened: an unknown scheme, a missing driver, or
-    the database's own first line."""
-    shown = _hide_password(url)
-    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-    if type(e).__name__ == "NoSuchModuleError" or "Can't load plugin" in first:
-        return f"--storage {shown}: unknown storage URL scheme {scheme + '://'!r}; {STORAGE_FORMS}"
-    if isinstance(e, ImportError) or "import" in first.lower():
-        package = DRIVERS.get(scheme)
-        fix = f"`pip install {package}`" if package else "install the database driver SQLAlchemy names"
-        return f"--storage {shown}: the {scheme} driver is not installed ({fix})"
-    return f"--storage {shown}: cannot open it: {first} (check the URL and that the server is reachable)"
+    if su.backend == "sqlite" and ":///" in su.url and not Path(su.url.split(":///", 1)[1]).is_file():
+        return False
+    engine = sqlalchemy.create_engine(su.url, poolclass=NullPool)
+    try:
+        return sqlalchemy.inspect(engine).has_table("studies")
+    finally:
+        engine.dispose()
 
 
 def open_storage(url: str | None, folder: Path, *, existing: bool = False) -> tuple[Any, str]:
-    """``(storage, description)`` for ``--storage url`` (default: the journal file in ``folder``).
-    ``existing``: open only a storage that is already there (a journal or SQLite file that
-    exists, a database server); ``(None, description)`` otherwise - nothing is created.
+    """``(storage, description)`` for ``--storage url`` (default: the journal file in ``folder``;
+    the URL forms and drivers: ``gankit_sweep.storage``). ``existing``: open only a storage that
+    is already there (a journal file that exists, a database holding Optuna's tables);
+    ``(None, description)`` otherwise - nothing is created. The description masks the password.
 
-    Raises ``GankitError`` (one line) when the storage cannot be opened."""
+    Workers that open a new database at the same moment should do so inside
+    ``storage.serialised``; the errors such a race still produces are retried here.
+
+    Raises ``GankitError`` (one line naming the cause, never the password) when the storage
+    cannot be opened."""
     from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
     from optuna.storages.journal import JournalFileBackend
 
     with quiet():
-        path = _journal_path(url, folder)
+        path = journal_path(url, folder)
         if path is not None:
             if existing and not path.is_file():
                 return None, f"journal file {path}"
@@ -104,24 +102,29 @@ def open_storage(url: str | None, folder: Path, *, existing: bool = False) -> tu
             except OSError as e:
                 raise GankitError(f"--storage {path}: cannot create the journal file: {e.strerror} "
                                   f"(check the folder and its permissions)") from None
-        if existing and url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
-            return None, f"database {url}"
-        try:
-            if url.startswith("redis://"):
+        su = stg.parse_url(url)
+        if su.backend == "redis":
+            try:
                 from optuna.storages.journal import JournalRedisBackend
 
-                return JournalStorage(JournalRedisBackend(url)), f"redis journal {url}"
-            storage = RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
-                                 heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback())
-            return storage, f"database {_hide_password(url)}"
+                return JournalStorage(JournalRedisBackend(su.url)), f"redis journal {su.shown}"
+            except Exception as e:  # noqa: BLE001 - redis not installed, no server
+                raise GankitError(stg.problem(su, e)) from None
+        tries = [0]
+
+        def attempt() -> Any:
+            tries[0] += 1
+            if existing and not _rdb_exists(su):
+                return None
+            return RDBStorage(su.url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback())
+
+        try:
+            return stg.with_retries(attempt), f"database {su.shown}"
+        except GankitError:
+            raise
         except Exception as e:  # noqa: BLE001 - a driver missing, a server down, a bad URL: one line each
-            raise GankitError(_open_problem(url, e)) from None
-
-
-def _hide_password(url: str) -> str:
-    import re
-
-    return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
+            raise GankitError(stg.problem(su, e, tries[0])) from None
 
 
 def open_study(storage: Any, name: str, direction: str, sampler: Any, pruner: Any, spec: dict,
@@ -252,33 +255,16 @@ def is_duplicate(study: Any, trial: Any, name: str) -> bool:
     return False
 
 
-def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` (Linux /proc; None elsewhere), to tell a reused pid."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 def me() -> dict:
-    pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "start": _start_time(pid)}
+    """This worker as a trial's claim records it (``gankit_sweep.procs.identity``)."""
+    return procs.identity()
 
 
 def worker_alive(worker: dict | None) -> bool | None:
-    """True/False for a worker on this host (its process exists, same start time), None for a
-    worker elsewhere (only its heartbeat can tell)."""
-    if not worker or worker.get("host") != socket.gethostname():
-        return None
-    pid = int(worker.get("pid", -1))
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    start = _start_time(pid)
-    return start is None or worker.get("start") is None or start == worker["start"]
+    """True/False for a worker on this host (the same process - pid, start time, boot - still
+    runs, or provably not), None for a worker elsewhere or one this machine cannot tell (only its
+    heartbeat can)."""
+    return procs.same(worker)
 
 
 def study_storage(study: Any) -> Any:

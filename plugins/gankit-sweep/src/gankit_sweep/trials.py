@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["child_command", "spawn", "MetricsTail", "read_state", "write_state", "run_finished", "last_log_line",
-           "threads_per_job", "exit_status", "STATE_FILE", "LOG_FILE"]
+           "threads_per_job", "exit_status", "final_value", "no_final_value", "child_record", "wait_previous_child",
+           "STATE_FILE", "LOG_FILE"]
 
 STATE_FILE = "sweep.json"
 LOG_FILE = "sweep.log"
@@ -150,6 +151,26 @@ def metric_values(rows: list[dict], key: str) -> list[tuple[int, float]]:
     return out
 
 
+def final_value(last: dict, key: str) -> float | None:
+    """The objective of a finished run: ``key`` in its final metrics row when a finite number,
+    else None - never an earlier row's value (a metric can be NaN, or fail, at the final tick
+    only: a collapsed G, a singular covariance)."""
+    v = last.get(key)
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
+
+
+def no_final_value(last: dict, key: str) -> str:
+    """Why a finished run has no objective: its final row's ``key`` is not finite, or missing."""
+    kimg = last.get("Progress/kimg")
+    at = f" at kimg {kimg:g}" if isinstance(kimg, (int, float)) else ""
+    if key in last:
+        return (f"{key} is {last[key]} in the final metrics row{at} (earlier values are not the result; "
+                f"`gankit eval` on the final checkpoint measures it again)")
+    return (f"the final metrics row{at} has no {key} (the metric failed at the end? see sweep.log; `gankit eval` on "
+            f"the final checkpoint retries it)")
+
+
 def read_state(run_dir: Path) -> dict:
     try:
         data = json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8"))
@@ -179,29 +200,29 @@ def last_log_line(run_dir: Path) -> str:
     return (errors or lines or [""])[-1][:300]
 
 
-def wait_gone(pid: int, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds for process ``pid`` to exit; True when it has."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        time.sleep(0.2)
-    return False
+def child_record(record: dict) -> dict:
+    """The identity (``gankit_sweep.procs``) of the ``gankit run`` child a trial's ``sweep.json``
+    ``record`` names."""
+    return {"host": record.get("host"), "pid": record.get("child_pid"), "start": record.get("child_start"),
+            "boot": record.get("child_boot")}
 
 
-def wait_previous_child(record: dict) -> None:
+def wait_previous_child(record: dict, run_dir: Path, timeout: float = 120.0) -> None:
     """Wait for the ``gankit run`` child of a trial's previous attempt (its ``sweep.json``
-    ``record``) to exit: a sweep killed moments ago leaves it writing its checkpoint. Killed after
-    two minutes. Only a child on this machine can be waited for."""
-    import socket
+    ``record``) to exit: a sweep killed moments ago leaves it writing its checkpoint. Only a
+    process that is provably that child (pid, start time and boot recorded and matching, on this
+    machine) is waited for, and killed after ``timeout`` seconds; a pid held by another process
+    now is left alone. Then, whatever the record says, wait (never signal) while another run
+    holds the run directory's lock (``gan_kit.runs.lock``): a child on another machine, or one an
+    older gankit recorded without its start time."""
+    from gan_kit import lock_problem
 
-    pid = record.get("child_pid")
-    if pid and record.get("host") == socket.gethostname() and int(pid) != os.getpid():
-        if not wait_gone(int(pid), 120):
-            os.kill(int(pid), signal.SIGKILL)
-            wait_gone(int(pid), 10)
+    from gankit_sweep import procs
 
+    child = child_record(record)
+    if child["pid"] and int(child["pid"]) != os.getpid() and not procs.wait_gone(child, timeout):
+        procs.kill_if_same(child, signal.SIGKILL)
+        procs.wait_gone(child, 10)
+    end = time.monotonic() + timeout
+    while lock_problem(run_dir) is not None and time.monotonic() < end:
+        time.sleep(0.5)
