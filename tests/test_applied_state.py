@@ -11,7 +11,7 @@ import attrs
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gan_kit.runs.engine import _real_loader, train_step
+from gan_kit.runs.engine import real_loader, train_step
 from gan_kit.training.step import StepContext
 from gan_kit.testing import make_run
 
@@ -37,7 +37,7 @@ def _step(run, batches):
 def test_a_step_the_fp16_scaler_skips_leaves_path_length_and_ada_state_as_it_was(tmp_path):
     run = make_run(tmp_path, overrides=SG2)
     assert run.scaler is not None
-    batches = iter(_real_loader(run))
+    batches = iter(real_loader(run))
     # A lower first scale than the default 65536, which overflows the first path-length step here.
     run.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
     _step(run, batches)  # iterations 0 and 1; path length runs at even ones
