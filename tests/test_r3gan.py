@@ -4,6 +4,7 @@ refusals, and recipes/r3gan.toml (dry run, and a few training steps at tiny size
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -110,3 +111,73 @@ def test_the_recipe_dry_runs_and_trains_a_few_steps(tmp_path, monkeypatch):
     assert any(not torch.equal(a, b) for a, b in zip(g0, run.G.parameters()))
     # The zero residual ends leave zero once trained: the branch learns.
     assert any(torch.count_nonzero(m.conv3.weight) for m in run.G.modules() if isinstance(m, ResidualBlock))
+
+
+# ---- the recipe's schedules (the official code's CIFAR-10 preset, scaled to the run)
+
+SCHEDULED = {  # metrics.jsonl key -> (first, last) value of the half cosine over run.total_kimg
+    "Schedule/optim.lr": (2e-4, 5e-5),
+    "Schedule/optim.betas.1": (0.9, 0.99),
+    "Schedule/penalty.0.weight": (0.05, 0.005),
+    "Schedule/penalty.1.weight": (0.05, 0.005),
+    "Schedule/ema.half_life_kimg": (0.001, 6.0),
+    "Schedule/augment.p_init": (0.0, 0.3),
+}
+
+
+def half_cosine(first, last, nimg, total_nimg):
+    """R3GAN's ``cosine_decay_with_warmup`` without warm-up, written out here on purpose (not
+    gankit's shape): ``last + (first - last) * (1 + cos(pi * nimg / total)) / 2``."""
+    return last + (first - last) * (1 + math.cos(math.pi * min(nimg / total_nimg, 1.0))) / 2
+
+
+def test_the_recipe_follows_r3gans_cosine_schedules_in_metrics_jsonl(tmp_path):
+    """lr, beta2, both gammas, the EMA half-life and the fixed augmentation p follow half cosines
+    over the run (batch 4, 2 iterations a tick, 24 images): each tick's row holds the value set
+    for its last iteration (images shown before it: 4, 12, 20), and the augmentation each
+    iteration runs with is the schedule's p at the images shown before it."""
+    recipe, plugins = load_recipe(RECIPE, [*TINY, "run.total_kimg=0.024", f"run.out_dir={tmp_path / 'run'}"])
+    run = Run(recipe, plugins)
+    assert recipe.augment.name == "ada" and recipe.augment.options.target is None
+    assert recipe.ema.rampup is None  # the half-life schedule is the ramp
+    used = []
+    pipeline = run.augment.pipeline
+
+    def watch(images, p):  # the p handed to ADA's pipeline for each augmented batch
+        used.append(p.item())
+        return pipeline(images, p)
+
+    run.augment.pipeline = watch
+    train(run)
+    rows = [json.loads(line) for line in (run.out_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["Progress/step"] for r in rows] == [2, 4, 6]
+    for key, (first, last) in SCHEDULED.items():
+        assert [r[key] for r in rows] == pytest.approx([half_cosine(first, last, n, 24) for n in (4, 12, 20)],
+                                                       rel=1e-12, abs=1e-15), key
+    # D augments reals and fakes (d-then-g) and G's fakes: every batch of iteration i with p(4 i).
+    assert used and len(used) % 6 == 0
+    per_step = len(used) // 6
+    for i in range(6):
+        expected = half_cosine(0.0, 0.3, 4 * i, 24)
+        assert used[i * per_step:(i + 1) * per_step] == pytest.approx([expected] * per_step, abs=1e-7), i
+
+
+def test_the_recipe_resumes_bit_identical_with_its_schedules(tmp_path):
+    """A run of the recipe stopped after 3 of 6 iterations and resumed ends with the weights,
+    optimizer states (scheduled lr and beta2 in the param groups), augmentation p and schedule
+    values of the uninterrupted run."""
+    from test_checkpoint import assert_same_state
+
+    def load(out):
+        return load_recipe(RECIPE, [*TINY, "run.total_kimg=0.024", f"run.out_dir={out}"])
+
+    straight = Run(*load(tmp_path / "straight"))
+    train(straight)
+    first = Run(*load(tmp_path / "split"))
+    train(first, max_steps=3)
+    first.save_checkpoint()
+    resumed = Run(*load(tmp_path / "split"))
+    train(resumed, resume=True)
+    assert_same_state(straight, resumed)
+    assert resumed.schedule_values == straight.schedule_values
+    assert torch.equal(resumed.augment.p, straight.augment.p)

@@ -116,7 +116,9 @@ def _same(a, b) -> bool:
     return attrs.evolve(a, path=b.path) == b and recipe_to_dict(a) == recipe_to_dict(b)
 
 
-@pytest.mark.parametrize("sets", [[], ["loss.name=bce", "ema.half_life_kimg=10", "penalty.0.weight=2"]])
+@pytest.mark.parametrize("sets", [[], ["loss.name=bce", "ema.half_life_kimg=10", "penalty.0.weight=2"],
+                                  # None where the default is not: written "none", not left out
+                                  ["augment={name='ada', target='none'}", "ema.rampup=none"]])
 def test_recipe_toml_round_trip(tiny_recipe, tmp_path, plugins, sets):
     r, _ = load_recipe(tiny_recipe, sets, plugins=plugins)
     text = recipe_to_toml(r, "# a header comment")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import typing
 from typing import Any
 
 import attrs
@@ -24,11 +25,30 @@ def _toml_able(value: Any) -> Any:
     return value
 
 
+def _options(obj: Any) -> dict:
+    """The fields of attrs options ``obj`` by name; a None whose default is not None is written
+    ``"none"`` (how a recipe spells it), since a left-out key would load as the default - ADA's
+    ``target = "none"`` would come back as 0.6, ``ema.rampup = "none"`` as 0.05."""
+    out = {}
+    try:
+        hints = typing.get_type_hints(type(obj))
+    except Exception:  # an annotation that does not resolve: keep the old rule (left out)
+        hints = {}
+    for f in attrs.fields(type(obj)):
+        value = getattr(obj, f.name)
+        # A ``str | None`` option would read "none" back as the string, so it stays left out.
+        if (value is None and f.default is not None and f.default is not attrs.NOTHING
+                and f.name in hints and str not in typing.get_args(hints[f.name])):
+            value = "none"
+        out[f.name] = value
+    return out
+
+
 def _spec_table(spec: ComponentSpec) -> dict:
     table = {"name": spec.name}
     if spec.slot is not None:
-        table.update(attrs.asdict(spec.slot, recurse=False))
-    table.update(attrs.asdict(spec.options, recurse=False))
+        table.update(_options(spec.slot))
+    table.update(_options(spec.options))
     return _toml_able(table)
 
 
@@ -40,7 +60,7 @@ def recipe_to_dict(recipe: Recipe) -> dict:
     if recipe.disable_plugins:
         out["disable_plugins"] = list(recipe.disable_plugins)
     for key in CORE_TABLES:
-        out[key] = _toml_able(attrs.asdict(getattr(recipe, key), recurse=False))
+        out[key] = _toml_able(_options(getattr(recipe, key)))
     out["data"] = _spec_table(recipe.data)
     for key in ("architecture", "init", "loss"):
         out[key] = _spec_table(getattr(recipe, key))

@@ -97,8 +97,11 @@ class AdaptiveAugment(Augment):
                                          "paper; 100 here because gankit's runs are short, see docs/augmentation.md).",
                              validator=lambda v: None if v > 0 else f"must be > 0, got {v}")
         p_init: float = option(0.0, help="Augmentation probability p at the start of training (0 in the paper); with "
-                                         "target = none, the fixed p of the whole run.",
-                               validator=lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v}")
+                                         "target = none, the p of the whole run: a constant, or a schedule (R3GAN's "
+                                         "cosine ramp of p) followed every iteration. With a target only its value "
+                                         "when the run starts counts.",
+                               validator=lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v}",
+                               schedulable=True)
         p_max: float | None = option(None, help="Upper bound of p; None = none, the reference's rule (p >= 0 only; "
                                                 "0.8 guarantees the non-leaking regime, see docs/augmentation.md).",
                                      validator=lambda v: None if v is None or 0.0 <= v <= 1.0
@@ -170,6 +173,16 @@ class AdaptiveAugment(Augment):
             # device, so p must not travel on every call.
             self.p = self.p.to(images.device)
         return self.pipeline(images, self.p)
+
+    def set_option(self, name: str, value) -> None:
+        """Take a schedule's new value of option ``name`` (the engine calls this before every
+        iteration). With ``target = None`` a scheduled ``p_init`` becomes p at once, so the
+        iteration that follows augments with the schedule's value at the images shown before it,
+        as R3GAN's training loop sets its pipe's p before each step (Huang et al. 2024, official
+        code); the value is filled on p's device, never read back (no host sync)."""
+        self.options = attrs.evolve(self.options, **{name: value})
+        if name == "p_init" and self.options.target is None:
+            self.p = torch.full((), float(value), device=self.p.device)
 
     # ---- adaptation of p
 
