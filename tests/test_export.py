@@ -133,6 +133,9 @@ def test_config_and_model_card_say_what_the_model_is(tmp_path):
     assert "![samples](samples.png)" in body and (tmp_path / "export" / "samples.png").stat().st_size > 0
     assert 'torch.jit.load("model.ts")' in body and "onnxruntime.InferenceSession" in body
     assert "[loss]" in body and 'name = "hinge"' in body  # the recipe, whole
+    export_model(checkpoint, tmp_path / "weights-only", formats=["safetensors"])
+    card = (tmp_path / "weights-only" / "README.md").read_text()
+    assert "model.ts" not in card and "model.onnx" not in card and "gankit sample ." in card  # the files it has
 
 
 def test_an_exported_folder_samples_and_starts_a_new_run(tmp_path):
@@ -178,3 +181,10 @@ def test_export_refuses_what_it_cannot_do_in_one_line(tmp_path):
     assert result.exit_code == 2 and "unknown format 'pt'" in result.output
     result = CliRunner().invoke(cli, ["sample", str(tmp_path), "--out", str(tmp_path / "g.png")])
     assert result.exit_code == 2 and "gankit export did not write" in result.output
+    with pytest.raises(GankitError, match="no format named"):
+        export_model(checkpoint, tmp_path / "e", formats=[])
+    (tmp_path / "empty").mkdir()
+    from gan_kit.runs.resume import init_source
+
+    with pytest.raises(GankitError, match="neither a run .* nor a gankit export"):
+        init_source(tmp_path / "empty")

@@ -276,7 +276,12 @@ def init_source(value: str | Path) -> Path:
 
     path = Path(value)
     if path.is_dir() and not is_export_dir(path):
-        return latest_checkpoint(path)
+        latest = latest_checkpoint(path)
+        if not latest.is_file():
+            raise CheckpointError(f"--init-from {path}: a folder that is neither a run (no checkpoints/latest.pt) nor "
+                                  f"a gankit export (no config.json with format = 'gankit-export'); name a "
+                                  f"checkpoint file, a run folder or an export folder")
+        return latest
     return path
 
 
@@ -345,9 +350,9 @@ def init_from(run: Any, value: str | Path) -> Path:
             for name in ("G", "G_ema") if exported else ("G", "D", "G_ema"):
                 load_without_frozen(getattr(run, name), weights[name])  # frozen sub-networks come from their files
         except (RuntimeError, KeyError, ValueError) as e:
-            text = " ".join(str(e).split())
+            text = " ".join(str(e).split()).replace("Error(s) in loading state_dict for ", "")
             problem = (f"its {name} does not fit this recipe's (the architecture's options must match the "
-                       f"{'exported model' if exported else 'checkpoint'}'s run: {text[:200]})")
+                       f"{'exported model' if exported else 'checkpoint'}'s run: {text[:500]})")
     if problem:
         raise CheckpointError(f"--init-from {path}: {problem}")
     run.initialized_from = path

@@ -71,6 +71,8 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
     ``GankitError`` for an unknown format or a truncation the architecture cannot apply, and
     ``CheckpointError`` / ``RecipeError`` for an unreadable checkpoint.
     """
+    if not formats:
+        raise GankitError(f"--format: no format named (choose one or more of {', '.join(FORMATS)})")
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise GankitError(f"--format: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)})")
@@ -234,7 +236,9 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
              f"| growth | `{recipe.get('growth', {}).get('name', '?')}` |",
              f"| data | `{data.get('name', '?')}` at {config['final_resolution']} px |",
              f"| images shown | {config['kimg']} kimg |",
-             f"| truncation psi (baked into model.ts / model.onnx) | {config['truncation_psi']} |", ""]
+             f"| truncation psi (of the traced model.ts / model.onnx) | {config['truncation_psi']} |"
+             if config["files"]["torchscript"] or config["files"]["onnx"] else
+             f"| truncation psi | {config['truncation_psi']} |", ""]
     metrics = dict(metrics)
     at = metrics.pop("at kimg", None)
     if metrics:
@@ -247,17 +251,20 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
     label_torch = f"labels = torch.arange(16) % {k}  # int64 class indices\n" if conditional else ""
     label_numpy = f"labels = np.arange(16, dtype=np.int64) % {k}\n" if conditional else ""
     feeds = '{"z": z, "labels": labels}' if conditional else '{"z": z}'
+    files = config["files"]
+    use_ts = ["With PyTorch only (TorchScript):", "", "```python", "import torch", "",
+              'model = torch.jit.load("model.ts")', f"z = {z_torch}", label_torch + f"images = {call}", "```", ""]
+    use_onnx = ["With onnxruntime only:", "", "```python", "import numpy as np", "import onnxruntime", "",
+                'session = onnxruntime.InferenceSession("model.onnx")', f"z = {z_numpy}", label_numpy
+                + f"images = session.run(None, {feeds})[0]", "```", ""]
+    use_gankit = ["With gankit (the safetensors weights; fine-tune with `--init-from`):", "", "```bash",
+                  "gankit sample . -n 64 --out grid.png",
+                  "gankit run RECIPE --init-from .   # G and G_ema from here, D fresh", "```", ""]
     lines += ["## Use", "",
               f"Inputs: `z` float32 `[N, {config['latent_dim']}]` from a standard normal"
               + (f", `labels` int64 `[N]` in 0..{config['num_classes'] - 1}" if conditional else "")
               + f"; output: images float32 `[N, {ch}, {res}, {res}]` in about [-1, 1].", "",
-              "With PyTorch only (TorchScript):", "", "```python", "import torch", "",
-              'model = torch.jit.load("model.ts")', f"z = {z_torch}", label_torch + f"images = {call}", "```", "",
-              "With onnxruntime only:", "", "```python", "import numpy as np", "import onnxruntime", "",
-              'session = onnxruntime.InferenceSession("model.onnx")', f"z = {z_numpy}", label_numpy
-              + f"images = session.run(None, {feeds})[0]", "```", "",
-              "With gankit (the safetensors weights; fine-tune with `--init-from`):", "", "```bash",
-              "gankit sample . -n 64 --out grid.png", "gankit run RECIPE --init-from .   # G and G_ema from here, D fresh",
-              "```", "", "## Recipe", "", "The resolved recipe the model was trained with:", "", "```toml",
+              ] + (use_ts if files["torchscript"] else []) + (use_onnx if files["onnx"] else []) + (
+              use_gankit if files["safetensors"] else []) + ["## Recipe", "", "The resolved recipe the model was trained with:", "", "```toml",
               config["recipe"].rstrip(), "```", ""]
     return "\n".join(front + lines)

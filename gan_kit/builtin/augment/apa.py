@@ -59,11 +59,14 @@ class AdaptivePseudoAugment(Augment):
         return torch.where(pseudo, fake.to(real.dtype), real)
 
     def feedback(self, real_logits: torch.Tensor) -> None:
-        signs = real_logits.detach().float().sign()
+        # NaN logits are a D step that was not applied (a skipped mixed-precision step): not counted.
+        logits = real_logits.detach().float()
+        counted = ~torch.isnan(logits)
+        signs = torch.where(counted, logits.sign(), torch.zeros_like(logits))
         if self.sign_sum.device != signs.device:
             self.sign_sum, self.sign_count = self.sign_sum.to(signs.device), self.sign_count.to(signs.device)
         self.sign_sum = self.sign_sum + signs.sum()
-        self.sign_count = self.sign_count + signs.numel()
+        self.sign_count = self.sign_count + counted.sum()
 
     def end_step(self, step: int, nimg: int) -> dict:
         o = self.options

@@ -84,7 +84,7 @@ class MLflowTracker(Tracker):
                 name = o.experiment or params.get("gankit.study") or "gankit"
                 experiment = self.client.get_experiment_by_name(name)
                 experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
-                tags = {"gankit.run_dir": str(run_dir)}
+                tags = {"gankit.run_dir": str(Path(run_dir).resolve())}
                 if params.get("gankit.study"):
                     tags["gankit.study"] = str(params["gankit.study"])
                 run = self.client.create_run(experiment_id, run_name=o.run_name or run_dir.name, tags=tags)
