@@ -86,3 +86,26 @@ def test_the_counter_sees_each_kind_of_sync():
         torch.tensor([1.0, 2.0], device=x.device)
         y = x * 2 + 1  # no sync: stays on the device
     assert c.total == 6 and y.shape == (5,), c.by_kind
+
+
+def test_a_fused_step_reads_an_assigned_gradient_of_other_strides_in_its_parameters_layout():
+    """A strategy may assign ``.grad`` from ``torch.autograd.grad``, whose strides need not be the
+    parameter's; the fused optimizer (the non-finite guard's path) must step as with the same
+    gradient laid out as its parameter, which a backward's accumulated ``.grad`` always is."""
+    import torch
+
+    from gan_kit.training.step.finite import FiniteGuard
+
+    torch.manual_seed(0)
+    grad = torch.randn(5, 3).t()  # [3, 5] with transposed strides
+    steps = []
+    for layout in (grad, grad.contiguous()):
+        p = torch.nn.Parameter(torch.randn(3, 5, generator=torch.Generator().manual_seed(1)))
+        opt = torch.optim.Adam([p], lr=0.1, fused=True)
+        guard = FiniteGuard(torch.device("cpu"), sticky=False)
+        guard.begin()
+        for _ in range(3):
+            p.grad = layout.clone() if layout.is_contiguous() else torch.randn(5, 3).t().copy_(layout)
+            guard.step(opt, "G")
+        steps.append(p.detach().clone())
+    assert torch.equal(steps[0], steps[1])

@@ -73,7 +73,7 @@ from torch import nn
 from gan_kit.plugin_api.components import Loss, WeightedPenalty
 from gan_kit.base.phase import Phase
 from gan_kit.base.randomness import batch_rand
-from gan_kit.training.step.finite import scale_of
+from gan_kit.training.step.finite import match_grad_layout, scale_of
 from gan_kit.training.step.objectives import Objectives
 from gan_kit.training.step.rounds import Round, Rounds
 
@@ -242,6 +242,7 @@ class StepContext(Objectives, Rounds, StagedUpdates):
                 # round (the engine updates once more after the strategy).
                 self.scaler.update()
                 self._scaler_stepped.clear()
+            match_grad_layout(opt)  # a fused optimizer reads gradients in their parameters' layout
             self.scaler.unscale_(opt)  # what scaler.step does first; here so the verdict can be read
             # The scaler skips the step exactly when an unscaled gradient is inf/NaN; the same
             # test on the device gates the staged state (no host sync).

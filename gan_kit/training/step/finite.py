@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["FiniteGuard", "scale_of"]
+__all__ = ["FiniteGuard", "match_grad_layout", "scale_of"]
 
 
 class FiniteGuard:
@@ -51,6 +51,7 @@ class FiniteGuard:
         """``opt.step()``, skipped on the device when this iteration's gradients so far (this
         one's included) hold a NaN/inf, or the run is halted. Returns whether it was applied (a
         0-dim bool tensor on the device: what staged component state commits by)."""
+        match_grad_layout(opt)
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
         if grads:
             # One fused reduction: the norm of a tensor holding NaN/inf is NaN/inf.
@@ -68,6 +69,18 @@ class FiniteGuard:
         elif not bool(self.bad):  # one host sync: this optimizer cannot skip a step on the device
             opt.step()
         return ~self.bad
+
+
+def match_grad_layout(opt: torch.optim.Optimizer) -> None:
+    """Give every gradient of ``opt`` its parameter's memory layout. A fused optimizer walks a
+    parameter and its gradient as flat memory, so a gradient with other strides - one a strategy
+    assigned itself from ``torch.autograd.grad`` - would be read in the wrong element order (a
+    backward's accumulated ``.grad`` always has the parameter's layout). No host sync."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            g = p.grad
+            if g is not None and g.stride() != p.stride():
+                p.grad = torch.empty_like(p).copy_(g)
 
 
 def scale_of(scaler: Any, device: torch.device) -> torch.Tensor:
