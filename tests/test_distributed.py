@@ -367,7 +367,7 @@ def test_the_process_group_takes_the_recipes_timeout(tmp_path):
         from gan_kit.recipe import load_recipe
 
         r, _ = load_recipe(sys.argv[1], ["run.dist_timeout_minutes=2.5"])
-        distributed.init(r.run.dist_timeout_minutes)
+        distributed.init(timeout_s=r.run.dist_timeout_minutes * 60)
         backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
         print("timeout", backend.options._timeout.total_seconds())
         distributed.shutdown()

@@ -76,10 +76,10 @@ CASES = [
         "r.toml: lossx: unknown top-level table (did you mean 'loss'?)",
     ]),
     case('unknown-table', {'r.toml': '[banana]\nx = 1\n'}, 'check', [], [
-        'r.toml: banana: unknown top-level table (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric, augment; keys: extends, plugins, disable_plugins)',
+        'r.toml: banana: unknown top-level table (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric, augment, tracker; keys: extends, plugins, disable_plugins)',
     ]),
     case('unknown-top-level-key', {'r.toml': 'seed = 3\n'}, 'check', [], [
-        'r.toml: seed: unknown top-level key (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric, augment; keys: extends, plugins, disable_plugins)',
+        'r.toml: seed: unknown top-level key (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric, augment, tracker; keys: extends, plugins, disable_plugins)',
     ]),
     case('unknown-option-suggested', {'r.toml': '[run]\nseedd = 1\n'}, 'check', [], [
         "r.toml: run.seedd: unknown option (did you mean 'seed'?)",
@@ -206,7 +206,7 @@ CASES = [
         "r.toml (--set): loss.name: unknown loss 'hing' (did you mean 'hinge'?); available: <loss>",
     ]),
     case('several-problems', {'r.toml': '[run]\nseed = "a"\ntotal_kimg = -2\n[loss]\nname = "hing"\n[banana]\n'}, 'check', ['optim.lr=-1'], [
-        'r.toml: banana: unknown top-level table (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric, augment; keys: extends, plugins, disable_plugins)',
+        'r.toml: banana: unknown top-level table (tables: run, optim, ema, data, architecture, init, loss, penalty, update, growth, metric, augment, tracker; keys: extends, plugins, disable_plugins)',
         'r.toml: run.seed: expected integer, got string "a" (e.g. seed = 0)',
         'r.toml: run.total_kimg: must be > 0, got -2.0 (use a positive number)',
         'r.toml (--set): optim.lr: must be > 0, got -1.0 (use a positive number)',
