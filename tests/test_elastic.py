@@ -90,3 +90,30 @@ def test_a_rank_stopped_by_another_ranks_sigterm_exits_143(tiny_recipe, tmp_path
     assert done.returncode == 143, done.stderr[-2000:]  # the exit code of rank 0, the first process
     assert done.stderr.count("stopped: interrupted by SIGTERM") == 1
     assert 0 < _weights(out)["cur_nimg"] < 5000
+
+
+def test_a_restarted_worker_meets_in_a_store_without_the_first_starts_keys(monkeypatch):
+    """torchrun keeps one store across ``--max-restarts``: the keys (gloo/NCCL addresses) the first
+    start's workers wrote must be invisible to the restarted ones, or a restarted rank connects to a
+    dead worker's port ("Connection refused") or hangs."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from gan_kit.training import distributed
+
+    server = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, wait_for_workers=False)
+    for k, v in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port), "RANK": "0", "WORLD_SIZE": "1",
+                 "TORCHELASTIC_USE_AGENT_STORE": "True"}.items():
+        monkeypatch.setenv(k, v)
+    timeout = datetime.timedelta(seconds=30)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    first, rank, world = distributed.attempt_store(timeout)
+    assert (rank, world) == (0, 1)
+    first.set("rank_1", "127.0.0.1:22412")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    restarted, _, _ = distributed.attempt_store(timeout)
+    assert not restarted.check(["rank_1"])  # the dead worker's address is not read back ...
+    restarted.set("rank_1", "127.0.0.1:30000")
+    assert first.get("rank_1") == b"127.0.0.1:22412"  # ... and the two starts never share a key
+    assert restarted.get("rank_1") == b"127.0.0.1:30000"

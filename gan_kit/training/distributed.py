@@ -71,8 +71,10 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+        store, rank, world_size = attempt_store(timeout)
+        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     except (RuntimeError, ValueError) as e:  # DistStoreError (a store timeout) is a RuntimeError
         where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
@@ -80,6 +82,22 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
                           f"{os.environ.get('WORLD_SIZE', '?')}, store {where}) failed within {timeout_s:g} s: "
                           f"{first}; check that every node runs the same torchrun command and reaches that address "
                           f"(run.dist_timeout_minutes sets the wait)") from None
+
+
+def attempt_store(timeout):
+    """The key-value store this start of the workers meets in: torchrun's store at
+    ``MASTER_ADDR:MASTER_PORT`` (the ``env://`` rendezvous), its keys prefixed with
+    ``TORCHELASTIC_RESTART_COUNT``.
+
+    Why the prefix: torchrun (``--max-restarts``) keeps one TCP store for every restart of the
+    workers, and the ``env://`` rendezvous no longer separates the restarts' keys. A restarted
+    rank then reads a dead worker's gloo/NCCL address that the first start wrote and fails with
+    "Connection refused" - or hangs - whenever it reads before its peer writes the new one.
+    Returns ``(store, rank, world_size)``.
+    """
+    store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"gankit/attempt_{attempt}", store), rank, world_size
 
 
 def check_same_decision(decision, out_dir) -> None:
