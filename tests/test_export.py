@@ -32,6 +32,8 @@ ARCHS = {
     "stylegan2": [SG2 % "", "growth={name='static', batch_size=8}", "data.resolution=16"],
     "stylegan2-conditional": [SG2 % ", d_mapping_layers=2, conditional=true", "growth={name='static', batch_size=8}",
                               "data.resolution=16"],
+    # A bound the trained layers exceed, so the traced and ONNX graphs must carry the clamp.
+    "stylegan2-clamped": [SG2 % ", conv_clamp=0.5", "growth={name='static', batch_size=8}", "data.resolution=16"],
 }
 
 #: Run in a fresh interpreter: gan_kit cannot be imported there, so the files must stand alone.

@@ -32,6 +32,13 @@ def _lrelu(x: torch.Tensor) -> torch.Tensor:
     return F.leaky_relu(x, 0.2) * _ACT_GAIN
 
 
+def _clamp(x: torch.Tensor, clamp: float | None) -> torch.Tensor:
+    """``x`` clamped to [-clamp, +clamp] (None: ``x`` itself, the same tensor): a layer's output
+    after bias, activation and gain, as stylegan2-ada-pytorch's ``bias_act(..., clamp=)``
+    (Karras et al. 2020b), so fp16 activations stay far from fp16's 65504."""
+    return x if clamp is None else x.clamp(-clamp, clamp)
+
+
 # ---------------------------------------------------------------------------- equalized layers --
 
 
@@ -73,12 +80,16 @@ class EqualizedConv2d(nn.Module):
     ``x[N, Cin, H, W] -> [N, Cout, H, W]`` (``[N, Cout, H/2, W/2]`` with ``down``: with
     ``resample="fir"`` the [1, 3, 3, 1] filter before a stride-2 convolution, as the paper's
     code; with ``"bilinear"`` a 2x2 box filter after the convolution, i.e. bilinear
-    downsampling by 2). Weight ~ N(0, 1) used as ``weight / sqrt(Cin * k * k)``.
+    downsampling by 2). Weight ~ N(0, 1) used as ``weight / sqrt(Cin * k * k)``. ``clamp``: the
+    output (after bias and activation) is clamped to [-clamp, +clamp] (stylegan2-ada-pytorch's
+    ``conv_clamp``); None clamps nothing.
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel: int, *, bias: bool = True,
-                 activation: bool = False, down: bool = False, resample: Resample = "fir"):
+                 activation: bool = False, down: bool = False, resample: Resample = "fir",
+                 clamp: float | None = None):
         super().__init__()
+        self.clamp = None if clamp is None else float(clamp)
         self.weight = nn.Parameter(torch.randn(out_channels, in_channels, kernel, kernel))
         self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
         self.weight_gain = 1.0 / math.sqrt(in_channels * kernel * kernel)
@@ -99,7 +110,7 @@ class EqualizedConv2d(nn.Module):
                 x = F.avg_pool2d(x, 2)
         if self.bias is not None:
             x = x + self.bias.to(x.dtype).reshape(1, -1, 1, 1)
-        return _lrelu(x) if self.activation else x
+        return _clamp(_lrelu(x) if self.activation else x, self.clamp)
 
 
 # ----------------------------------------------------------------------- modulated convolution --
@@ -187,12 +198,16 @@ class ModulatedConv(nn.Module):
     ``modconv``: which implementation of the same formula runs: "grouped" (one convolution
     with groups=N), "scaled" (activations scaled, one shared-weight convolution) or "naive"
     (per-sample loop, the reference).
+    ``clamp``: the output (after noise, bias and activation) is clamped to [-clamp, +clamp], for a
+    synthesis layer and a ToRGB layer alike (stylegan2-ada-pytorch's ``conv_clamp``); None clamps
+    nothing.
     """
 
     def __init__(self, in_channels: int, out_channels: int, w_dim: int, resolution: int, *, kernel: int = 3,
                  up: bool = False, demodulate: bool = True, noise: bool = True, activation: bool = True,
-                 modconv: str = "grouped", resample: Resample = "fir"):
+                 modconv: str = "grouped", resample: Resample = "fir", clamp: float | None = None):
         super().__init__()
+        self.clamp = None if clamp is None else float(clamp)
         self.affine = EqualizedLinear(w_dim, in_channels, bias_init=1.0)
         self.weight = nn.Parameter(torch.randn(out_channels, in_channels, kernel, kernel))
         self.bias = nn.Parameter(torch.zeros(out_channels))
@@ -226,4 +241,4 @@ class ModulatedConv(nn.Module):
                 noise = self.noise_const.to(x.dtype)
             x = x + noise * self.noise_strength.to(x.dtype)
         x = x + self.bias.to(x.dtype).reshape(1, -1, 1, 1)
-        return _lrelu(x) if self.activation else x
+        return _clamp(_lrelu(x) if self.activation else x, self.clamp)

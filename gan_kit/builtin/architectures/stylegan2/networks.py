@@ -72,14 +72,19 @@ class Generator(nn.Module):
     ``forward`` as ``w_avg <- lerp(mean_N(w), w_avg, w_avg_beta)`` (the mean over the global batch
     under several processes); the truncation trick uses it. ``num_classes`` > 0: ``G(z,
     labels[N])``, the label joined to z in the mapping network. ``resample``: "fir" ([1, 3, 3, 1]
-    filter, the paper's) or "bilinear" upsampling.
+    filter, the paper's) or "bilinear" upsampling. ``conv_clamp``: every synthesis layer's and
+    ToRGB layer's output is clamped to [-conv_clamp, +conv_clamp] (stylegan2-ada-pytorch's
+    ``conv_clamp``, 256 with its fp16 layers); None clamps nothing. The mapping network is never
+    clamped (as the reference).
     """
 
     def __init__(self, resolution: int, channels: int, latent_dim: int, w_dim: int, nf, *, mapping_layers: int = 8,
                  mapping_lr_mult: float = 0.01, style_mixing_prob: float = 0.9, w_avg_beta: float = 0.995,
-                 modconv: str = "grouped", resample: Resample = "fir", num_classes: int = 0):
+                 modconv: str = "grouped", resample: Resample = "fir", num_classes: int = 0,
+                 conv_clamp: float | None = None):
         super().__init__()
         self.latent_dim, self.w_dim, self.resolution = latent_dim, w_dim, resolution
+        self.conv_clamp = conv_clamp
         self.style_mixing_prob, self.w_avg_beta = float(style_mixing_prob), float(w_avg_beta)
         self.resample, self.num_classes = resample, num_classes
         self.resolutions = [2 ** i for i in range(2, int(math.log2(resolution)) + 1)]
@@ -92,13 +97,13 @@ class Generator(nn.Module):
         self.to_rgb = nn.ModuleDict()
         for res in self.resolutions:
             c = nf(res)
-            layers = [ModulatedConv(c, c, w_dim, res, modconv=modconv)]
+            layers = [ModulatedConv(c, c, w_dim, res, modconv=modconv, clamp=conv_clamp)]
             if res > 4:
                 layers.insert(0, ModulatedConv(nf(res // 2), c, w_dim, res, up=True, modconv=modconv,
-                                               resample=resample))
+                                               resample=resample, clamp=conv_clamp))
             self.convs[str(res)] = nn.ModuleList(layers)
             self.to_rgb[str(res)] = ModulatedConv(c, channels, w_dim, res, kernel=1, demodulate=False,
-                                                  noise=False, activation=False, modconv=modconv)
+                                                  noise=False, activation=False, modconv=modconv, clamp=conv_clamp)
 
     def mapping(self, z: torch.Tensor, labels: torch.Tensor | None = None, truncation_psi: float = 1.0, *,
                 update_w_avg: bool = False) -> torch.Tensor:
@@ -171,12 +176,18 @@ class Generator(nn.Module):
 class DBlock(nn.Module):
     """Residual D block (sec. 4.1, fig. 7c): ``(skip(x) + conv1(conv0(x))) / sqrt(2)``, where
     conv1 and the 1x1 skip (no bias) downsample by 2 (``resample``: "fir" or "bilinear").
-    ``[N, Cin, r, r] -> [N, Cout, r/2, r/2]``."""
+    ``[N, Cin, r, r] -> [N, Cout, r/2, r/2]``. ``conv_clamp``: conv0's and conv1's outputs
+    clamped to [-conv_clamp, +conv_clamp], the skip's not (stylegan2-ada-pytorch's
+    ``DiscriminatorBlock``)."""
 
-    def __init__(self, in_channels: int, out_channels: int, resample: Resample = "fir"):
+    def __init__(self, in_channels: int, out_channels: int, resample: Resample = "fir",
+                 conv_clamp: float | None = None):
         super().__init__()
-        self.conv0 = EqualizedConv2d(in_channels, in_channels, 3, activation=True)
-        self.conv1 = EqualizedConv2d(in_channels, out_channels, 3, activation=True, down=True, resample=resample)
+        self.conv0 = EqualizedConv2d(in_channels, in_channels, 3, activation=True, clamp=conv_clamp)
+        # The reference clamps conv1 at conv_clamp * sqrt(0.5) after its gain of sqrt(0.5); here
+        # the gain comes after the clamp (forward), which is the same function.
+        self.conv1 = EqualizedConv2d(in_channels, out_channels, 3, activation=True, down=True, resample=resample,
+                                     clamp=conv_clamp)
         self.skip = EqualizedConv2d(in_channels, out_channels, 1, bias=False, down=True, resample=resample)
 
     def forward(self, x):
@@ -195,19 +206,25 @@ class Discriminator(nn.Module):
     logit, and the logit is their projection on cmap, ``sum_k out_k * cmap_k / sqrt(cmap_dim)``
     (stylegan2-ada-pytorch's ``DiscriminatorEpilogue``: a projection discriminator, Miyato &
     Koyama 2018, with a learned label mapping).
+
+    ``conv_clamp``: the outputs of fromRGB, of every block's two 3x3 convs and of the 4x4 conv are
+    clamped to [-conv_clamp, +conv_clamp] (stylegan2-ada-pytorch's ``conv_clamp``); the 1x1 skips
+    and the FC layers are not, as the reference. None clamps nothing.
     """
 
     def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4, *,
                  resample: Resample = "fir", num_classes: int = 0, cmap_layers: int = 8,
-                 mapping_lr_mult: float = 0.01):
+                 mapping_lr_mult: float = 0.01, conv_clamp: float | None = None):
         super().__init__()
         self.num_classes = num_classes
-        self.from_rgb = EqualizedConv2d(channels, nf(resolution), 1, activation=True)
+        self.conv_clamp = conv_clamp
+        self.from_rgb = EqualizedConv2d(channels, nf(resolution), 1, activation=True, clamp=conv_clamp)
         res = [2 ** i for i in range(int(math.log2(resolution)), 2, -1)]
-        self.blocks = nn.ModuleList(DBlock(nf(r), nf(r // 2), resample) for r in res)
+        self.blocks = nn.ModuleList(DBlock(nf(r), nf(r // 2), resample, conv_clamp) for r in res)
         c4 = nf(4)
         self.mbstd = MinibatchStddev(mbstd_group_size) if mbstd_group_size > 0 else None
-        self.conv = EqualizedConv2d(c4 + (1 if self.mbstd is not None else 0), c4, 3, activation=True)
+        self.conv = EqualizedConv2d(c4 + (1 if self.mbstd is not None else 0), c4, 3, activation=True,
+                                    clamp=conv_clamp)
         self.fc = EqualizedLinear(c4 * 16, c4, activation=True)
         self.cmap_dim = c4 if num_classes else 0
         self.mapping = MappingNetwork(0, c4, cmap_layers, mapping_lr_mult, num_classes) if num_classes else None
@@ -275,6 +292,19 @@ class StyleGAN2(Architecture):
         d_mapping_layers: int = option(8, help="Class-conditional D (architecture.conditional): FC layers of its "
                                                "label mapping network, whose output the logit is projected on "
                                                "(stylegan2-ada-pytorch: 8).", validator=_positive)
+        # "auto" follows stylegan2-ada-pytorch's train.py, the setting StyleGAN2 researchers know:
+        # conv_clamp = 256 exactly when fp16 layers exist (--fp32 turns both off). It reads the
+        # recipe's run.precision, never the device ("auto" precision is bf16 or fp32, not fp16), so
+        # the same recipe builds the same function for training, resume, sample and export; fp32
+        # and bf16 recipes (and their checkpoints) are unchanged by it.
+        conv_clamp: float | Literal["auto"] | None = option(
+            "auto", help="Clamp the output of every synthesis layer, ToRGB layer and D conv layer (after bias, "
+                         "activation and gain; not the mapping networks, D's 1x1 skips or FC layers) to "
+                         "[-conv_clamp, +conv_clamp], so fp16 activations cannot overflow (stylegan2-ada-pytorch's "
+                         'conv_clamp). "auto" = 256 under run.precision = "fp16" (the reference\'s setting with '
+                         'its fp16 layers), none otherwise; none = no clamp. Part of the network\'s function: '
+                         "G_ema is clamped when sampled and exported too.", min=0, min_exclusive=True,
+            hint="e.g. conv_clamp = 256 (stylegan2-ada-pytorch's); \"none\" = no clamp")
 
     @classmethod
     def problems(cls, o, recipe):
@@ -311,6 +341,17 @@ class StyleGAN2(Architecture):
     def latent_dim(self) -> int:
         return self.options.latent_dim
 
+    @property
+    def conv_clamp(self) -> float | None:
+        """The clamp the networks are built with: the option, "auto" resolved to 256 under
+        ``run.precision = "fp16"`` (the recipe's, ``self.context.recipe``) and to None otherwise
+        (also when built without a recipe)."""
+        c = self.options.conv_clamp
+        if c != "auto":
+            return c
+        recipe = self.context.recipe
+        return 256.0 if recipe is not None and recipe.run.precision == "fp16" else None
+
     def export_view(self, G: nn.Module) -> nn.Module:
         # The "scaled" modulated convolution is the same formula with one shared-weight conv, so
         # the traced graph does not bake the batch size into a grouped convolution.
@@ -325,7 +366,9 @@ class StyleGAN2(Architecture):
         k = self.context.num_classes
         G = Generator(resolution, channels, o.latent_dim, o.w_dim, self.nf, mapping_layers=o.mapping_layers,
                       mapping_lr_mult=o.mapping_lr_mult, style_mixing_prob=o.style_mixing_prob,
-                      w_avg_beta=o.w_avg_beta, modconv=o.modconv, resample=o.resample, num_classes=k)
+                      w_avg_beta=o.w_avg_beta, modconv=o.modconv, resample=o.resample, num_classes=k,
+                      conv_clamp=self.conv_clamp)
         D = Discriminator(resolution, channels, self.nf, o.mbstd_group_size, resample=o.resample, num_classes=k,
-                          cmap_layers=o.d_mapping_layers, mapping_lr_mult=o.mapping_lr_mult)
+                          cmap_layers=o.d_mapping_layers, mapping_lr_mult=o.mapping_lr_mult,
+                          conv_clamp=self.conv_clamp)
         return G, D
