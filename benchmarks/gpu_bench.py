@@ -1,8 +1,10 @@
 """GPU benchmark of the engine's whole iteration: images/s and ms per iteration of
 ``gan_kit.runs.engine.train_step`` (data on the device, the strategy, lazy penalties, GradScaler,
 non-finite policy, G_ema, the stats - everything but the loader and the tick), host syncs per
-iteration (``gan_kit.base.syncs.SyncCounter``), peak CUDA memory against batch size for a 1024-px
-StyleGAN2 at config F sizes, and torch.compile's graphs per growth phase (dynamo's counters).
+iteration (``gan_kit.base.syncs.SyncCounter``), the GPU-busy fraction (the time the GPU ran
+kernels, copies or fills - CUPTI's record through ``torch.profiler`` - over the wall time of the
+same iterations), peak CUDA memory against batch size for a 1024-px StyleGAN2 at config F sizes,
+and torch.compile's graphs per growth phase (dynamo's counters).
 
     python benchmarks/gpu_bench.py                 # on CUDA: markdown tables on stdout
     python benchmarks/gpu_bench.py --tiny          # the same sections at tiny sizes, on the CPU
@@ -15,6 +17,9 @@ section prints what it ran; one that fails prints its one-line error and the res
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import sys
 import tempfile
 import time
@@ -36,14 +41,64 @@ TINY_SG2 = ["architecture.latent_dim=16", "architecture.w_dim=16", "architecture
             "architecture.channel_base=128", "architecture.channel_max=16"]
 
 
+#: Chrome-trace categories of work the GPU itself runs: kernels, device copies and fills (not the
+#: host's CUDA runtime calls, annotations or flow arrows).
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+#: Iterations the GPU-busy pass profiles (at most): enough to average, a trace of bounded size.
+PROFILED_STEPS = 10
+
+
 def _device_sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
+def busy_time_us(trace: dict, categories: tuple[str, ...] = GPU_CATEGORIES) -> tuple[float, int]:
+    """``(busy, n)``: the time in microseconds during which at least one activity of
+    ``categories`` (default: the GPU's own work) ran in a Chrome trace (``torch.profiler``'s
+    ``export_chrome_trace``: complete events, ``ph = "X"``, ``ts`` and ``dur`` in us), and the
+    number of such activities. The union of their intervals, so kernels overlapping on several
+    streams count once: busy never exceeds the span they cover."""
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in trace.get("traceEvents", [])
+                   if e.get("ph") == "X" and e.get("cat") in categories)
+    busy, end = 0.0, -math.inf
+    for start, stop in spans:
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    return busy, len(spans)
+
+
+def gpu_time_per_call(fn, calls: int, device: torch.device) -> float | None:
+    """GPU-busy milliseconds per call of ``fn`` (``busy_time_us`` of a ``torch.profiler`` trace of
+    ``calls`` calls, divided by ``calls``); None on a device other than CUDA (not run) or when the
+    trace holds no GPU activity (CUPTI unavailable: the profiler says why on stderr). The profiler
+    records CUPTI's device timestamps, so a kernel's duration does not depend on the profiler's
+    host overhead; only the wall time of a profiled pass would."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if device.type != "cuda":
+        return None
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        _device_sync(device)
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as f:
+            busy_us, n = busy_time_us(json.load(f))
+    finally:
+        os.unlink(path)
+    return busy_us / 1000 / calls if n else None
+
+
 def time_iterations(recipe: str, overrides: list[str], steps: int, warmup: int, batch: int) -> dict:
     """Images/s, ms/iteration and syncs/iteration of ``train_step`` on ``recipe`` at its first
-    phase with ``batch`` images per step."""
+    phase with ``batch`` images per step; ``gpu_ms`` (GPU-busy ms per iteration, from a second,
+    profiled pass of up to ``PROFILED_STEPS`` iterations) and ``busy`` (``gpu_ms`` over the timed
+    pass's ms per iteration), both None without GPU activity (the CPU)."""
     with tempfile.TemporaryDirectory() as tmp:
         r, plugins = load_recipe(recipe, [*COMMON, f"run.out_dir='{tmp}'", *overrides])
         run = Run(r, plugins)
@@ -66,8 +121,12 @@ def time_iterations(recipe: str, overrides: list[str], steps: int, warmup: int, 
                 train_step(run, phase, item)
         _device_sync(run.device)
         seconds = time.perf_counter() - t0
-    return {"img_s": batch * d * steps / seconds, "ms": 1000 * seconds / steps, "syncs": counter.total / steps,
-            "resolution": phase.resolution}
+        # A pass of its own: the timed pass above stays free of the profiler's host overhead, the
+        # kernels' device time is the same in both (same iterations, same shapes, warmed up).
+        gpu_ms = gpu_time_per_call(lambda: train_step(run, phase, item), min(steps, PROFILED_STEPS), run.device)
+    ms = 1000 * seconds / steps
+    return {"img_s": batch * d * steps / seconds, "ms": ms, "syncs": counter.total / steps,
+            "resolution": phase.resolution, "gpu_ms": gpu_ms, "busy": None if gpu_ms is None else gpu_ms / ms}
 
 
 def peak_memory(resolution: int, batches: list[int], device: str, overrides: list[str]) -> list[tuple[int, str]]:
@@ -162,12 +221,19 @@ def main(argv: list[str] | None = None) -> int:
         print(flush=True)
 
     def engine():
-        print("| configuration | px | batch | img/s | ms/iteration | host syncs/iteration |")
-        print("|---|---|---|---|---|---|")
+        print("GPU busy: the time the GPU ran kernels, copies or fills (the union of their intervals, "
+              "CUPTI through torch.profiler, in a profiled pass of the same iterations) over the wall time "
+              "of the timed pass; 1 - busy is the share the GPU waited for the host (Python, launches, "
+              "syncs). n/a: no GPU.\n")
+        print("| configuration | px | batch | img/s | ms/iteration | host syncs/iteration | GPU ms/iteration | "
+              "GPU busy |")
+        print("|---|---|---|---|---|---|---|---|")
         for label, (path, overrides, batch) in configs.items():
             row = time_iterations(path, overrides, steps, warmup, batch)
+            gpu = "n/a" if row["gpu_ms"] is None else f"{row['gpu_ms']:.1f}"
+            busy = "n/a" if row["busy"] is None else f"{row['busy']:.2f}"
             print(f"| {label} | {row['resolution']} | {batch} | {row['img_s']:.0f} | {row['ms']:.1f} | "
-                  f"{row['syncs']:.2f} |", flush=True)
+                  f"{row['syncs']:.2f} | {gpu} | {busy} |", flush=True)
 
     def census():
         print("| recipe | syncs per iteration (between ticks) | at ticks |")

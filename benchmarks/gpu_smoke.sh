@@ -7,8 +7,8 @@
 # Steps, each with its own time limit, each reported as ok / FAILED (the script goes on):
 #   1. an end-to-end short run of recipes/stylegan2.toml (gankit run, bf16 on CUDA);
 #   2. SIGTERM to a run mid-training (exit 143, checkpoints/latest.pt), then --resume to its end;
-#   3. the sync census and the engine timing, peak memory at 1024 px (config F) against batch,
-#      torch.compile graphs per phase: benchmarks/gpu_bench.py;
+#   3. the sync census and the engine timing (img/s, host syncs, GPU-busy fraction), peak memory
+#      at 1024 px (config F) against batch, torch.compile graphs per phase: benchmarks/gpu_bench.py;
 #   4. torch.cuda.set_sync_debug_mode("warn") over a few iterations: CUDA's own count of
 #      synchronising calls (CUDA only).
 # Everything goes to benchmarks/gpu_smoke-output.txt (and the terminal). Run from the repository
