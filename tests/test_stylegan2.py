@@ -89,6 +89,28 @@ def test_modulated_conv_layer_paths_agree():
     torch.testing.assert_close(out["scaled"], out["naive"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("path", ["grouped", "scaled", "naive"])
+def test_fp16_modulated_conv_stays_in_range_where_the_unnormalised_one_overflows(path):
+    """fp16 activations: weight and styles are pre-normalised (stylegan2-ada-pytorch) before the
+    convolution, which demodulation makes the same result; unnormalised, x * s and the scaled
+    path's convolution pass fp16's 65504 for activations ~100 and styles ~150."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 64, 8, 8, generator=g) * 100
+    weight = torch.randn(32, 64, 3, 3, generator=g) / 24.0
+    styles = torch.rand(2, 64, generator=g) * 200 + 50
+    fn = {"grouped": sg2.modulated_conv2d, "scaled": sg2.modulated_conv2d_scaled,
+          "naive": sg2.modulated_conv2d_naive}[path]
+    want = defining_formula(x.double(), weight.double(), styles.double(), demodulate=True)
+    got = fn(x.half(), weight, styles.half(), padding=1)
+    assert got.dtype == torch.float16 and torch.isfinite(got).all()
+    assert (got.double() - want).abs().max() <= 2e-3 * want.abs().max()
+    assert torch.isinf(F.conv2d(x.half() * styles.half().reshape(2, 64, 1, 1), weight.half(), padding=1)).any()
+    # Not fp16: the weights and styles are used as they are, bit for bit.
+    d = torch.rsqrt((styles.square().unsqueeze(1) * weight.square().sum(dim=(2, 3))).sum(2) + 1e-8)
+    assert torch.equal(sg2.modulated_conv2d_scaled(x, weight, styles, padding=1),
+                       F.conv2d(x * styles.reshape(2, 64, 1, 1), weight, padding=1) * d.reshape(2, 32, 1, 1))
+
+
 # --------------------------------------------------------------------------------- path length --
 
 

@@ -185,3 +185,20 @@ def test_the_export_view_and_a_compiled_g_keep_the_clamp():
     ws = G.mapping(z)
     with torch.no_grad():
         torch.testing.assert_close(compiled(ws, noise_mode="const"), want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_fp16_run_trains_with_its_clamped_networks(tiny_recipe):
+    """Through the engine under fp16 autocast (the CPU's): G, D and G_ema are built with the
+    clamp "auto" chose, and the steps are finite."""
+    import math
+
+    from gan_kit.runs.engine import Run, train
+
+    r, plugins = recipe(tiny_recipe, "run.precision='fp16'", "run.tick_kimg=10",
+                        "penalty=[{name='r1', weight=1.0, interval=2}]", clamp=", modconv='scaled'")
+    run = Run(r, plugins)
+    for G, D in ((run.G, run.D), (run.G_ema, run.D)):
+        g, d = clamped_layers(G, D)
+        assert {m.clamp for m in g + d} == {256.0}
+    stats = train(run, max_steps=2)
+    assert math.isfinite(stats["Loss/D"]) and math.isfinite(stats["Loss/G"])

@@ -127,6 +127,24 @@ def _conv(x: torch.Tensor, weight: torch.Tensor, padding: int, groups: int, up: 
     return conv2d_resample(x, weight, resample_filter, up=up, groups=groups)
 
 
+def _fp16_prenormalize(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor,
+                       demodulate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(weight, styles)`` scaled to keep an fp16 modulated convolution in range, as
+    stylegan2-ada-pytorch's ``modulated_conv2d`` ("pre-normalize inputs to avoid FP16 overflow"):
+    with fp16 activations and demodulation, each output channel's weight is divided by its
+    largest magnitude times sqrt(Cin * k * k) and each sample's styles by their largest
+    magnitude. Demodulation (eq. 3) cancels any per-output-channel and per-sample factor, so the
+    result is the same up to rounding (and the 1e-8 eps); without it ``x * s`` and the
+    shared-weight convolution of the "scaled" path overflow fp16 for styles of a few hundred.
+    Anything but fp16 activations with demodulation: both returned unchanged."""
+    if not demodulate or x.dtype != torch.float16:
+        return weight, styles
+    cout, cin, kh, kw = weight.shape
+    weight = weight * (1.0 / math.sqrt(cin * kh * kw)) / weight.abs().amax(dim=(1, 2, 3), keepdim=True)
+    styles = styles / styles.abs().amax(dim=1, keepdim=True)
+    return weight, styles
+
+
 def modulated_conv2d(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor, *, demodulate: bool = True,
                      padding: int = 0, eps: float = 1e-8, up: int = 1,
                      resample_filter: torch.Tensor | None = None) -> torch.Tensor:
@@ -138,8 +156,10 @@ def modulated_conv2d(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor
     unit variance for unit-variance inputs. The N per-sample convolutions run as one convolution
     with ``groups=N``. ``up = 2``: FIR upsampling by 2 around the convolution
     (``fir.conv2d_resample`` with ``resample_filter``; ``padding`` is then k // 2 by definition).
+    fp16 ``x``: weight and styles pre-normalised first (``_fp16_prenormalize``, the same result).
     Returns ``[N, Cout, H', W']``.
     """
+    weight, styles = _fp16_prenormalize(x, weight, styles, demodulate)
     n, cin, h, w_ = x.shape
     cout, _, kh, kw = weight.shape
     w = weight.unsqueeze(0) * styles.reshape(n, 1, cin, 1, 1)  # [N, Cout, Cin, k, k]
@@ -155,6 +175,7 @@ def modulated_conv2d_naive(x: torch.Tensor, weight: torch.Tensor, styles: torch.
                            resample_filter: torch.Tensor | None = None) -> torch.Tensor:
     """Reference path of :func:`modulated_conv2d`: one ordinary convolution per sample with its
     own modulated (and demodulated) weight. Same shapes and formula; slow, for checking."""
+    weight, styles = _fp16_prenormalize(x, weight, styles, demodulate)
     outs = []
     for i in range(x.shape[0]):
         w = weight * styles[i].reshape(1, -1, 1, 1)
@@ -170,7 +191,9 @@ def modulated_conv2d_scaled(x: torch.Tensor, weight: torch.Tensor, styles: torch
     """:func:`modulated_conv2d` computed by scaling activations instead of weights (the official
     code's non-fused path): ``conv(x * s, w) * d`` with ``d_{n,o} = (sum_i s_{n,i}^2 *
     sum_k w_{o,i,k}^2 + eps)^-1/2``, exactly eq. 3 since the style is constant over i's kernel.
-    One shared-weight convolution for the whole batch: faster than groups=N on CPUs."""
+    One shared-weight convolution for the whole batch: faster than groups=N on CPUs. fp16 ``x``:
+    weight and styles pre-normalised first (``_fp16_prenormalize``, the same result)."""
+    weight, styles = _fp16_prenormalize(x, weight, styles, demodulate)
     out = _conv(x * styles.to(x.dtype).reshape(*styles.shape, 1, 1), weight.to(x.dtype), padding, 1, up,
                 resample_filter)
     if demodulate:
