@@ -13,7 +13,8 @@ from torch import nn
 from gan_kit import GankitError, Penalty, StepContext, WeightedPenalty
 from gan_kit.builtin.augment.apa import AdaptivePseudoAugment
 from gan_kit.builtin.objectives.losses import BCE
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
 
