@@ -5,7 +5,7 @@
 
 What one timed iteration is (d_steps = 1), for every system:
 
-* ``gankit``: ``gan_kit.runs.engine.train`` on the recipe, exactly as ``gankit run`` trains - the
+* ``gankit``: ``gan_kit.runs.session.train`` on the recipe, exactly as ``gankit run`` trains - the
   phase lookup, the DataLoader batch, the fade of the reals, the update strategy (D step, G step),
   the stats to floats, the finiteness check, the G_ema update and every plugin's
   ``step_finished`` hook. A timing plugin stamps the clock in ``step_finished``; one iteration is
@@ -375,7 +375,7 @@ def phase_position(run, resolution: int, alpha: float) -> int:
 
 
 class GankitSystem:
-    """gankit as ``gankit run`` trains: ``engine.train`` from the phase's position, timed by a
+    """gankit as ``gankit run`` trains: ``session.train`` from the phase's position, timed by a
     ``step_finished`` hook."""
 
     def __init__(self, recipe_path: Path, sets: list[str]):
@@ -399,7 +399,7 @@ class GankitSystem:
         self.run = Run(recipe, plugins, out_dir=Path(self.tmp.name) / "run")
 
     def _train(self, phase: str, steps: int) -> None:
-        from gan_kit.runs.engine import train
+        from gan_kit.runs.session import train
 
         res, alpha = PHASES[phase]
         self.run.cur_nimg = phase_position(self.run, res, alpha)

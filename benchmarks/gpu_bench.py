@@ -164,7 +164,7 @@ def compile_graphs(overrides: list[str], steps: int) -> dict[int, int]:
     from torch._dynamo.utils import counters
 
     from gan_kit import hookimpl
-    from gan_kit.runs.engine import train
+    from gan_kit.runs.session import train
 
     seen: dict[int, int] = {}
 

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gan_kit.recipe.datachecks import metric_problem
     from gan_kit.recipe import recipe_to_dict
     from gan_kit.runs.checkpoint import load as load_checkpoint
+    from gan_kit.runs.layout import CheckpointLayout
     from gan_kit.runs.lock import lock_problem
     from gan_kit.runs.run import Run
     from gan_kit.tools.report import REPORT_CSS
@@ -67,6 +68,7 @@ _LAZY = {
     "recipe_to_dict": ("gan_kit.recipe", "recipe_to_dict"),
     "metric_problem": ("gan_kit.recipe.datachecks", "metric_problem"),
     "load_checkpoint": ("gan_kit.runs.checkpoint", "load"),
+    "CheckpointLayout": ("gan_kit.runs.layout", "CheckpointLayout"),
     "lock_problem": ("gan_kit.runs.lock", "lock_problem"),
     "REPORT_CSS": ("gan_kit.tools.report", "REPORT_CSS"),
     "user_errors": ("gan_kit.cli.errors", "user_errors"),
@@ -152,6 +154,7 @@ __all__ = [
     "toml_value",
     "metric_problem",
     "load_checkpoint",
+    "CheckpointLayout",
     "lock_problem",
     "REPORT_CSS",
 ]

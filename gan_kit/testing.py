@@ -100,7 +100,7 @@ def make_run(folder: str | Path, *, plugins: Iterable[ModuleType | Any] = (), ov
 
 def train_steps(run: Run, steps: int, **kwargs: Any) -> dict[str, Any]:
     """Train ``run`` for ``steps`` iterations (or to its end) and return the last tick's stats;
-    keyword arguments go to ``gan_kit.runs.engine.train`` (``resume=``, ``overwrite=``)."""
-    from gan_kit.runs.engine import train
+    keyword arguments go to ``gan_kit.runs.session.train`` (``resume=``, ``overwrite=``)."""
+    from gan_kit.runs.session import train
 
     return train(run, max_steps=steps, **kwargs)

@@ -17,7 +17,8 @@ import attrs
 import torch
 
 from gan_kit.training import distributed
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError
 from gan_kit.recipe import load_recipe
 

@@ -13,7 +13,8 @@ from torch import nn
 from gan_kit import GankitError, Penalty, StepContext, WeightedPenalty
 from gan_kit.builtin.augment.apa import AdaptivePseudoAugment
 from gan_kit.builtin.objectives.losses import BCE
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
 
@@ -96,13 +97,13 @@ def test_the_d_objective_loss_penalties_and_feedback_see_the_pseudo_reals():
     assert stats["Logits/real"].item() == pytest.approx(stats["Logits/fake"].item())  # every real was a fake
     assert torch.equal(Spy.seen[0], fake)
     ctx.opt_step("D")  # the heuristic hears D's logits once D's step is applied
-    assert float(aug.sign_count) == 6  # the heuristic counted the mixed batch
+    assert float(aug.adaptive.sign_count) == 6  # the heuristic counted the mixed batch
 
 
 def test_nan_logits_of_a_step_that_was_not_applied_are_not_counted():
     aug = apa(p_init=0.5)
     aug.feedback(torch.tensor([1.0, -2.0, float("nan"), 3.0]))
-    assert float(aug.sign_count) == 3 and float(aug.sign_sum) == 1.0
+    assert float(aug.adaptive.sign_count) == 3 and float(aug.adaptive.sign_sum) == 1.0
 
 
 def test_apa_trains_the_tiny_recipe(tiny_recipe):

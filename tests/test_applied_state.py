@@ -25,7 +25,7 @@ def _state(run) -> dict[str, torch.Tensor]:
     pl = next(wp.penalty for wp in run.lazy_penalties if wp.name == "path-length")
     ada = run.augment
     return {"pl_mean": pl.pl_mean.detach().cpu().clone(), "p": ada.p.detach().cpu().clone(),
-            "sign_sum": ada.sign_sum.detach().cpu().clone(), "sign_count": ada.sign_count.detach().cpu().clone()}
+            "sign_sum": ada.adaptive.sign_sum.detach().cpu().clone(), "sign_count": ada.adaptive.sign_count.detach().cpu().clone()}
 
 
 def _step(run, batches):

@@ -20,7 +20,8 @@ from gan_kit.builtin.data import archive
 from gan_kit.builtin.data.datasets import ImageFolder
 from gan_kit.cli import cli
 from gan_kit.plugin_api.components import BuildContext
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
 

@@ -253,7 +253,7 @@ def test_ada_r_t_averages_every_d_objective_of_the_interval():
 def test_ada_feedback_keeps_tensors_and_an_empty_interval_keeps_p():
     aug = ada(p=0.5, kimg=1.0, interval=1)
     aug.feedback(torch.ones(4))
-    assert isinstance(aug.sign_sum, torch.Tensor) and isinstance(aug.sign_count, torch.Tensor)
+    assert isinstance(aug.adaptive.sign_sum, torch.Tensor) and isinstance(aug.adaptive.sign_count, torch.Tensor)
     aug.end_step(1, 4)
     out = aug.end_step(2, 4)  # no D objective in this interval: no measurement, no change
     assert float(out["Augment/p"]) == pytest.approx(0.504) and torch.isfinite(out["Augment/rt"])

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gan_kit import Augment, hookimpl
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.testing import make_run
 
 STRATEGIES = ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous"]

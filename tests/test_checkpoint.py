@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import CheckpointError
 from gan_kit.recipe import load_recipe
 
@@ -59,7 +60,8 @@ def test_resume_is_bit_identical(tiny_recipe, tmp_path, stop_kimg):
 KILLER = textwrap.dedent("""
     import os, sys, time, torch
     from gan_kit.runs import checkpoint
-    from gan_kit.runs.engine import Run, train
+    from gan_kit.runs.engine import Run
+    from gan_kit.runs.session import train
     from gan_kit.recipe import load_recipe
 
     real_save = torch.save

@@ -166,7 +166,7 @@ def test_resume_without_checkpoint_is_a_user_error(tiny_recipe, tmp_path):
 def test_sample_truncation_and_interpolation(tmp_path):
     """--truncation needs a mapping network (one line otherwise); --interpolate writes a strip
     of STEPS images a row, or an animated GIF."""
-    from gan_kit.runs.engine import train
+    from gan_kit.runs.session import train
     from gan_kit.testing import make_run
 
     sg2 = make_run(tmp_path / "sg2", overrides=[

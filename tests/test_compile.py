@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe
 

@@ -15,7 +15,7 @@ from gan_kit.runs import checkpoint as ckpt
 from gan_kit.builtin.architectures.dcgan import DCGANDiscriminator, DCGANGenerator
 from gan_kit.builtin.architectures.pggan import Discriminator, Generator
 from gan_kit.plugin_api.components import LabelBound
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError
 from gan_kit.training.step import StepContext
 from gan_kit.testing import make_run, train_steps

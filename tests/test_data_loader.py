@@ -14,7 +14,8 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from gan_kit.training.data import PhaseBatchSampler, iter_batches, make_loader
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
 
@@ -108,7 +109,7 @@ def test_a_process_whose_run_failed_with_workers_exits(tmp_path, tiny_recipe_tex
     recipe = _truncated_folder_recipe(tmp_path, tiny_recipe_text, write_recipe)
     script = (
         "import sys\n"
-        "from gan_kit.runs.engine import Run, train\n"
+        "from gan_kit.runs.engine import Run\nfrom gan_kit.runs.session import train\n"
         "from gan_kit.recipe import load_recipe\n"
         f"recipe, plugins = load_recipe({str(recipe)!r}, ['run.num_workers=2'])\n"
         "try:\n"

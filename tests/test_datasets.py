@@ -17,7 +17,8 @@ from PIL import Image
 from gan_kit.builtin.data.datasets import ImageFolder
 from gan_kit.builtin.data.torchvision_sets import CIFAR10, MNIST, CelebA, FashionMNIST, celeba_face_box
 from gan_kit.plugin_api.components import BuildContext
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
 

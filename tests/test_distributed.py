@@ -227,7 +227,8 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
     class-conditional one with both penalties in the step's objectives) ends within the same 1e-5
     of one process, with the same path-length running mean; stopped at 0.048 kimg and resumed
     under two processes it ends bit-identical to the uninterrupted two-process run."""
-    from gan_kit.runs.engine import Run, train
+    from gan_kit.runs.engine import Run
+    from gan_kit.runs.session import train
     from gan_kit.recipe import load_recipe
 
     plugin = tmp_path / "assign_grads.py"

@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from gan_kit import hookimpl
 from gan_kit.plugin_api import hookspecs
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.options import option_fields
 from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import CORE_TABLES, COMPONENT_TABLES, load_recipe

@@ -11,7 +11,8 @@ import torch
 
 from gan_kit import Loss, hookimpl
 from gan_kit.training.ema import update_ema
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import TrainingError
 from gan_kit.recipe import load_recipe
 

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from gan_kit.runs.checkpoint import load_generator
 from gan_kit.cli import cli
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError
 from gan_kit.tools.export import export_model
 from gan_kit.runs.exported import is_export_dir, load_exported_generator

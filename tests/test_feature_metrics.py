@@ -22,7 +22,8 @@ from gan_kit.builtin.metrics import feature_extractors as fx
 from gan_kit.builtin.data.datasets import Digits
 from gan_kit.builtin.metrics.inception import FID, KID, InceptionScore, PrecisionRecall
 from gan_kit.cli import cli
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
 from gan_kit.tools.report import load_metrics, metric_directions

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError
 from gan_kit.recipe import load_recipe
 from gan_kit.runs.resume import init_from

@@ -11,7 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import RecipeError
 from gan_kit.recipe import load_recipe
 

@@ -16,7 +16,7 @@ import torch
 
 from gan_kit import CheckpointError, GankitError, hookimpl
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.base.errors import Interrupted
 from gan_kit.runs.launch import load_for_run
 from gan_kit.recipe import load_recipe

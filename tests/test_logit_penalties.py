@@ -13,7 +13,8 @@ from torch import nn
 from gan_kit import DInputs, GankitError, StepContext
 from gan_kit.builtin.objectives.logit_penalties import BalancedConsistency, LeCam, flip_and_translate
 from gan_kit.builtin.objectives.losses import Hinge
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
 

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import CheckpointError
 from gan_kit.plugin_api.ownership import sha256_of
 from gan_kit.recipe import load_recipe

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from gan_kit import Loss, hookimpl, option
 from gan_kit.cli import cli
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import PluginError
 from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe
@@ -300,7 +301,7 @@ def test_strategy_mistakes_are_named(tmp_path, capsys):
     import torch
 
     from gan_kit import GankitError, UpdateStrategy, hookimpl
-    from gan_kit.runs.engine import train
+    from gan_kit.runs.session import train
     from gan_kit.testing import make_run
 
     class NoG(UpdateStrategy):

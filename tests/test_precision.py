@@ -12,7 +12,8 @@ from torch import nn
 
 from gan_kit.runs import checkpoint as ckpt
 from gan_kit import StepContext
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.recipe import load_recipe
 
 

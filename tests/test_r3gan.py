@@ -16,7 +16,8 @@ from torch import nn
 
 from gan_kit.builtin.architectures.r3gan import ACT_GAIN, R3GAN, Downsample, ResidualBlock, Upsample
 from gan_kit.cli import cli
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import RecipeError
 from gan_kit.recipe import load_recipe
 

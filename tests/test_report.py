@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from PIL import Image
 
 from gan_kit.cli import cli
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.recipe import load_recipe
 from gan_kit.tools.report import _spans_from_rows, load_metrics, phase_spans
 

@@ -11,7 +11,7 @@ import torch
 
 from gan_kit.runs import checkpoint as ckpt
 from gan_kit import hookimpl
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.base.errors import CheckpointError
 from gan_kit.recipe import load_recipe
 from gan_kit.runs.run import Run

@@ -12,7 +12,8 @@ from torch import nn
 from gan_kit import StepContext
 from gan_kit.builtin.objectives.losses import RpGAN
 from gan_kit.builtin.objectives.strategies import single_loss_objective
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.phase import Phase
 from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe

@@ -12,7 +12,7 @@ import torch
 
 from gan_kit import GankitError, Loss, Metric, TrainingError, hookimpl
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.testing import make_run
 
 

@@ -18,7 +18,8 @@ import torch
 
 from gan_kit import Penalty, Schedule, hookimpl, option
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import RecipeError
 from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe, recipe_to_toml

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.testing import make_run
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gan_kit import RecipeError, weight_layers
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.testing import make_run
 
 SN = ["architecture.spectral_norm=both", "init.name=normal", "init.std=0.2"]

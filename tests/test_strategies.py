@@ -15,7 +15,8 @@ from gan_kit.builtin.objectives.losses import BCE
 from gan_kit.builtin.objectives.penalties import Drift, GradientPenalty
 from gan_kit.builtin.objectives.strategies import single_loss_objective
 from gan_kit import Loss, StepContext, WeightedPenalty
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.base.errors import RecipeError
 from gan_kit.base.phase import Phase
 from gan_kit.plugin_api.manager import build_plugins
@@ -408,7 +409,8 @@ class _Relativistic:
 
 @pytest.mark.parametrize("strategy", ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous"])
 def test_losses_that_need_real_logits_get_them_in_every_strategy(tiny_recipe, strategy):
-    from gan_kit.runs.engine import Run, train
+    from gan_kit.runs.engine import Run
+    from gan_kit.runs.session import train
     from gan_kit.recipe import load_recipe
 
     recipe, plugins = load_recipe(tiny_recipe, [f"update.name={strategy}", "penalty=[]"])

@@ -13,7 +13,8 @@ from torch import nn
 
 import gan_kit.builtin.architectures.stylegan2 as sg2
 from gan_kit import GankitError, RecipeError
-from gan_kit.runs.engine import Run, train
+from gan_kit.runs.engine import Run
+from gan_kit.runs.session import train
 from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe
 

@@ -15,7 +15,7 @@ from PIL import Image
 import gan_kit.builtin.architectures.stylegan2 as sg2
 from gan_kit.runs import checkpoint as ckpt
 from gan_kit.plugin_api.components import BuildContext
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.testing import make_run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.testing import make_run
 
 SG2 = ["architecture={name='stylegan2', latent_dim=8, w_dim=8, mapping_layers=2, channel_base=64, channel_max=8}",

@@ -1,7 +1,7 @@
 """At most one host-device synchronisation per training iteration, at its boundary: counted on
 the CPU with ``gan_kit.base.syncs.SyncCounter`` (``aten::_local_scalar_dense`` behind ``.item()`` /
 ``float()`` / ``bool()``, ``nonzero``, ``equal``, ``.tolist()``, ``.cpu()``, ``.numpy()``,
-``torch.tensor(data, device=...)``) over iterations of the real engine (``gan_kit.runs.engine.train``)
+``torch.tensor(data, device=...)``) over iterations of the real engine (``gan_kit.runs.session.train``)
 for every shipped recipe, ADA, DiffAugment and fp16 (a GradScaler on the CPU, as gankit runs fp16
 there). The iterations that end a tick or a phase read the stats, check the weights and write
 checkpoints: they are left out of the mean, and the non-finite policy still holds

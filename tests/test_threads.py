@@ -114,7 +114,7 @@ def test_the_engine_rechooses_the_threads_at_each_tick(tmp_path):
     import itertools
     import json
 
-    from gan_kit.runs.engine import train
+    from gan_kit.runs.session import train
     from gan_kit.testing import make_run
 
     run = make_run(tmp_path)

@@ -10,7 +10,8 @@ import pytest
 
 def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path, capsys):
     from gan_kit.runs import checkpoint as ckpt
-    from gan_kit.runs.engine import Run, train
+    from gan_kit.runs.engine import Run
+    from gan_kit.runs.session import train
     from gan_kit.base.errors import GankitError
     from gan_kit.recipe import load_recipe
     from gan_kit.testing import write_tiny_recipe

@@ -19,7 +19,7 @@ from gan_kit import hookimpl
 from gan_kit.builtin.reporting.trackers import IDS_FILE, flat_params
 from gan_kit.builtin.reporting.trackers.mlflow import masked_uri
 from gan_kit.cli import cli
-from gan_kit.runs.engine import train
+from gan_kit.runs.session import train
 from gan_kit.base.errors import Interrupted
 from gan_kit.testing import make_run
 

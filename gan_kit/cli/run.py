@@ -48,7 +48,8 @@ __all__ = ["run"]
 def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], resume: str | None,
         init_from: str | None, overwrite: bool, dry_run: bool, nproc: int | None, resume_if_exists: bool) -> None:
     """Train the GAN described by RECIPE (or continue the run in RUN_DIR with --resume)."""
-    from gan_kit.runs.engine import Run, preflight, train
+    from gan_kit.runs.engine import Run, preflight
+    from gan_kit.runs.session import train
     from gan_kit.runs.launch import continue_or_start, load_for_run, prepare_run, restarted, resume_source
 
     if resume is not None and resume_if_exists:
@@ -70,10 +71,10 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
     if resuming and init_from is not None:
         raise GankitError("--resume and --init-from contradict each other: --resume continues a run with its "
                           "optimizers and counters, --init-from starts a new one from its weights (choose one)")
-    source = resume_source(resume, out_dir) if resuming else None
     launcher = nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ
     if launcher and not dry_run:
         # Problems every process would hit are reported here, once, before torchrun starts.
+        source = resume_source(resume, out_dir) if resuming else None
         r, plugins, _ = load_for_run(recipe, out_dir, overrides, resume)
         preflight(r, plugins, nproc, check_run_dir=not (resuming or overwrite), resume=resuming and source is None,
                   check_lock=True)

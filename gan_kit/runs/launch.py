@@ -11,6 +11,7 @@ import attrs
 
 from gan_kit.base.errors import GankitError
 from gan_kit.recipe import Recipe, load_recipe
+from gan_kit.runs.layout import CheckpointLayout
 
 __all__ = ["continue_or_start", "load_for_run", "prepare_run", "restarted", "resume_source"]
 
@@ -37,14 +38,12 @@ def continue_or_start(recipe_path: Path | None, out_dir: Path | None, overrides:
     when the folder holds another run. Raises ``GankitError`` without a RECIPE."""
     import tomllib
 
-    from gan_kit.runs.rundir import latest_checkpoint
-
     if recipe_path is None:
         raise GankitError("--resume-if-exists: give the RECIPE the run starts from when its run directory holds "
                           "no checkpoint (gankit run RECIPE --out DIR --resume-if-exists)")
     recipe, _ = load_recipe(recipe_path, list(overrides))
     run_dir = Path(out_dir) if out_dir is not None else Path(recipe.run.out_dir)
-    if latest_checkpoint(run_dir).is_file():
+    if CheckpointLayout(run_dir).latest.is_file():
         return str(run_dir), False
     saved = run_dir / "recipe.toml"
     if saved.is_file():
@@ -75,10 +74,11 @@ def resume_source(resume: str, out_dir: Path | None) -> tuple[Path, Path] | None
         return None
     if out_dir is not None:
         return Path(out_dir), path
-    if path.parent.name != "checkpoints":
+    run_dir = CheckpointLayout.run_dir_of(path)
+    if run_dir is None:
         raise GankitError(f"--resume {path}: the checkpoint is not in a run's checkpoints/ folder; name the run "
                           f"directory to continue in with --out")
-    return path.parent.parent, path
+    return run_dir, path
 
 
 def _with_out(recipe: Recipe, out_dir: Path | None) -> Recipe:
@@ -110,7 +110,7 @@ def prepare_run(recipe_path: Path | None, out_dir: Path | None, overrides: tuple
     """
     from gan_kit.runs import checkpoint as ckpt
     from gan_kit.runs.resume import ResumePoint, recipe_changes, refused_override
-    from gan_kit.runs.rundir import latest_checkpoint, no_checkpoint_problem
+    from gan_kit.runs.rundir import no_checkpoint_problem
 
     if resume is None:
         if recipe_path is None:
@@ -142,7 +142,7 @@ def prepare_run(recipe_path: Path | None, out_dir: Path | None, overrides: tuple
     else:
         raise GankitError("--resume: name the run directory (gankit run --resume runs/NAME)")
     if source is None:
-        checkpoint = latest_checkpoint(run_dir)
+        checkpoint = CheckpointLayout(run_dir).latest
         if not checkpoint.is_file():
             raise GankitError(no_checkpoint_problem(run_dir))
     state = ckpt.load(checkpoint, map_location="cpu")  # the only read of the checkpoint on the way to training

@@ -25,6 +25,7 @@ from gan_kit.runs.exported import is_export_dir, load_weights, read_config
 from gan_kit.plugin_api.ownership import load_without_frozen
 from gan_kit.base.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
+from gan_kit.runs.layout import CheckpointLayout
 
 __all__ = ["MUTABLE", "ResumePoint", "SAME_DATA", "data_problem", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
            "check_init_from", "init_from", "init_problem", "init_source"]
@@ -202,13 +203,13 @@ def resume_run(run: Any, path: str | Path | ResumePoint | None = None) -> list[s
     Raises ``GankitError`` when there is no checkpoint, ``CheckpointError`` for a refused change
     or a checkpoint that does not fit the networks.
     """
-    from gan_kit.runs.rundir import latest_checkpoint, no_checkpoint_problem
+    from gan_kit.runs.rundir import no_checkpoint_problem
 
     if isinstance(path, ResumePoint):  # read once by launch, on the host
         point, path = path, path.checkpoint
         state, changes = point.state, list(point.changes)
     else:
-        path = Path(path) if path else latest_checkpoint(run.out_dir)
+        path = Path(path) if path else CheckpointLayout(run.out_dir).latest
         if not path.is_file():
             raise GankitError(no_checkpoint_problem(run.out_dir))
         # On the host, whatever the run's device: load_state_dict copies weights and optimizer state
@@ -272,11 +273,9 @@ def classes_problem(state: dict, run: Any) -> str | None:
 def init_source(value: str | Path) -> Path:
     """What ``--init-from`` names: a checkpoint file, a run folder (its latest checkpoint) or a
     folder written by ``gankit export`` (the folder itself)."""
-    from gan_kit.runs.rundir import latest_checkpoint
-
     path = Path(value)
     if path.is_dir() and not is_export_dir(path):
-        latest = latest_checkpoint(path)
+        latest = CheckpointLayout(path).latest
         if not latest.is_file():
             raise CheckpointError(f"--init-from {path}: a folder that is neither a run (no checkpoints/latest.pt) nor "
                                   f"a gankit export (no config.json with format = 'gankit-export'); name a "

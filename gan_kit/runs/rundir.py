@@ -15,9 +15,10 @@ from gan_kit.plugin_api.components import BuildContext
 from gan_kit.base.errors import GankitError
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import Recipe, recipe_to_toml
+from gan_kit.runs.layout import CheckpointLayout
 
 __all__ = ["RUN_FILES", "run_dir_problem", "clear_run_dir", "write_recipe", "batch_problem", "preflight",
-           "latest_checkpoint", "resume_command"]
+           "resume_command"]
 
 #: What a run writes into its directory (``--overwrite`` deletes exactly these).
 RUN_FILES = ("metrics.jsonl", "recipe.toml", "samples", "checkpoints", "events", "report", "report.html")
@@ -31,10 +32,6 @@ def resume_command(out_dir: Path) -> str:
     return f"gankit run --resume {shlex.quote(str(Path(out_dir).absolute()))}"
 
 
-def latest_checkpoint(out_dir: Path) -> Path:
-    return Path(out_dir) / "checkpoints" / "latest.pt"
-
-
 def run_dir_problem(out_dir: Path, command: str = "gankit run RECIPE") -> str | None:
     """Why a fresh run may not start in ``out_dir`` (it already holds a run), else None. The
     advice names the commands that work: resuming when there is a checkpoint to resume from."""
@@ -42,7 +39,7 @@ def run_dir_problem(out_dir: Path, command: str = "gankit run RECIPE") -> str | 
     existing = [name for name in RUN_FILES[:4] if (out_dir / name).exists()]
     if not existing:
         return None
-    resume = (f"continue it with `gankit run --resume {out_dir}`, " if latest_checkpoint(out_dir).is_file() else "")
+    resume = (f"continue it with `gankit run --resume {out_dir}`, " if CheckpointLayout(out_dir).latest.is_file() else "")
     return (f"{out_dir}: already holds a run ({', '.join(existing)}); {resume}pick another folder with --out, "
             f"or replace it with `{command} --out {out_dir} --overwrite`")
 
@@ -120,7 +117,7 @@ def preflight(recipe: Recipe, plugins: Any, world_size: int, *, check_run_dir: b
         problem = lock_problem(out_dir)
     if problem is None and check_run_dir:
         problem = run_dir_problem(out_dir)
-    if problem is None and resume and not latest_checkpoint(out_dir).exists():
+    if problem is None and resume and not CheckpointLayout(out_dir).latest.exists():
         problem = no_checkpoint_problem(out_dir)
     if problem:
         raise GankitError(problem)
@@ -128,7 +125,7 @@ def preflight(recipe: Recipe, plugins: Any, world_size: int, *, check_run_dir: b
 
 def no_checkpoint_problem(out_dir: Path) -> str:
     """The line for ``--resume`` without a checkpoint: names the command that works."""
-    path = latest_checkpoint(out_dir)
+    path = CheckpointLayout(out_dir).latest
     if (Path(out_dir) / "recipe.toml").is_file():
         return (f"--resume: no checkpoint at {path} (the run stopped before its first one); start it again with "
                 f"`gankit run {Path(out_dir) / 'recipe.toml'} --out {out_dir} --overwrite`")

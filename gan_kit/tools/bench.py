@@ -3,7 +3,7 @@ device, side by side with a hand-written plain-PyTorch loop doing the math of ``
 
 What is timed, per iteration (``d_steps`` D steps and one G step), identically for every row:
 
-* a strategy row: what ``gan_kit.runs.engine.train`` does around the strategy - build the
+* a strategy row: what ``gan_kit.runs.session.train`` does around the strategy - build the
   ``StepContext``, ``strategy.step(ctx)``, ``scaler.update()`` under fp16, the non-finite flags
   and the stats, kept on the device (the timing synchronises the device around each call);
 * the ``hand-written`` row: ``zero_grad`` / forward / loss / penalties / ``backward`` / ``step``

@@ -1,7 +1,7 @@
 """The sync census: host-device synchronisations per training iteration of the real engine.
 
 ``sync_census(recipe, overrides, steps)`` trains ``steps`` iterations of a recipe with
-``gan_kit.runs.engine.train`` under a ``gan_kit.base.syncs.SyncCounter`` and returns how many
+``gan_kit.runs.session.train`` under a ``gan_kit.base.syncs.SyncCounter`` and returns how many
 synchronisations each iteration made, which iterations ended a tick or a phase (where the engine
 reads its stats, checks the weights and writes checkpoints, so a few syncs are expected there),
 and what they were. tests/test_syncs.py holds every shipped recipe to at most one per iteration
@@ -69,7 +69,7 @@ def sync_census(recipe_path: str | Path, overrides: Sequence[str] = (), steps: i
     ``extra_plugins``) in a fresh run directory, counting host syncs per iteration.
     ``run.progress`` is off (a progress bar reads the stats by design, at most twice a second)."""
     from gan_kit.plugin_api.hookspecs import hookimpl
-    from gan_kit.runs.engine import train
+    from gan_kit.runs.session import train
     from gan_kit.recipe import load_recipe
     from gan_kit.runs.run import Run
 

@@ -34,6 +34,7 @@ from torch import nn
 from gan_kit.runs.checkpoint import load as load_checkpoint
 from gan_kit.runs.checkpoint import load_generator
 from gan_kit.base.errors import GankitError
+from gan_kit.runs.layout import CheckpointLayout
 from gan_kit.runs.exported import CONFIG_FILE, EXPORT_FORMAT, EXPORT_FORMAT_VERSION, WEIGHTS_FILE
 from gan_kit.tools.grids import save_grid
 from gan_kit.base.version import __version__
@@ -194,8 +195,9 @@ def _config(state: dict, recipe: Any, arch: Any, phase: Any, psi: float, formats
 def _run_metrics(checkpoint: Path) -> dict[str, float]:
     """The last value of each ``Metrics/*`` key in the run's metrics.jsonl (the checkpoint's
     ``checkpoints/`` folder's parent), up to the checkpoint's kimg; empty when there is none."""
-    path = checkpoint.resolve().parent.parent / "metrics.jsonl"
-    if checkpoint.resolve().parent.name != "checkpoints" or not path.is_file():
+    run_dir = CheckpointLayout.run_dir_of(checkpoint.resolve())
+    path = run_dir / "metrics.jsonl" if run_dir is not None else None
+    if path is None or not path.is_file():
         return {}
     last: dict[str, float] = {}
     for line in path.read_text(encoding="utf-8").splitlines():

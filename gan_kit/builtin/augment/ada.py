@@ -16,7 +16,8 @@ from typing import Literal
 import attrs
 import torch
 
-from gan_kit import Augment, GankitError, hookimpl, option
+from gan_kit import Augment, hookimpl, option
+from gan_kit.builtin.augment.adaptive_p import AdaptiveP
 from gan_kit.builtin.augment.ada_pipeline import PRESETS, OfficialPipeline
 from gan_kit.builtin.augment.ada_subset import ADA_TRANSFORMS, SubsetPipeline
 from gan_kit.builtin.augment import name_problems, raise_first_problem, parse_names
@@ -163,16 +164,19 @@ class AdaptiveAugment(Augment):
             self.pipeline = SubsetPipeline(enabled, o)
         else:
             self.pipeline = OfficialPipeline(PRESETS[o.pipeline], o, o.pipeline)
-        self.p = torch.tensor(float(o.p_init))
-        self.sign_sum = torch.tensor(0.0)
-        self.sign_count = torch.tensor(0.0)
+        self.adaptive = AdaptiveP(o.p_init)
+
+    @property
+    def p(self) -> torch.Tensor:
+        """The augmentation probability (0-d tensor; ``gan_kit.builtin.augment.adaptive_p``)."""
+        return self.adaptive.p
+
+    @p.setter
+    def p(self, value: torch.Tensor) -> None:
+        self.adaptive.p = value
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        if self.p.device != images.device:
-            # Once (first call, or after load_state_dict): a host-to-device copy waits for the
-            # device, so p must not travel on every call.
-            self.p = self.p.to(images.device)
-        return self.pipeline(images, self.p)
+        return self.pipeline(images, self.adaptive.on(images.device))
 
     def set_option(self, name: str, value) -> None:
         """Take a schedule's new value of option ``name`` (the engine calls this before every
@@ -188,17 +192,8 @@ class AdaptiveAugment(Augment):
 
     def feedback(self, real_logits: torch.Tensor) -> None:
         """Accumulate ``sign(D(real))`` of one D objective's ``[N]`` logits (detached, on device;
-        no host sync). NaN logits are not counted: the engine hands them over as NaN when the D
-        step they belong to was not applied (an fp16 step the GradScaler skipped), so such a
-        step leaves no trace in r_t or p."""
-        logits = real_logits.detach().float()
-        signs = logits.sign()  # sign(NaN) is 0 in PyTorch: the mask below decides what counts
-        dev = signs.device
-        if self.sign_sum.device != dev:  # once: the accumulators then live beside the logits
-            self.sign_sum, self.sign_count = self.sign_sum.to(dev), self.sign_count.to(dev)
-        counted = ~logits.isnan()
-        self.sign_sum = self.sign_sum + torch.where(counted, signs, torch.zeros_like(signs)).sum()
-        self.sign_count = self.sign_count + counted.sum()
+        no host sync; NaN logits - a D step not applied - are not counted)."""
+        self.adaptive.feedback(real_logits)
 
     def end_step(self, step: int, nimg: int) -> dict[str, float | torch.Tensor]:
         """After iteration ``step`` (iterations done), which showed D ``nimg`` real images (all
@@ -208,35 +203,14 @@ class AdaptiveAugment(Augment):
         ``target = None`` p stays ``p_init`` (fixed-p ADA) and only ``{"Augment/p"}`` is returned."""
         o = self.options
         if o.target is None:  # fixed p: the option's value, whatever a checkpoint held
-            self.p = torch.full((), float(o.p_init), device=self.p.device)
-            self.sign_sum, self.sign_count = self.sign_sum * 0, self.sign_count * 0
-            return {"Augment/p": self.p}
-        if step % o.interval:
-            return {"Augment/p": self.p}
-        dev = self.sign_sum.device
-        totals = torch.stack([self.sign_sum, self.sign_count])
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.all_reduce(totals)
-        r_t = totals[0] / totals[1].clamp(min=1.0)
-        step_size = nimg * o.interval / (o.kimg * 1000.0)
-        adjust = torch.sign(r_t - o.target) * step_size * (totals[1] > 0).float()
-        self.p = (self.p.to(dev) + adjust).clamp(min=0.0, max=o.p_max)
-        self.sign_sum = torch.zeros((), device=dev)
-        self.sign_count = torch.zeros((), device=dev)
-        return {"Augment/p": self.p, "Augment/rt": r_t}
+            return self.adaptive.fix(o.p_init)
+        return self.adaptive.adjust(step, nimg, target=o.target, interval=o.interval, kimg=o.kimg, p_max=o.p_max)
 
     def state_dict(self) -> dict:
-        return {"p": self.p.detach().cpu().clone(), "sign_sum": self.sign_sum.detach().cpu().clone(),
-                "sign_count": self.sign_count.detach().cpu().clone()}
+        return self.adaptive.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        missing = [k for k in ("p", "sign_sum", "sign_count") if k not in state]
-        if missing:
-            raise GankitError(f"augment: the checkpoint's augmentation state lacks {', '.join(missing)} "
-                              f"(it was not written by 'ada'; resume with the augmentation that wrote it)")
-        self.p = torch.as_tensor(state["p"], dtype=torch.float32).clone()
-        self.sign_sum = torch.as_tensor(state["sign_sum"], dtype=torch.float32).clone()
-        self.sign_count = torch.as_tensor(state["sign_count"], dtype=torch.float32).clone()
+        self.adaptive.load_state_dict(state, "ada")
         if self.options.target is None:
             self.p = torch.tensor(float(self.options.p_init))  # fixed p: the recipe's, not the checkpoint's
 

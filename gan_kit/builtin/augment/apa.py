@@ -15,7 +15,8 @@ from __future__ import annotations
 import attrs
 import torch
 
-from gan_kit import Augment, GankitError, batch_rand, hookimpl, option
+from gan_kit import Augment, batch_rand, hookimpl, option
+from gan_kit.builtin.augment.adaptive_p import AdaptiveP
 
 __all__ = ["AdaptivePseudoAugment"]
 
@@ -44,62 +45,37 @@ class AdaptivePseudoAugment(Augment):
 
     def __init__(self, options=None, context=None):
         super().__init__(options, context)
-        self.p = torch.tensor(float(self.options.p_init))
-        self.sign_sum = torch.tensor(0.0)
-        self.sign_count = torch.tensor(0.0)
+        self.adaptive = AdaptiveP(self.options.p_init)
+
+    @property
+    def p(self) -> torch.Tensor:
+        """The pseudo-real probability (0-d tensor; ``gan_kit.builtin.augment.adaptive_p``)."""
+        return self.adaptive.p
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         return images
 
     def reals_for_d(self, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
-        if self.p.device != real.device:
-            self.p = self.p.to(real.device)  # once: no host-to-device copy per call
         shape = (real.shape[0],) + (1,) * (real.dim() - 1)
-        pseudo = batch_rand(*shape, device=real.device) < self.p
+        pseudo = batch_rand(*shape, device=real.device) < self.adaptive.on(real.device)
         return torch.where(pseudo, fake.to(real.dtype), real)
 
     def feedback(self, real_logits: torch.Tensor) -> None:
-        # NaN logits are a D step that was not applied (a skipped mixed-precision step): not counted.
-        logits = real_logits.detach().float()
-        counted = ~torch.isnan(logits)
-        signs = torch.where(counted, logits.sign(), torch.zeros_like(logits))
-        if self.sign_sum.device != signs.device:
-            self.sign_sum, self.sign_count = self.sign_sum.to(signs.device), self.sign_count.to(signs.device)
-        self.sign_sum = self.sign_sum + signs.sum()
-        self.sign_count = self.sign_count + counted.sum()
+        self.adaptive.feedback(real_logits)
 
     def end_step(self, step: int, nimg: int) -> dict:
         o = self.options
         if o.target is None:
-            self.p = torch.full((), float(o.p_init), device=self.p.device)
-            return {"Augment/p": self.p}
-        if step % o.interval:
-            return {"Augment/p": self.p}
-        dev = self.sign_sum.device
-        totals = torch.stack([self.sign_sum, self.sign_count])
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.all_reduce(totals)
-        r_t = totals[0] / totals[1].clamp(min=1.0)
-        adjust = torch.sign(r_t - o.target) * (nimg * o.interval / (o.kimg * 1000.0)) * (totals[1] > 0).float()
-        self.p = (self.p.to(dev) + adjust).clamp(0.0, 1.0)
-        self.sign_sum = torch.zeros((), device=dev)
-        self.sign_count = torch.zeros((), device=dev)
-        return {"Augment/p": self.p, "Augment/rt": r_t}
+            return self.adaptive.fix(o.p_init)
+        return self.adaptive.adjust(step, nimg, target=o.target, interval=o.interval, kimg=o.kimg)
 
     def state_dict(self) -> dict:
-        return {"p": self.p.detach().cpu().clone(), "sign_sum": self.sign_sum.detach().cpu().clone(),
-                "sign_count": self.sign_count.detach().cpu().clone()}
+        return self.adaptive.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        missing = [k for k in ("p", "sign_sum", "sign_count") if k not in state]
-        if missing:
-            raise GankitError(f"augment: the checkpoint's augmentation state lacks {', '.join(missing)} "
-                              f"(it was not written by 'apa'; resume with the augmentation that wrote it)")
-        self.p = torch.as_tensor(state["p"], dtype=torch.float32).clone()
-        self.sign_sum = torch.as_tensor(state["sign_sum"], dtype=torch.float32).clone()
-        self.sign_count = torch.as_tensor(state["sign_count"], dtype=torch.float32).clone()
+        self.adaptive.load_state_dict(state, "apa")
         if self.options.target is None:
-            self.p = torch.tensor(float(self.options.p_init))
+            self.adaptive.p = torch.tensor(float(self.options.p_init))
 
 
 @hookimpl

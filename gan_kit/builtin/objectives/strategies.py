@@ -55,6 +55,7 @@ __all__ = [
     "critic_step",
     "single_loss_objective",
     "paired_step",
+    "joint_step",
 ]
 
 
@@ -122,9 +123,6 @@ def paired_step(ctx, *, share_fake_logits: bool) -> dict:
     steps. ``share_fake_logits``: the D objective reuses the logits of the G loss's D forward
     (``shared-fake``; the graph is retained for the second backward) instead of a fresh D
     forward on ``sg(fake)`` (``simultaneous``)."""
-    leading_critic_steps(ctx)
-    ctx.zero_grad("G")
-    ctx.zero_grad("D")
 
     def body():
         real, labels = ctx.reals[-1], ctx.labels[-1]
@@ -141,6 +139,17 @@ def paired_step(ctx, *, share_fake_logits: bool) -> dict:
         ctx.backward(total, "D")
         return {**stats, **g_stats}
 
+    return joint_step(ctx, body)
+
+
+def joint_step(ctx, body) -> dict:
+    """The frame of every strategy that steps G and D at one parameter point: the leading
+    critic steps, both networks' gradients cleared, ``body()`` (which fills both from
+    ``ctx.reals[-1]``; run once per round of ``ctx.accumulate``; returns its stats), then D's
+    and G's optimizer steps. Returns the stats of ``body``."""
+    leading_critic_steps(ctx)
+    ctx.zero_grad("G")
+    ctx.zero_grad("D")
     stats = ctx.accumulate(body)
     ctx.opt_step("D")
     ctx.opt_step("G")
@@ -286,10 +295,6 @@ class SingleLoss(_Strategy):
                           f"or use optim.name = \"sgd\"")
 
     def step(self, ctx):
-        leading_critic_steps(ctx)
-        ctx.zero_grad("G")
-        ctx.zero_grad("D")
-
         def body():
             real, labels = ctx.reals[-1], ctx.labels[-1]
             with ctx.autocast():
@@ -299,10 +304,7 @@ class SingleLoss(_Strategy):
             ctx.backward(total, "G", "D")
             return stats
 
-        stats = ctx.accumulate(body)
-        ctx.opt_step("D")
-        ctx.opt_step("G")
-        return stats
+        return joint_step(ctx, body)
 
 
 class Simultaneous(_Strategy):

@@ -9,13 +9,10 @@ written (a copy where links are not supported), so keeping costs no second write
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
 from gan_kit import StashKey, hookimpl
-
-_SNAPSHOT = re.compile(r"snapshot-(\d{6})-tick(\d+)\.pt$")
 
 
 def keep_snapshot(run, latest: Path, tick: int) -> None:
@@ -24,10 +21,8 @@ def keep_snapshot(run, latest: Path, tick: int) -> None:
     last, every = run.options.keep_snapshots, run.options.keep_every_ticks
     if not last and not every:
         return
-    folder = latest.parent
-    target = folder / f"snapshot-{run.cur_nimg // 1000:06d}-tick{tick}.pt"
-    _link(latest, target)
-    kept = sorted((int(m.group(2)), p) for p in folder.iterdir() if (m := _SNAPSHOT.match(p.name)))
+    _link(latest, run.checkpoints.snapshot(run.cur_nimg, tick))
+    kept = run.checkpoints.snapshots()
     recent = {t for t, _ in kept[-last:]} if last else set()
     for t, p in kept:
         if t not in recent and not (every and t % every == 0):
@@ -44,14 +39,14 @@ def tick_finished(run, stats):
     first, before the final metrics and reporters run, so a long or failing final evaluation
     (or a job killed during it) cannot lose it; a periodic snapshot is written after them."""
     if stats.get("Progress/final"):
-        path = run.save_checkpoint("latest")
+        path = run.save_checkpoint()
         if path is not None:
             run.stash[final_written] = (run.cur_nimg, path)
     result = yield
     every = run.options.snapshot_ticks
     tick = stats["Progress/tick"]
     if every and not stats.get("Progress/final") and (tick + 1) % every == 0:
-        path = run.save_checkpoint("latest")
+        path = run.save_checkpoint()
         if path is not None:
             keep_snapshot(run, path, tick)
     return result
@@ -61,8 +56,8 @@ def tick_finished(run, stats):
 def phase_started(run, phase):
     prev = run.previous_phase
     if prev is not None:
-        run.save_checkpoint(f"phase-{prev.index}-{prev.resolution}px", phase=prev)  # shown at the finished phase
-        run.save_checkpoint("latest")
+        run.save_checkpoint(run.checkpoints.phase(prev), phase=prev)  # shown at the finished phase
+        run.save_checkpoint()
 
 
 def _link(source: Path, target: Path) -> None:
@@ -82,11 +77,11 @@ def run_finished(run, stats):
     # without one.
     nimg, path = run.stash.get(final_written, (None, None))
     if nimg != run.cur_nimg:
-        path = run.save_checkpoint("latest")
+        path = run.save_checkpoint()
     if path is not None:
         # The last phase ends with the run: it gets its phase checkpoint like every other one
         # (the same state as latest.pt, so a link, not a second write). A run that ends inside a
         # phase (run.max_minutes) leaves it unfinished: no phase checkpoint for it.
         if run.phase_finished:
-            _link(path, path.parent / f"phase-{run.phase.index}-{run.phase.resolution}px.pt")
+            _link(path, run.checkpoints.phase(run.phase))
         keep_snapshot(run, path, stats["Progress/tick"])

@@ -9,14 +9,14 @@ are read with one copy and the non-finite policy applied (``Ticks.settle``, also
 and before an interrupt's checkpoint), the weights are checked across processes, G_ema's BatchNorm
 statistics refreshed, and ``tick_finished`` fired (``gan_kit.runs.engine.ticks``). SIGINT / SIGTERM
 finish the iteration and write a checkpoint (``gan_kit.runs.engine.interrupts``). ``run_teardown``
-fires from a ``finally``, on success, error and interrupt alike.
+fires from a ``finally``, on success, error and interrupt alike. The run directory (lock,
+``--overwrite``, resume, ``recipe.toml``) is the session's (``gan_kit.runs.session``), not the loop's.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any, Mapping
 
 import torch
@@ -30,41 +30,24 @@ from gan_kit.runs.engine.ticks import Ticks, TrainClock
 from gan_kit.base.errors import GankitError, Interrupted
 from gan_kit.base.phase import Phase, fade_real
 from gan_kit.base.randomness import sharded
-from gan_kit.runs.resume import ResumePoint, resume_run
 from gan_kit.runs.run import Run, resolve_device
-from gan_kit.runs.rundir import clear_run_dir, preflight, resume_command, run_dir_problem, write_recipe
-from gan_kit.runs.lock import RunLock, lock_run_dir
+from gan_kit.runs.rundir import preflight, resume_command
 from gan_kit.base.stash import StashKey
 from gan_kit.training.step import StepContext
 from gan_kit.training.step.finite import scale_of
 
-__all__ = ["Run", "train", "train_step", "real_loader", "split_reals", "lazy_regularization", "Ticks", "resolve_device", "preflight"]
+__all__ = ["Run", "loop", "train_step", "real_loader", "split_reals", "lazy_regularization", "Ticks", "resolve_device", "preflight"]
 
 
-def train(run: Run, *, resume: bool | str | Path | ResumePoint = False, max_steps: int | None = None,
-          overwrite: bool = False) -> dict[str, Any]:
-    """Train until ``run.total_nimg`` images have been shown (or ``max_steps`` iterations, or
-    ``run.max_minutes`` of training time, which ends the run as reaching ``total_nimg`` does).
-
-    ``resume``: continue from the run directory's latest checkpoint (or the given file, or the
-    ``ResumePoint`` ``gankit run --resume`` resolved, which is not read again) exactly.
-    A fresh run refuses a run directory that already holds a run (``GankitError``) unless
-    ``overwrite`` removes that run's files first. While it trains, the run holds the directory's
-    lock (``gan_kit.runs.lock``): a second run there is refused in one line naming this process.
-    SIGINT (Ctrl-C) and SIGTERM finish the current iteration, write ``checkpoints/latest.pt`` and
-    raise ``Interrupted``; a second Ctrl-C stops at once. Returns the final tick's stats. Raises
-    ``TrainingError`` when the non-finite policy stops the run (no checkpoint is written after
-    the last finite one).
-    """
-    lock = _open_run_dir(run, resume, overwrite)
-    try:
-        return _train(run, max_steps)
-    finally:
-        if lock is not None:
-            lock.release()
-
-
-def _train(run: Run, max_steps: int | None) -> dict[str, Any]:
+def loop(run: Run, max_steps: int | None = None) -> dict[str, Any]:
+    """The training loop over a ``Run`` whose run directory the session opened
+    (``gan_kit.runs.session.train``): until ``run.total_nimg`` images have been shown, or
+    ``max_steps`` iterations, or ``run.max_minutes`` of training time (which ends the run as
+    reaching ``total_nimg`` does). Fires ``run_started``, ``phase_started``, ``step_finished``,
+    ``tick_finished``, ``run_finished`` and, from a ``finally``, ``run_teardown``. SIGINT /
+    SIGTERM finish the iteration, write ``checkpoints/latest.pt`` and raise ``Interrupted``; a
+    second Ctrl-C stops at once. Returns the final tick's stats. Raises ``TrainingError`` when
+    the non-finite policy stops the run."""
     loader = real_loader(run)
     batches = iter(loader)  # make_loader's loader raises a worker's GankitError as its one line
     ticks = Ticks(run)
@@ -132,52 +115,6 @@ def _stop_flags(run: Run, requested: bool, out_of_time: bool, tick_due: bool,
     from gan_kit.training.distributed import flags_over_processes
 
     return flags_over_processes([requested, out_of_time, sigterm], run.device)
-
-
-def _open_run_dir(run: Run, resume: bool | str | Path | ResumePoint, overwrite: bool) -> RunLock | None:
-    """Take the run directory's lock (rank 0), resume (printing each recipe change) or check that
-    a fresh run may use the directory; then write ``recipe.toml``. Returns the lock (None on
-    other ranks), released here if anything fails."""
-    # Rank 0 decides and tells the others, so every process stops with the same line (instead
-    # of the others failing later on a closed connection); after that the folder exists for
-    # every process's hooks.
-    lock, problem = lock_run_dir(run.out_dir) if run.is_main else (None, None)
-    try:
-        if problem is None and run.is_main and not resume:
-            problem = None if overwrite else run_dir_problem(run.out_dir)
-            if overwrite and problem is None:
-                clear_run_dir(run.out_dir)
-        if run.world_size > 1:
-            from gan_kit.training.distributed import broadcast_object
-
-            problem = broadcast_object(problem)
-        if problem:
-            raise GankitError(problem)
-        if lock is not None and lock.stale:
-            print(f"note: {run.out_dir}: the run lock was left by a run that ended without releasing it "
-                  f"({lock.stale}); taking it over", file=sys.stderr)
-        if resume:
-            for change in resume_run(run, resume if isinstance(resume, (str, Path, ResumePoint)) else None):
-                if run.is_main:
-                    print(f"note: resuming with a changed recipe: {change}", file=sys.stderr)
-            if run.cur_nimg >= run.total_nimg:
-                raise GankitError(
-                    f"--resume: the run is already at {run.cur_nimg / 1000:g} kimg >= run.total_kimg = "
-                    f"{run.total_nimg / 1000:g}; raise it to train further (--set run.total_kimg=...)")
-            limit = run.recipe.run.max_minutes
-            if limit is not None and run.train_seconds >= limit * 60:
-                raise GankitError(
-                    f"--resume: the run has trained {run.train_seconds / 60:.4g} minutes >= run.max_minutes = "
-                    f"{limit:g}; raise it to train further (--set run.max_minutes=...)")
-        if run.is_main:
-            write_recipe(run)
-        run.apply_schedules()  # at the resumed cur_nimg
-        run.apply_optim_settings()
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        raise
-    return lock
 
 
 def real_loader(run: Run) -> GankitLoader:

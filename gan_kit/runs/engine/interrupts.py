@@ -50,7 +50,7 @@ def stop_on_interrupt(run: Run, signal_name: str) -> None:
     """Write ``latest.pt`` at this iteration boundary and raise ``Interrupted``."""
     run.check_in_sync()
     run.refresh_G_ema()
-    path = run.save_checkpoint("latest")
+    path = run.save_checkpoint()
     if run.world_size > 1:
         from gan_kit.training.distributed import broadcast_object
 

@@ -16,6 +16,7 @@ from gan_kit.base.errors import TrainingError
 from gan_kit.plugin_api.ownership import frozen_files, load_without_frozen, without_frozen
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import recipe_to_toml
+from gan_kit.runs.layout import CheckpointLayout
 from gan_kit.base.version import __version__
 
 __all__ = ["RunCheckpoints"]
@@ -106,8 +107,15 @@ class RunCheckpoints:
             self.tick_sums[k], self.tick_counts[k] = float(v), int(n)
         ckpt.set_rng_state(state["rng"], self.device, self.rank)
 
-    def save_checkpoint(self, name: str = "latest", phase: Phase | None = None) -> Path | None:
-        """Write ``checkpoints/<name>.pt`` atomically (rank 0 only) and fire ``checkpoint_saved``.
+    @property
+    def checkpoints(self) -> CheckpointLayout:
+        """Where this run's checkpoint files go (``gan_kit.runs.layout``)."""
+        return CheckpointLayout(self.out_dir)
+
+    def save_checkpoint(self, path: Path | str | None = None, phase: Phase | None = None) -> Path | None:
+        """Write the run's state to ``path`` (default ``run.checkpoints.latest``; a str is a
+        name in the checkpoint folder: ``"latest"`` -> ``checkpoints/latest.pt``) atomically,
+        rank 0 only, and fire ``checkpoint_saved``. Returns the path (None on other ranks).
 
         ``phase``: the phase the weights are to be shown at (``gankit sample`` / ``eval``), when
         not the current one: a phase's own checkpoint, written as the next phase starts, records
@@ -115,6 +123,8 @@ class RunCheckpoints:
         (``TrainingError``) to write weights that hold NaN/inf: a checkpoint is always one a run
         can continue from.
         """
+        target = (self.checkpoints.latest if path is None
+                  else self.checkpoints.path(path) if isinstance(path, str) else Path(path))
         rng = ckpt.rng_state(self.device, self.world_size)  # a collective on CUDA: before rank 0 alone goes on
         if not self.is_main:
             return None
@@ -123,13 +133,21 @@ class RunCheckpoints:
         if bad:
             where = f" (last good checkpoint: {self.last_checkpoint})" if self.last_checkpoint else ""
             raise TrainingError(f"step {self.step}: non-finite weights in {' and '.join(bad)}; not writing "
-                                f"checkpoints/{name}.pt{where}")
+                                f"{_shown(target, self.out_dir)}{where}")
         state = self.state_dict(rng)
         if phase is not None:
             state["phase"] = _phase_dict(phase)
-        path = ckpt.save_atomic(state, self.out_dir / "checkpoints" / f"{name}.pt")
+        path = ckpt.save_atomic(state, target)
         self.last_checkpoint = path
         self.hook.checkpoint_saved(run=self, path=path)
+        return path
+
+
+def _shown(path: Path, out_dir: Path) -> Path:
+    """``path`` relative to the run directory when it lies in it (``checkpoints/latest.pt``)."""
+    try:
+        return path.relative_to(out_dir)
+    except ValueError:
         return path
 
 

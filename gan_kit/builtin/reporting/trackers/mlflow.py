@@ -73,6 +73,8 @@ class MLflowTracker(Tracker):
         o = self.options
         where = masked_uri(o.tracking_uri)
         try:
+            if o.tracking_uri:
+                _probe_database(o.tracking_uri)
             self.client = MlflowClient(tracking_uri=o.tracking_uri)
             run = None
             if resume_id is not None:
@@ -125,3 +127,29 @@ class MLflowTracker(Tracker):
     def finish(self, status: str) -> None:
         if self.client is not None and self.run_id is not None:
             self.client.set_terminated(self.run_id, status=status)
+
+
+#: Database back ends whose server MLflow's SQLAlchemy store connects to, and the seconds one
+#: connection attempt may take.
+_SERVER_DATABASES = ("postgresql", "postgres", "mysql", "mariadb", "mssql")
+_CONNECT_TIMEOUT_S = 10
+
+
+def _probe_database(uri: str) -> None:
+    """Connect once to a database ``uri`` on a server (PostgreSQL, MySQL, ...), so an unreachable
+    one fails in seconds: MLflow's store retries the first connection 10 times with exponential
+    back-off (about 100 s) before it raises. Raises the driver's error; anything else (a file,
+    ``sqlite:``, ``http(s):``, ``databricks``) is left to MLflow."""
+    scheme = uri.split(":", 1)[0].lower()
+    if scheme.split("+", 1)[0] not in _SERVER_DATABASES:
+        return
+    import sqlalchemy
+
+    timeout = {"connect_timeout": _CONNECT_TIMEOUT_S} if scheme.startswith(("postgres", "mysql", "mariadb")) else {}
+    engine = sqlalchemy.create_engine(uri, connect_args=timeout)
+    try:
+        with engine.connect():
+            pass
+    finally:
+        engine.dispose()
+

@@ -26,7 +26,7 @@ import click
 
 from optuna.exceptions import UpdateFinishedTrialError
 
-from gan_kit import GankitError, Interrupted
+from gan_kit import CheckpointLayout, GankitError, Interrupted
 from gankit_sweep import procs
 from gankit_sweep import study as st
 from gankit_sweep import trials as tr
@@ -114,7 +114,7 @@ def _timing(a: _Active, rc: int, rows: list[dict]) -> tuple[dict, float | None]:
     timing = dict(kimg=last.get("Progress/kimg"), wall_s=round(wall, 3), train_s=last.get("Timing/train_s"),
                   overhead_s=round(wall - train, 3) if a.started and rows else None, exit_code=rc, child_pid=None,
                   child_start=None, child_boot=None)
-    checkpoint, checkpoint_kimg = a.run_dir / "checkpoints" / "latest.pt", None
+    checkpoint, checkpoint_kimg = CheckpointLayout(a.run_dir).latest, None
     if not (rc == 0 and last.get("Progress/final")) and checkpoint.is_file():
         checkpoint_kimg = _checkpoint_progress(checkpoint)[0]
         if checkpoint_kimg is not None and (timing["kimg"] is None or checkpoint_kimg > timing["kimg"]):
@@ -253,7 +253,7 @@ class Sweep:
             a.tail = tr.MetricsTail(a.run_dir / "metrics.jsonl")
             self._finish(a, 0)
             return
-        checkpoint = a.run_dir / "checkpoints" / "latest.pt"
+        checkpoint = CheckpointLayout(a.run_dir).latest
         resume = checkpoint.is_file()
         resumed_kimg = None
         if resume:

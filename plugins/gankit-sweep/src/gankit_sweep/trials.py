@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gan_kit import CheckpointLayout
+
 __all__ = ["child_command", "spawn", "MetricsTail", "read_state", "write_state", "run_finished", "last_log_line",
            "threads_per_job", "exit_status", "final_value", "no_final_value", "child_record", "wait_previous_child",
            "STATE_FILE", "LOG_FILE"]
@@ -138,7 +140,7 @@ def run_finished(run_dir: Path) -> bool:
     """Whether the run in ``run_dir`` reached its end (its last metrics row is the final tick and
     its final checkpoint exists)."""
     rows = read_rows(run_dir)
-    return bool(rows) and bool(rows[-1].get("Progress/final")) and (run_dir / "checkpoints" / "latest.pt").is_file()
+    return bool(rows) and bool(rows[-1].get("Progress/final")) and CheckpointLayout(run_dir).latest.is_file()
 
 
 def metric_values(rows: list[dict], key: str) -> list[tuple[int, float]]:
