@@ -26,6 +26,13 @@ from gan_kit.testing import make_run
 SHORT = ["run.total_kimg=0.12", "run.tick_kimg=0.032"]
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """MLflow's SQLite store puts artifacts under ./mlruns of the working directory: keep them in
+    the test's folder, not the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 class SignalAt:
     """Sends SIGINT to this process after iteration ``at`` of a run that was not resumed."""
 
@@ -104,7 +111,6 @@ def test_mlflow_ctrl_c_marks_the_run_killed_and_resume_continues_it(tmp_path):
 
 
 def test_a_tracking_uri_with_a_password_is_never_printed(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # MLflow may make its default artifact folder here
     secret = "s3cr3t-pw"
     assert masked_uri(f"postgresql://alice:{secret}@db.example:5432/ml") == "postgresql://alice:***@db.example:5432/ml"
     recipe = tmp_path / "tiny.toml"
