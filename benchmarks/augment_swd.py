@@ -1,5 +1,5 @@
 """SWD of the main recipe with no augmentation, DiffAugment and ADA, on all digits and on a 10%
-subset (180 images), at the same kimg, next to real-vs-real (issue 13's measurement).
+subset (180 images), at the same kimg, next to real-vs-real.
 
 Each run trains ``recipes/pggan.toml`` (shortened with ``--kimg``) into ``runs/augment-swd/<name>``;
 each trained G_ema is then evaluated against ALL the digits (the subset runs too: the question is

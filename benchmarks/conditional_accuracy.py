@@ -1,4 +1,4 @@
-"""How often a class-conditional G draws the class it is asked for (issue 13's measurement).
+"""How often a class-conditional G draws the class it is asked for.
 
 A small CNN classifier is trained on the run's own data set (the digits, at the run's final
 resolution; 80% of them, the other 20% give its held-out accuracy), then the checkpoint's G_ema

@@ -1,5 +1,5 @@
 """Quality per minute: a metric against training time for groups of runs (seeds), with a seed band
-(issue 20's figure: the old and the new main recipe, 3 seeds each).
+(the old and the new main recipe, 3 seeds each).
 
     python benchmarks/quality_per_minute.py --group "old main recipe" runs/old-s0 runs/old-s1 runs/old-s2 \
         --group "new main recipe" runs/new-s0 runs/new-s1 runs/new-s2 -o docs/quality-per-minute.png

@@ -1,5 +1,5 @@
 """The training loop: growth with kept optimizer state, per-phase batch/lr, EMA, non-finite
-losses, and a short real run (issues 2, 4)."""
+losses, and a short real run."""
 
 from __future__ import annotations
 

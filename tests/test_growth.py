@@ -1,4 +1,4 @@
-"""Growth schedules: alpha, phases, per-resolution batch sizes and learning rates (issues 2, 4)."""
+"""Growth schedules: alpha, phases, per-resolution batch sizes and learning rates."""
 
 from __future__ import annotations
 

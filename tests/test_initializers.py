@@ -1,4 +1,4 @@
-"""Initializers: weight statistics against the formula of each (issues 2, 4)."""
+"""Initializers: weight statistics against the formula of each."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PGGAN architecture: fade-in identities, minibatch stddev grouping, equalized lr (issues 2, 4)."""
+"""PGGAN architecture: fade-in identities, minibatch stddev grouping, equalized lr."""
 
 from __future__ import annotations
 
