@@ -35,6 +35,7 @@ makes a 2-process run match a 1-process run with the same global batch.
 
 from __future__ import annotations
 
+import datetime
 import os
 from typing import Iterable
 
@@ -61,8 +62,6 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     and torchrun can restart the group, instead of waiting forever. Raises ``GankitError`` when
     the set-up times out or fails.
     """
-    import datetime
-
     from gan_kit.base.errors import GankitError
 
     if is_distributed():
@@ -73,7 +72,7 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        store, rank, world_size = attempt_store(timeout)
+        store, rank, world_size = round_store(timeout)
         dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     except (RuntimeError, ValueError) as e:  # DistStoreError (a store timeout) is a RuntimeError
         where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
@@ -84,20 +83,56 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
                           f"(run.dist_timeout_minutes sets the wait)") from None
 
 
-def attempt_store(timeout):
-    """The key-value store this start of the workers meets in: torchrun's store at
-    ``MASTER_ADDR:MASTER_PORT`` (the ``env://`` rendezvous), its keys prefixed with
-    ``TORCHELASTIC_RESTART_COUNT``.
+def round_store(timeout):
+    """``(store, rank, world_size)``: the key-value store this start of the workers builds its
+    process group in, fresh for every start.
 
-    Why the prefix: torchrun (``--max-restarts``) keeps one TCP store for every restart of the
-    workers, and the ``env://`` rendezvous no longer separates the restarts' keys. A restarted
-    rank then reads a dead worker's gloo/NCCL address that the first start wrote and fails with
-    "Connection refused" - or hangs - whenever it reads before its peer writes the new one.
-    Returns ``(store, rank, world_size)``.
+    torchrun (2.4+, c10d rendezvous) hands its workers a store its agent hosts
+    (``TORCHELASTIC_USE_AGENT_STORE``) and keeps it across ``--max-restarts``; the ``env://``
+    rendezvous does not separate the restarts' keys, and ``TORCHELASTIC_RESTART_COUNT`` cannot
+    (each node counts only the restarts its own workers caused: pytorch/pytorch#108158,
+    #135712). A restarted rank would read a dead worker's gloo/NCCL address from the first start
+    and fail with "Connection refused", or wait in another prefix until the timeout. So, as
+    torchrun's workers did before 2.4, rank 0 hosts a new store on a free port of its node
+    (``MASTER_ADDR``) and posts its port and a random token in the agent's store; the other ranks
+    take the posted store that answers with that token - a port left by an earlier start is
+    closed (its rank 0 is gone) and is read again until the new one is posted. Without an agent
+    store (``gankit run --nproc``'s own start, a static rendezvous) ``env://`` is used as it is.
+    Raises ``RuntimeError`` when no store answers within ``timeout``.
     """
-    store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"gankit/attempt_{attempt}", store), rank, world_size
+    import time
+    import uuid
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return next(dist.rendezvous("env://", timeout=timeout))
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    agent = dist.TCPStore(host, port, world_size=world_size, is_master=False, timeout=timeout)
+    if rank == 0:
+        own = dist.TCPStore(host, 0, world_size=world_size, is_master=True, timeout=timeout,
+                            wait_for_workers=False)
+        token = uuid.uuid4().hex
+        own.set("gankit/token", token)
+        agent.set(ROUND_KEY, f"{own.port} {token}")
+        return own, rank, world_size
+    deadline = time.monotonic() + timeout.total_seconds()
+    while True:
+        posted_port, token = agent.get(ROUND_KEY).decode().split()
+        try:
+            own = dist.TCPStore(host, int(posted_port), world_size=world_size, is_master=False,
+                                timeout=datetime.timedelta(seconds=min(5.0, timeout.total_seconds())))
+            if own.get("gankit/token").decode() == token:
+                own.set_timeout(timeout)
+                return own, rank, world_size
+        except (RuntimeError, ValueError):  # the port of an earlier start: closed, or another server
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no store posted by rank 0 answered at {host} within {timeout.total_seconds():g} s")
+        time.sleep(0.2)
+
+
+#: The key of the agent's store where rank 0 posts ``"<port> <token>"`` of its round's store.
+ROUND_KEY = "gankit/round_store"
 
 
 def check_same_decision(decision, out_dir) -> None:
@@ -172,6 +207,7 @@ def launch(nproc: int, argv: list[str], timeout_s: float = DEFAULT_TIMEOUT_S) ->
         if a.startswith("--nproc="):
             continue
         args.append(a)
+    os.environ["GANKIT_NPROC"] = str(nproc)  # the processes' resume advice names --nproc N
     try:
         run(parse_args(["--standalone", f"--nproc-per-node={nproc}", f"--rdzv-conf=join_timeout={int(timeout_s)}",
                         "-m", "gan_kit", *args]))
