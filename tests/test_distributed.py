@@ -351,6 +351,7 @@ def test_sigterm_to_a_two_process_run_writes_the_checkpoint_and_exits_143(tiny_r
     assert done.returncode == 143, done.stderr[-2000:]
     assert "SignalException" not in done.stderr and "Traceback" not in done.stderr
     assert done.stderr.count("stopped: interrupted by SIGTERM") == 1  # said once, not once per process
+    assert f"continue with `gankit run --resume {out} --nproc 2`" in done.stderr  # the command that works
     state = ckpt.load(out / "checkpoints" / "latest.pt")
     assert 0 < state["cur_nimg"] < 5000
 

@@ -33,3 +33,23 @@ def test_sample_grids_every_k_ticks_and_from_the_raw_generator(tmp_path):
     assert sorted(p.name for p in samples.glob("tick-*.png")) == ["tick-0000.png", "tick-0002.png", "tick-0004.png"]
     assert sorted(p.name for p in samples.glob("G-tick-*.png")) == ["G-tick-0000.png", "G-tick-0002.png", "G-tick-0004.png"]
     assert (samples / "G-tick-0002.png").read_bytes() != (samples / "tick-0002.png").read_bytes()
+
+
+def test_files_saved_beside_a_checkpoint_go_with_its_links_and_deletions(tmp_path):
+    """A kept snapshot or a phase checkpoint is a link to latest.pt with every file saved under
+    its name (a summary a format change writes next to it); pruning deletes them together."""
+    from gan_kit.runs.layout import CheckpointLayout
+
+    layout = CheckpointLayout(tmp_path)
+    layout.folder.mkdir()
+    layout.latest.write_bytes(b"state")
+    layout.latest.with_suffix(".json").write_text('{"step": 3}')
+    (layout.folder / ".latest.pt.tmp").write_bytes(b"half")  # a write in progress is no companion
+    snap = layout.snapshot(3000, tick=5)
+    layout.link(layout.latest, snap)
+    assert snap.read_bytes() == b"state" and snap.with_suffix(".json").read_text() == '{"step": 3}'
+    assert layout.snapshots() == [(5, snap)]
+    layout.remove(snap)
+    assert layout.snapshots() == [] and not snap.with_suffix(".json").exists()
+    assert layout.latest.with_suffix(".json").exists()  # the source keeps its own
+    assert CheckpointLayout.run_dir_of(snap) == tmp_path and CheckpointLayout.run_dir_of(tmp_path / "x.pt") is None

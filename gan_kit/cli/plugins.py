@@ -10,6 +10,7 @@ from pathlib import Path
 import attrs
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gan_kit.cli.errors import user_errors
@@ -80,7 +81,7 @@ def list_plugins(kind: str | None, as_json: bool, verbose: bool) -> None:
     table.add_column("plugin", no_wrap=True)
     table.add_column("summary", overflow="fold")  # wrapped, never cut mid-sentence
     for c in comps:
-        table.add_row(c.kind, c.name, c.plugin, c.summary)
+        table.add_row(c.kind, c.name, c.plugin, escape(c.summary))  # a docstring's [growth] is text, not markup
     for b in plugins.broken:
         dist, _, entry_point = b.source.partition(", ")
         table.add_row("[bold red]BROKEN[/]", b.name, dist, f"[red]{b.error}[/] ({entry_point})")

@@ -17,7 +17,9 @@ folders is made here alone. The file format is ``gan_kit.runs.checkpoint``'s.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from pathlib import Path
 
 import attrs
@@ -68,8 +70,40 @@ class CheckpointLayout:
         return sorted((int(m.group(2)), p) for p in self.folder.iterdir() if (m := _SNAPSHOT.match(p.name)))
 
     @staticmethod
+    def companions(checkpoint: Path) -> list[Path]:
+        """``checkpoint`` and the files saved beside it under its name with another suffix
+        (``latest.pt``, ``latest.json``, ...), those that exist."""
+        checkpoint = Path(checkpoint)
+        if not checkpoint.parent.is_dir():
+            return []
+        return sorted(p for p in checkpoint.parent.iterdir() if p.stem == checkpoint.stem and p.is_file())
+
+    def link(self, source: Path, target: Path) -> None:
+        """Make ``target`` the checkpoint ``source`` - a hard link (a copy where links are not
+        supported), each file replaced atomically - with every file saved beside it under the
+        same name (``companions``): a kept snapshot or a phase checkpoint is then whole, whatever
+        files a save writes."""
+        source, target = Path(source), Path(target)
+        for file in self.companions(source):
+            _link(file, target.with_suffix(file.suffix))
+
+    def remove(self, checkpoint: Path) -> None:
+        """Delete ``checkpoint`` and the files saved beside it (``companions``)."""
+        for file in self.companions(checkpoint):
+            file.unlink()
+
+    @staticmethod
     def run_dir_of(checkpoint: Path) -> Path | None:
         """The run directory a checkpoint file lies in (``RUN/checkpoints/x.pt`` -> ``RUN``), or
         None when the file is not in a run's checkpoint folder."""
         checkpoint = Path(checkpoint)
         return checkpoint.parent.parent if checkpoint.parent.name == FOLDER else None
+
+
+def _link(source: Path, target: Path) -> None:
+    tmp = target.parent / f".{target.name}.tmp"
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)

@@ -25,11 +25,21 @@ RUN_FILES = ("metrics.jsonl", "recipe.toml", "samples", "checkpoints", "events",
 
 
 def resume_command(out_dir: Path) -> str:
-    """``gankit run --resume DIR`` with DIR absolute, so the printed command works from any
-    working directory (the recipe's paths are saved absolute too)."""
+    """The command that continues the run in ``out_dir``: ``gankit run --resume DIR`` with DIR
+    absolute, so it works from any working directory (the recipe's paths are saved absolute too);
+    with ``--nproc N`` when ``gankit run --nproc N`` started the processes (``GANKIT_NPROC``);
+    under a torchrun of the user's own, that torchrun command with ``gankit run --resume DIR``
+    (or the same command with ``--resume-if-exists``)."""
+    import os
     import shlex
 
-    return f"gankit run --resume {shlex.quote(str(Path(out_dir).absolute()))}"
+    command = f"gankit run --resume {shlex.quote(str(Path(out_dir).absolute()))}"
+    if os.environ.get("GANKIT_NPROC"):
+        return f"{command} --nproc {os.environ['GANKIT_NPROC']}"
+    if "LOCAL_RANK" in os.environ:
+        return (f"torchrun <the same options> -m gan_kit run --resume {shlex.quote(str(Path(out_dir).absolute()))}"
+                f"` on every node (or the same torchrun command with `--resume-if-exists`")
+    return command
 
 
 def run_dir_problem(out_dir: Path, command: str = "gankit run RECIPE") -> str | None:

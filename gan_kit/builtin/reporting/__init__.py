@@ -154,7 +154,7 @@ def phase_started(run, phase):
         st = run.stash.get(state_key, None)
         if st is not None:
             st["console"].print(f"[green]phase {prev.index} ({prev.resolution}px) finished[/] at kimg "
-                                f"{run.cur_nimg / 1000:.1f}; growing to {phase.resolution}px")
+                                f"{run.cur_nimg / 1000:g}; growing to {phase.resolution}px")
 
 
 @hookimpl

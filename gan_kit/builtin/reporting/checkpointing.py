@@ -4,12 +4,11 @@ finished phase (the last one as the run finishes), and - as the recipe asks - th
 ``run.keep_snapshots`` snapshots and one every ``run.keep_every_ticks`` ticks as
 ``snapshot-<kimg>.pt``. Writes are atomic
 (``gan_kit.runs.checkpoint.save_atomic``); a kept snapshot is a hard link to the ``latest.pt`` just
-written (a copy where links are not supported), so keeping costs no second write."""
+written, with the files saved beside it (``CheckpointLayout.link``; a copy where links are not
+supported), so keeping costs no second write. The file names are ``run.checkpoints``'."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 from gan_kit import StashKey, hookimpl
@@ -21,12 +20,12 @@ def keep_snapshot(run, latest: Path, tick: int) -> None:
     last, every = run.options.keep_snapshots, run.options.keep_every_ticks
     if not last and not every:
         return
-    _link(latest, run.checkpoints.snapshot(run.cur_nimg, tick))
+    run.checkpoints.link(latest, run.checkpoints.snapshot(run.cur_nimg, tick))
     kept = run.checkpoints.snapshots()
     recent = {t for t, _ in kept[-last:]} if last else set()
     for t, p in kept:
         if t not in recent and not (every and t % every == 0):
-            p.unlink()
+            run.checkpoints.remove(p)
 
 
 #: ``(cur_nimg, path)`` of the ``latest.pt`` written on the final tick (before the final metrics).
@@ -60,17 +59,6 @@ def phase_started(run, phase):
         run.save_checkpoint()
 
 
-def _link(source: Path, target: Path) -> None:
-    """``target`` as a hard link to ``source`` (a copy where links are not supported), replaced
-    atomically."""
-    tmp = target.parent / f".{target.name}.tmp"
-    try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
-
-
 @hookimpl(trylast=True)
 def run_finished(run, stats):
     # Written on the final tick already (tick_finished above), unless a plugin ended the run
@@ -83,5 +71,5 @@ def run_finished(run, stats):
         # (the same state as latest.pt, so a link, not a second write). A run that ends inside a
         # phase (run.max_minutes) leaves it unfinished: no phase checkpoint for it.
         if run.phase_finished:
-            _link(path, run.checkpoints.phase(run.phase))
+            run.checkpoints.link(path, run.checkpoints.phase(run.phase))
         keep_snapshot(run, path, stats["Progress/tick"])
