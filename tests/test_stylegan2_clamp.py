@@ -192,7 +192,8 @@ def test_an_fp16_run_trains_with_its_clamped_networks(tiny_recipe):
     clamp "auto" chose, and the steps are finite."""
     import math
 
-    from gan_kit.runs.engine import Run, train
+    from gan_kit.runs.engine import Run
+    from gan_kit.runs.session import train
 
     r, plugins = recipe(tiny_recipe, "run.precision='fp16'", "run.tick_kimg=10",
                         "penalty=[{name='r1', weight=1.0, interval=2}]", clamp=", modconv='scaled'")
