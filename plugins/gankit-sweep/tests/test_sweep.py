@@ -19,33 +19,11 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from sweep_cli import cli
+from sweep_cli import CONST_METRIC, cli
 from gankit_sweep import trials as tr
 from gankit_sweep.spaces import SpaceError, parse_space, parse_spaces
 from gan_kit.testing import TINY_RECIPE
 
-CONST_METRIC = '''
-import attrs
-from gan_kit import Metric, hookimpl, option
-
-
-class Const(Metric):
-    """Reports its option ``value`` at every evaluation: a metric a test can make worse."""
-
-    num_images = 8
-
-    @attrs.frozen
-    class Options:
-        value: float = option(1.0, help="The value reported.")
-
-    def compute(self, generate, reals, device):
-        return {"Metrics/const": float(self.options.value)}
-
-
-@hookimpl
-def register_metrics(register):
-    register("const", Const)
-'''
 
 
 def tiny(tmp_path: Path, metric: str = "swd") -> Path:

@@ -24,7 +24,7 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from sweep_cli import cli
+from sweep_cli import CONST_METRIC, cli
 from gan_kit import GankitError
 from gankit_sweep import storage as stg
 from gankit_sweep import trials as tr
@@ -231,32 +231,11 @@ def postgres():
         server.stop()
 
 
-CONST = '''
-import attrs
-from gan_kit import Metric, hookimpl, option
-
-
-class Const(Metric):
-    num_images = 8
-
-    @attrs.frozen
-    class Options:
-        value: float = option(1.0, help="The value reported.")
-
-    def compute(self, generate, reals, device):
-        return {"Metrics/const": float(self.options.value)}
-
-
-@hookimpl
-def register_metrics(register):
-    register("const", Const)
-'''
-
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def const_recipe(tmp_path: Path) -> Path:
-    (tmp_path / "constmetric.py").write_text(CONST)
+    (tmp_path / "constmetric.py").write_text(CONST_METRIC)
     path = tmp_path / "t.toml"
     path.write_text('plugins = ["constmetric.py"]\n' + TINY_RECIPE.format(out_dir="run")
                     + '\n[[metric]]\nname = "const"\nevery_kimg = 0.1\n')
