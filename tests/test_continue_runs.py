@@ -217,3 +217,21 @@ def test_a_run_directory_is_locked_while_a_run_writes_it(tmp_path, tiny_recipe):
     r = invoke("run", tiny_recipe, "--out", out, "--overwrite", "--set", "run.total_kimg=0.008")
     assert r.exit_code == 0, r.output
     assert "ended without releasing it" in r.output and not (out / LOCK_NAME).exists()
+
+
+def test_the_continue_command_is_the_one_that_works_where_the_run_was_started(tmp_path, monkeypatch):
+    """The line an interrupted run prints names a command that continues it: `gankit run
+    --resume DIR` alone, with `--nproc N` under `gankit run --nproc N`, and the torchrun command
+    (or --resume-if-exists) under a torchrun of the user's own."""
+    from gan_kit.runs.rundir import resume_command
+
+    for name in ("GANKIT_NPROC", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    run_dir = tmp_path / "r"
+    assert resume_command(run_dir) == f"gankit run --resume {run_dir}"
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    under_torchrun = resume_command(run_dir)
+    assert under_torchrun.startswith("torchrun ") and f"-m gan_kit run --resume {run_dir}" in under_torchrun
+    assert "--resume-if-exists" in under_torchrun
+    monkeypatch.setenv("GANKIT_NPROC", "4")
+    assert resume_command(run_dir) == f"gankit run --resume {run_dir} --nproc 4"
