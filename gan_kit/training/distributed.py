@@ -96,8 +96,9 @@ def round_store(timeout):
     torchrun's workers did before 2.4, rank 0 hosts a new store on a free port of its node
     (``MASTER_ADDR``) and posts its port and a random token in the agent's store; the other ranks
     take the posted store that answers with that token - a port left by an earlier start is
-    closed (its rank 0 is gone) and is read again until the new one is posted. Without an agent
-    store (``gankit run --nproc``'s own start, a static rendezvous) ``env://`` is used as it is.
+    closed (its rank 0 is gone) and is read again until the new one is posted. ``gankit run
+    --nproc N`` starts torchrun's standalone c10d rendezvous, so it takes this path too. Without
+    an agent store (a static rendezvous, a launcher of one's own) ``env://`` is used as it is.
     Raises ``RuntimeError`` when no store answers within ``timeout``.
     """
     import time
