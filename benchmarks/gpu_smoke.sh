@@ -19,6 +19,10 @@ OUT=benchmarks/gpu_smoke-output.txt
 TINY=0
 [ "${1:-}" = "--tiny" ] && TINY=1
 PY=${PYTHON:-python}
+if [ "$TINY" = 0 ] && ! $PY -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  echo "gpu_smoke.sh: no CUDA device here; on the CPU run \`bash benchmarks/gpu_smoke.sh --tiny\` (it checks the script)" >&2
+  exit 2
+fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gankit-smoke.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 FAILED=()

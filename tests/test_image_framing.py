@@ -125,7 +125,7 @@ def test_one_line_counts_cropped_and_flattened_images(tmp_path, tiny_recipe_text
         _dataset(tmp_path, tiny_recipe_text, write_recipe, folder, f'cache = "{cache}"')
     (line,) = _fit_lines(caplog)
     assert line.startswith(f"note: data.path: of the 5 images under {folder}, 3 non-square center-cropped")
-    assert "3 with transparency flattened onto (255, 255, 255)" in line and 'data.alpha = "keep"' in line
+    assert "3 with an alpha channel flattened onto (255, 255, 255)" in line and 'data.alpha = "keep"' in line
 
 
 def test_one_line_counts_padded_and_kept_alpha_images_of_a_zip(tmp_path, tiny_recipe_text, write_recipe, caplog):
@@ -137,8 +137,8 @@ def test_one_line_counts_padded_and_kept_alpha_images_of_a_zip(tmp_path, tiny_re
         ds = _dataset(tmp_path, tiny_recipe_text, write_recipe, tmp_path / "set.zip",
                       'alpha = "keep"\nfit = "pad"\npad_color = [0, 0, 0]')
     (line,) = _fit_lines(caplog)
-    assert "3 non-square padded (letterboxed) with (0, 0, 0)" in line
-    assert "3 with transparency, kept as a 4th channel" in line
+    assert "3 non-square padded (letterboxed) with transparent pixels (colour (0, 0, 0))" in line
+    assert "3 with an alpha channel, kept as a 4th channel" in line
     assert ds.uint8_items([0]).shape == (1, 4, 8, 8)
 
 

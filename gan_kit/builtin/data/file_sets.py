@@ -45,7 +45,8 @@ def _relative(p: Path | str, where: Path) -> str:
 
 def fit_report(key: str, where: Path, facts: Sequence[dict], framing: Framing, channels: int) -> str | None:
     """The one line that says what fitting the images to squares did (None when it changed none):
-    how many were non-square and so center-cropped or padded, and how many had transparency,
+    how many were non-square and so center-cropped or padded, and how many had an alpha channel
+    (an RGBA file counts whether or not a pixel is transparent),
     composited over ``framing.background`` or kept (``channels`` 4). ``facts``: one ``{"size":
     (w, h), "alpha": bool}`` per image (``load_image``'s, or a header's)."""
     n = len(facts)
@@ -54,14 +55,15 @@ def fit_report(key: str, where: Path, facts: Sequence[dict], framing: Framing, c
     parts = []
     if odd:
         if framing.fit == "pad":
-            parts.append(f"{odd} non-square padded (letterboxed) with {tuple(framing.pad)} to keep them whole")
+            fill = f"transparent pixels (colour {tuple(framing.pad)})" if channels == 4 else str(tuple(framing.pad))
+            parts.append(f"{odd} non-square padded (letterboxed) with {fill} to keep them whole")
         else:
             parts.append(f"{odd} non-square center-cropped, their ends cut off (data.fit = \"pad\" keeps them whole)")
     if alpha:
         if channels == 4:
-            parts.append(f"{alpha} with transparency, kept as a 4th channel (alpha)")
+            parts.append(f"{alpha} with an alpha channel, kept as a 4th channel")
         else:
-            parts.append(f"{alpha} with transparency flattened onto {tuple(framing.background)} "
+            parts.append(f"{alpha} with an alpha channel flattened onto {tuple(framing.background)} "
                          f"(data.background; data.alpha = \"keep\" keeps it as a 4th channel)")
     if not parts:
         return None
