@@ -51,6 +51,7 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
     from gan_kit.runs.engine import Run, preflight
     from gan_kit.runs.session import train
     from gan_kit.runs.launch import continue_or_start, load_for_run, prepare_run, restarted, resume_source
+    from gan_kit.runs.resume import finished_problem
 
     if resume is not None and resume_if_exists:
         raise GankitError("--resume and --resume-if-exists overlap: --resume continues a run that must exist, "
@@ -92,7 +93,8 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         # The recipe first (files only; the checkpoint read once): it says how long the
         # process-group set-up may wait.
         r, plugins, point = prepare_run(recipe, out_dir, overrides, resume)
-        if point is not None and (resume_if_exists or elastic_restart) and _finished(point, r):
+        if (point is not None and (resume_if_exists or elastic_restart)
+                and finished_problem(int(point.state.get("cur_nimg", 0)), float(point.state.get("train_seconds", 0.0)), r)):
             # The one command every start runs (a requeued job, a torchrun restart after the final
             # checkpoint) ends a finished run as a success instead of refusing to train further.
             print(f"done: {r.run.out_dir} has finished its run (kimg {point.state['cur_nimg'] / 1000:g}); nothing to "
@@ -124,15 +126,6 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         if distributed is not None:
             the_run = None  # noqa: F841 - its DDP wrappers must go before the process group
             distributed.shutdown(clean=clean)
-
-
-def _finished(point, recipe) -> bool:
-    """Whether the resume point's run already reached ``run.total_kimg`` or ``run.max_minutes``."""
-    state = point.state
-    if int(state.get("cur_nimg", 0)) >= int(round(recipe.run.total_kimg * 1000)):
-        return True
-    limit = recipe.run.max_minutes
-    return limit is not None and float(state.get("train_seconds", 0.0)) >= limit * 60
 
 
 def _print_plan(run, point=None) -> None:

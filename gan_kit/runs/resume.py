@@ -27,7 +27,7 @@ from gan_kit.base.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
 from gan_kit.runs.layout import CheckpointLayout
 
-__all__ = ["MUTABLE", "ResumePoint", "SAME_DATA", "data_problem", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
+__all__ = ["MUTABLE", "ResumePoint", "SAME_DATA", "data_problem", "finished_problem", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
            "check_init_from", "init_from", "init_problem", "init_source"]
 
 #: Recipe keys (prefixes) that may change when a run resumes; every other change is refused:
@@ -230,6 +230,21 @@ def resume_run(run: Any, path: str | Path | ResumePoint | None = None) -> list[s
         raise CheckpointError(f"--resume: {path} does not fit this recipe's networks ({first[:160]})") from None
     run.last_checkpoint = run.resumed_from = path
     return changes
+
+
+def finished_problem(cur_nimg: int, train_seconds: float, recipe: Recipe) -> str | None:
+    """Why a run at ``cur_nimg`` images after ``train_seconds`` of training has nothing left to
+    train under ``recipe`` (``run.total_kimg`` reached, or ``run.max_minutes``), with the key to
+    raise; None when it may train on."""
+    total = int(round(recipe.run.total_kimg * 1000))
+    if cur_nimg >= total:
+        return (f"--resume: the run is already at {cur_nimg / 1000:g} kimg >= run.total_kimg = {total / 1000:g}; "
+                f"raise it to train further (--set run.total_kimg=...)")
+    limit = recipe.run.max_minutes
+    if limit is not None and train_seconds >= limit * 60:
+        return (f"--resume: the run has trained {train_seconds / 60:.4g} minutes >= run.max_minutes = {limit:g}; "
+                f"raise it to train further (--set run.max_minutes=...)")
+    return None
 
 
 def data_problem(state: dict, run: Any, changes: list[str]) -> str | None:

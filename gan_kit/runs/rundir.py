@@ -37,8 +37,8 @@ def resume_command(out_dir: Path) -> str:
     if os.environ.get("GANKIT_NPROC"):
         return f"{command} --nproc {os.environ['GANKIT_NPROC']}"
     if "LOCAL_RANK" in os.environ:
-        return (f"torchrun <the same options> -m gan_kit run --resume {shlex.quote(str(Path(out_dir).absolute()))}"
-                f"` on every node (or the same torchrun command with `--resume-if-exists`")
+        return (f"torchrun <the same options> -m {command.replace('gankit', 'gan_kit', 1)}` on every node (or the "
+                f"same torchrun command with `--resume-if-exists`")
     return command
 
 

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 from gan_kit.base.errors import GankitError
 from gan_kit.runs.engine import Run, loop
 from gan_kit.runs.lock import lock_run_dir
-from gan_kit.runs.resume import ResumePoint, resume_run
+from gan_kit.runs.resume import ResumePoint, finished_problem, resume_run
 from gan_kit.runs.rundir import clear_run_dir, run_dir_problem, write_recipe
 from gan_kit.training.distributed import broadcast_object
 
@@ -75,15 +75,9 @@ def run_dir_session(run: Run, resume: bool | str | Path | ResumePoint = False,
             for change in resume_run(run, resume if isinstance(resume, (str, Path, ResumePoint)) else None):
                 if run.is_main:
                     print(f"note: resuming with a changed recipe: {change}", file=sys.stderr)
-            if run.cur_nimg >= run.total_nimg:
-                raise GankitError(
-                    f"--resume: the run is already at {run.cur_nimg / 1000:g} kimg >= run.total_kimg = "
-                    f"{run.total_nimg / 1000:g}; raise it to train further (--set run.total_kimg=...)")
-            limit = run.recipe.run.max_minutes
-            if limit is not None and run.train_seconds >= limit * 60:
-                raise GankitError(
-                    f"--resume: the run has trained {run.train_seconds / 60:.4g} minutes >= run.max_minutes = "
-                    f"{limit:g}; raise it to train further (--set run.max_minutes=...)")
+            finished = finished_problem(run.cur_nimg, run.train_seconds, run.recipe)
+            if finished:
+                raise GankitError(finished)
         if run.is_main:
             write_recipe(run)
         run.apply_schedules()  # at the resumed cur_nimg
