@@ -160,6 +160,20 @@ def test_dry_run_lists_the_grid_and_the_trial_command(tmp_path, monkeypatch):
     assert not (tmp_path / "runs").exists()
 
 
+def test_without_a_param_the_sweep_runs_the_recipe_as_given_with_each_seed(tmp_path, monkeypatch):
+    """No --param: one configuration (the recipe and its --set items) times --seeds, the shape of
+    comparing whole recipes at one budget; compare then names each study by its folder."""
+    recipe = tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["sweep", str(recipe), "--seeds", "3", "--budget-minutes", "2", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "1 configuration x 3 seeds = 3 trials (grid)" in result.output
+    assert "c000: the recipe as given" in result.output
+    first = result.output.split("first trial: ", 1)[1]
+    assert "--set run.seed=0" in first and "--set run.max_minutes=2.0" in first
+    assert not (tmp_path / "runs").exists()
+
+
 def test_dry_run_warns_of_a_pruner_without_every_kimg_in_a_syntax_set_takes(tmp_path, monkeypatch):
     recipe = tiny(tmp_path)  # SWD without every_kimg: computed only at the end
     monkeypatch.chdir(tmp_path)

@@ -346,9 +346,6 @@ def parse_spaces(items: tuple[str, ...] | list[str], sets: tuple[str, ...] | lis
             elif other := overlap(key, set_keys):
                 problems.append(f"--param {sp.text!r}: {key} is also given by --set {set_keys[other]!r} (drop one)")
             seen.setdefault(key, sp.text)
-    if not spaces and not problems:
-        problems.append("gankit sweep: no --param given (e.g. --param loss.name=[hinge,bce]; every configuration "
-                        "then runs with each of --seeds N seeds)")
     if problems:
         raise SpaceError("\n".join(problems))
     return spaces
@@ -367,7 +364,8 @@ def config_label(params: dict[str, Any]) -> str:
     def short(v):
         return f"{v:.4g}" if isinstance(v, float) else str(v)
 
-    return ", ".join(f"{k}={short(v)}" for k, v in params.items())
+    # No --param: one configuration, the recipe as given (a seeds-only study).
+    return ", ".join(f"{k}={short(v)}" for k, v in params.items()) or "the recipe as given"
 
 
 def configurations(spaces: list[Space]) -> list[dict[str, Any]]:
