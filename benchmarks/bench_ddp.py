@@ -21,7 +21,7 @@ import time
 import torch
 
 from gan_kit.training import distributed
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import Run, build_run
 from gan_kit.base.phase import Phase, fade_real
 from gan_kit.recipe import load_recipe
 
@@ -29,7 +29,7 @@ from gan_kit.recipe import load_recipe
 def build(recipe_path: str, mode: str, extra: list[str]) -> Run:
     recipe, plugins = load_recipe(recipe_path, ["run.progress=false", "metric=[]", f"run.grad_sync='{mode}'",
                                                 *extra])
-    return Run(recipe, plugins, out_dir=f"/tmp/gankit-bench-ddp-{mode}")
+    return build_run(recipe, plugins, out_dir=f"/tmp/gankit-bench-ddp-{mode}")
 
 
 def main() -> None:

@@ -380,7 +380,7 @@ class GankitSystem:
 
     def __init__(self, recipe_path: Path, sets: list[str]):
         from gan_kit import hookimpl
-        from gan_kit.runs.engine import Run
+        from gan_kit.runs.run import build_run
         from gan_kit.recipe import load_recipe
 
         stamps: list[float] = []
@@ -396,7 +396,7 @@ class GankitSystem:
         sets = list(sets) + ["run.tick_kimg=1000000", "run.total_kimg=1000000", "run.progress=false",
                              "run.snapshot_ticks=0", "metric=[]", "run.device=cpu"]
         recipe, plugins = load_recipe(recipe_path, sets, extra_plugins=[Timer()])
-        self.run = Run(recipe, plugins, out_dir=Path(self.tmp.name) / "run")
+        self.run = build_run(recipe, plugins, out_dir=Path(self.tmp.name) / "run")
 
     def _train(self, phase: str, steps: int) -> None:
         from gan_kit.runs.session import train

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     from gan_kit.runs import checkpoint as ckpt
     from gan_kit.runs.checkpoint import load_generator
     from gan_kit.recipe import load_recipe
-    from gan_kit.runs.run import Run
+    from gan_kit.runs.run import build_run
 
     G, phase, recipe, arch = load_generator(args.checkpoint)
     classes = arch.context.num_classes
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     state = ckpt.load(args.checkpoint)
     recipe, plugins = load_recipe(Path(f"{args.checkpoint}[recipe]"), ["run.device='cpu'", "run.progress=false"],
                                   text=state["recipe"])
-    run = Run(attrs.evolve(recipe), plugins, out_dir=Path("/tmp") / "gankit-conditional-accuracy")
+    run = build_run(attrs.evolve(recipe), plugins, out_dir=Path("/tmp") / "gankit-conditional-accuracy")
     dataset = run.dataset
     images = run.real_images(len(dataset), seed=0)
     perm = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))

@@ -27,7 +27,7 @@ import time
 import torch
 
 from gan_kit.tools.census import sync_census
-from gan_kit.runs.engine import Run, train_step
+from gan_kit.runs.run import build_run, train_step
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
 from gan_kit.base.syncs import SyncCounter
@@ -101,7 +101,7 @@ def time_iterations(recipe: str, overrides: list[str], steps: int, warmup: int, 
     pass's ms per iteration), both None without GPU activity (the CPU)."""
     with tempfile.TemporaryDirectory() as tmp:
         r, plugins = load_recipe(recipe, [*COMMON, f"run.out_dir='{tmp}'", *overrides])
-        run = Run(r, plugins)
+        run = build_run(r, plugins)
         p0 = run.growth.phase_at(0)
         phase = Phase(index=p0.index, resolution=p0.resolution, alpha=1.0, batch_size=batch)
         run.set_phase(phase)
@@ -137,7 +137,7 @@ def peak_memory(resolution: int, batches: list[int], device: str, overrides: lis
             r, plugins = load_recipe("recipes/stylegan2.toml", [
                 *COMMON, f"run.out_dir='{tmp}'", f"data.resolution={resolution}", f"growth.batch_size={batch}",
                 f"run.device='{device}'", "data.interpolation='bilinear'", *overrides])
-            run = Run(r, plugins)
+            run = build_run(r, plugins)
             phase = run.growth.phase_at(0)
             reals = run.real_images(batch)
             if run.device.type != "cuda":
@@ -178,7 +178,7 @@ def compile_graphs(overrides: list[str], steps: int) -> dict[int, int]:
     with tempfile.TemporaryDirectory() as tmp:
         r, plugins = load_recipe("recipes/pggan.toml", [*COMMON, f"run.out_dir='{tmp}'", "run.compile=true",
                                                         *overrides], extra_plugins=[Watch()])
-        train(Run(r, plugins), max_steps=steps)
+        train(build_run(r, plugins), max_steps=steps)
     return seen
 
 

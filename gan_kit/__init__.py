@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gan_kit.runs.checkpoint import load as load_checkpoint
     from gan_kit.runs.layout import CheckpointLayout
     from gan_kit.runs.lock import lock_problem
-    from gan_kit.runs.run import Run
+    from gan_kit.runs.run import Run, build_run
     from gan_kit.tools.report import REPORT_CSS
 
 # Names from the layers above the plugin API, loaded on first use: importing the public API -
@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # (and the plugin manager is not imported while it imports the built-ins). Name -> (module, name).
 _LAZY = {
     "Run": ("gan_kit.runs.run", "Run"),
+    "build_run": ("gan_kit.runs.run", "build_run"),
     "component_class": ("gan_kit.plugin_api.manager", "component_class"),
     "load_recipe": ("gan_kit.recipe", "load_recipe"),
     "parse_set": ("gan_kit.recipe", "parse_set"),
@@ -112,6 +113,7 @@ __all__ = [
     "Phase",
     "Growable",
     "Run",
+    "build_run",
     "Stash",
     "StashKey",
     # layer helpers for initializers and architectures

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable
 
-from gan_kit.runs.run import Run
+from gan_kit.runs.run import Run, build_run
 
 __all__ = ["TINY_RECIPE", "write_tiny_recipe", "make_run", "train_steps"]
 
@@ -95,7 +95,7 @@ def make_run(folder: str | Path, *, plugins: Iterable[ModuleType | Any] = (), ov
 
     path = Path(recipe) if recipe is not None else write_tiny_recipe(folder)
     r, built = load_recipe(path, list(overrides), extra_plugins=list(plugins))
-    return Run(r, built)
+    return build_run(r, built)
 
 
 def train_steps(run: Run, steps: int, **kwargs: Any) -> dict[str, Any]:

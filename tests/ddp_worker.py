@@ -17,7 +17,7 @@ import attrs
 import torch
 
 from gan_kit.training import distributed
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError
 from gan_kit.recipe import load_recipe
@@ -34,7 +34,7 @@ def main(recipe: str, out: str, configs: list[str]) -> None:
             r, plugins = load_recipe(recipe, [o for o in overrides.split(";") if o])
             r = attrs.evolve(r, run=attrs.evolve(r.run, out_dir=str(out_dir)))
             try:
-                run = Run(r, plugins)
+                run = build_run(r, plugins)
                 train(run, resume=resume)
             except GankitError as e:
                 if distributed.dist.get_rank() == 0:

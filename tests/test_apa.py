@@ -13,7 +13,7 @@ from torch import nn
 from gan_kit import GankitError, Penalty, StepContext, WeightedPenalty
 from gan_kit.builtin.augment.apa import AdaptivePseudoAugment
 from gan_kit.builtin.objectives.losses import BCE
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
@@ -108,5 +108,5 @@ def test_nan_logits_of_a_step_that_was_not_applied_are_not_counted():
 
 def test_apa_trains_the_tiny_recipe(tiny_recipe):
     recipe, plugins = load_recipe(tiny_recipe, ['augment={name="apa", p_init=0.5, interval=1}'])
-    stats = train(Run(recipe, plugins), max_steps=2)
+    stats = train(build_run(recipe, plugins), max_steps=2)
     assert math.isfinite(stats["Loss/D"]) and "Augment/p" in stats

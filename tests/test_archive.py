@@ -20,7 +20,7 @@ from gan_kit.builtin.data import archive
 from gan_kit.builtin.data.datasets import ImageFolder
 from gan_kit.cli import cli
 from gan_kit.plugin_api.components import BuildContext
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
@@ -85,7 +85,7 @@ def test_a_dataset_tool_zip_trains_a_conditional_run(tmp_path, tiny_recipe_text,
     write_set(tmp_path / "data.zip", CLASSES)
     recipe, plugins = load_recipe(write_recipe(zip_recipe(tiny_recipe_text), "zip.toml"),
                                   overrides=["architecture.conditional=true", "run.total_kimg=0.05"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     assert run.num_classes == 3 and run.dataset.labels.tolist() == CLASSES  # max label + 1 classes
     assert run.dataset.files == [_name(i) for i in range(len(CLASSES))]  # sorted member names
     for i in (0, 1, 2):
@@ -141,7 +141,7 @@ def test_a_worker_reads_the_zip_and_a_corrupt_member_stops_in_one_line(tmp_path,
     write_set(tmp_path / "data.zip", CLASSES + [0], extra={_name(12): cut[: len(cut) // 2]})
     text = zip_recipe(tiny_recipe_text, extra='cache = "none"\non_corrupt = "error"')
     recipe, plugins = load_recipe(write_recipe(text, "zip.toml"), overrides=["run.num_workers=1"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     with pytest.raises(GankitError) as e:
         train(run)
     msg = str(e.value)
@@ -231,7 +231,7 @@ def test_a_corrupt_member_is_skipped_by_name_or_stops_in_one_line(tmp_path, tiny
     path = write_recipe(zip_recipe(tiny_recipe_text, extra='on_corrupt = "error"'), "zip.toml")
     recipe, plugins = load_recipe(path)
     with pytest.raises(GankitError) as e:
-        Run(recipe, plugins)
+        build_run(recipe, plugins)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"{path}: data.path: cannot read image {_name(2)} in archive ")
     assert str(tmp_path / "data.zip") in msg and "Bad CRC-32" in msg
@@ -267,7 +267,7 @@ def test_a_dataset_tool_zip_given_to_a_torchvision_set_points_to_image_folder(tm
     path = write_recipe(text, "c.toml")
     recipe, plugins = load_recipe(path)
     with pytest.raises(GankitError) as e:
-        Run(recipe, plugins)
+        build_run(recipe, plugins)
     assert str(e.value) == (f"{path}: data.root: {tmp_path / 'cifar10.zip'} is a zip archive, not a folder; a zip of "
                             f"images (stylegan2-ada-pytorch's dataset_tool.py layout) is read by name = "
                             f"\"image-folder\" with path = \"cifar10.zip\"")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import Run, build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import CheckpointError
 from gan_kit.recipe import load_recipe
@@ -21,7 +21,7 @@ from gan_kit.recipe import load_recipe
 
 def run_for(path, out, kimg, resume=False, overrides=()):
     recipe, plugins = load_recipe(path, [f"run.out_dir='{out}'", f"run.total_kimg={kimg}", *overrides])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     train(run, resume=resume)
     return run
 
@@ -60,7 +60,7 @@ def test_resume_is_bit_identical(tiny_recipe, tmp_path, stop_kimg):
 KILLER = textwrap.dedent("""
     import os, sys, time, torch
     from gan_kit.runs import checkpoint
-    from gan_kit.runs.engine import Run
+    from gan_kit.runs.run import build_run
     from gan_kit.runs.session import train
     from gan_kit.recipe import load_recipe
 
@@ -80,7 +80,7 @@ KILLER = textwrap.dedent("""
 
     checkpoint.torch.save = slow_save
     recipe, plugins = load_recipe(sys.argv[1], ["run.snapshot_ticks=1"])
-    train(Run(recipe, plugins))
+    train(build_run(recipe, plugins))
 """)
 
 
@@ -166,7 +166,7 @@ def test_run_directory_safety_and_resume_checks(tiny_recipe, tmp_path, capsys):
     err = capsys.readouterr().err  # TOML spelling, not Python's (False -> True, 'stop' -> 'skip')
     assert "run.sample_G: false -> true" in err and 'run.on_nonfinite: "stop" -> "skip"' in err, err
     recipe, plugins = load_recipe(tiny_recipe, [f"run.out_dir='{out}'", "run.total_kimg=0.016"])
-    fresh = Run(recipe, plugins)
+    fresh = build_run(recipe, plugins)
     train(fresh, overwrite=True)
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1 and ckpt.load(
         out / "checkpoints" / "latest.pt")["cur_nimg"] == 16
@@ -185,10 +185,9 @@ def test_a_phase_checkpoint_is_shown_at_the_phase_it_finished(tiny_recipe, tmp_p
     assert (phase.index, phase.resolution, phase.alpha) == (0, 4, 1.0)
     state = ckpt.load(path)
     assert state["cur_nimg"] == 40  # the 4px phase's 40 images: the next phase starts here
-    from gan_kit.runs.engine import Run
     from gan_kit.recipe import load_recipe
 
     recipe, plugins = load_recipe(tiny_recipe)
-    again = Run(recipe, plugins, out_dir=tmp_path / "r")
+    again = build_run(recipe, plugins, out_dir=tmp_path / "r")
     resume_run(again, path)
     assert again.cur_nimg == 40 and again.growth.phase_at(again.cur_nimg).resolution == 8

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe
@@ -25,7 +25,7 @@ def one_step(path, strategy, compiled):
                  f"run.compile={'true' if compiled else 'false'}", "run.compile_backend=aot_eager",
                  f"run.out_dir='{path.parent / ('compiled' if compiled else 'eager')}'"]
     recipe, plugins = load_recipe(path, overrides)
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     before = {n: p.detach().clone() for n, p in named(run)}
     train(run, max_steps=1)
     after = dict(named(run))
@@ -74,7 +74,7 @@ def test_alpha_moving_through_a_fade_never_recompiles(tiny_recipe):
     COMPILES.clear()
     recipe, plugins = load_recipe(tiny_recipe, ["run.compile=true", "run.compile_backend=gankit_test_counting",
                                                 "run.total_kimg=0.12"], extra_plugins=[Watch()])
-    train(Run(recipe, plugins))
+    train(build_run(recipe, plugins))
     fade = [s for s in seen if s[0] == 1]
     assert len({a for _, a, _ in fade}) == 6 and fade[-1][1] == 1.0  # 0, 0.2, ..., 0.8 in the fade, then 1
     # every graph of the 8px phase is compiled on its first step; none after, whatever alpha does
@@ -98,7 +98,7 @@ def test_the_recompile_limit_fits_every_phase_of_the_plan(tiny_recipe):
         setattr(config, name, 8)
         recipe, plugins = load_recipe(tiny_recipe, ["run.compile=true", "run.compile_backend=aot_eager",
                                                     "data.resolution=64", "run.total_kimg=10"])
-        run = Run(recipe, plugins)
+        run = build_run(recipe, plugins)
         phases = len({p.index for p in run.phases()})
         assert phases == 5
         assert getattr(config, name) >= 2 * phases
@@ -119,7 +119,7 @@ def test_compiled_run_through_a_growth_matches_eager(tiny_recipe, tmp_path, stra
         recipe, plugins = load_recipe(tiny_recipe, [
             f"update.name={strategy}", "optim.name=sgd", "optim.lr=0.01", "run.total_kimg=0.08",
             f"run.compile={'true' if compiled else 'false'}", "run.compile_backend=aot_eager"])
-        train(Run(recipe, plugins, out_dir=out))
+        train(build_run(recipe, plugins, out_dir=out))
         return ckpt.load(out / "checkpoints" / "latest.pt")
 
     eager, compiled = final(False), final(True)

@@ -157,7 +157,7 @@ def test_init_from_fine_tunes_a_stylegan2_run_on_another_data_set(tmp_path):
     """stylegan2 trained on digits, then ``--init-from`` its checkpoint onto an image folder: the
     new run starts from its G, D and G_ema, with fresh optimizers and counters."""
     from gan_kit.runs.resume import init_from
-    from gan_kit.runs.run import Run
+    from gan_kit.runs.run import build_run
 
     (tmp_path / "sg2.toml").write_text(SG2, encoding="utf-8")
     assert invoke("run", tmp_path / "sg2.toml", "--out", tmp_path / "digits").exit_code == 0
@@ -165,7 +165,7 @@ def test_init_from_fine_tunes_a_stylegan2_run_on_another_data_set(tmp_path):
     write_images(tmp_path / "faces")
     folder = ["data.name=image-folder", f"data.path='{tmp_path / 'faces'}'", "data.channels=1"]
     recipe, plugins = load_recipe(tmp_path / "sg2.toml", folder + [f"run.out_dir='{tmp_path / 'tuned'}'"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     init_from(run, tmp_path / "digits")  # a run folder means its latest.pt
     for name in ("G", "D", "G_ema"):
         for key, value in getattr(run, name).state_dict().items():

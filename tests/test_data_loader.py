@@ -14,7 +14,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from gan_kit.training.data import PhaseBatchSampler, iter_batches, make_loader
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
@@ -80,7 +80,7 @@ def test_iter_batches_passes_plain_batches_through():
 def test_training_with_a_worker_stops_on_a_truncated_file_in_one_line(tmp_path, tiny_recipe_text, write_recipe):
     recipe, plugins = load_recipe(_truncated_folder_recipe(tmp_path, tiny_recipe_text, write_recipe),
                                   overrides=["run.num_workers=1"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     with pytest.raises(GankitError) as e:
         train(run)
     msg = str(e.value)
@@ -109,11 +109,11 @@ def test_a_process_whose_run_failed_with_workers_exits(tmp_path, tiny_recipe_tex
     recipe = _truncated_folder_recipe(tmp_path, tiny_recipe_text, write_recipe)
     script = (
         "import sys\n"
-        "from gan_kit.runs.engine import Run\nfrom gan_kit.runs.session import train\n"
+        "from gan_kit.runs.run import build_run\nfrom gan_kit.runs.session import train\n"
         "from gan_kit.recipe import load_recipe\n"
         f"recipe, plugins = load_recipe({str(recipe)!r}, ['run.num_workers=2'])\n"
         "try:\n"
-        "    train(Run(recipe, plugins))\n"
+        "    train(build_run(recipe, plugins))\n"
         "except Exception as e:\n"
         "    kept = e  # the traceback holds the training loop's frames, and so the loader\n"
         "    print('failed:', e)\n")

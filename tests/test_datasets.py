@@ -17,7 +17,7 @@ from PIL import Image
 from gan_kit.builtin.data.datasets import ImageFolder
 from gan_kit.builtin.data.torchvision_sets import CIFAR10, MNIST, CelebA, FashionMNIST, celeba_face_box
 from gan_kit.plugin_api.components import BuildContext
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
@@ -70,7 +70,7 @@ def test_image_folder_trains_a_tiny_recipe_and_names_the_skipped_file(tmp_path, 
     recipe_path = write_recipe(folder_recipe(tiny_recipe_text), "folder.toml")
     recipe, plugins = load_recipe(recipe_path)
     with caplog.at_level(logging.WARNING, logger="gankit.data"):
-        run = Run(recipe, plugins)
+        run = build_run(recipe, plugins)
     assert len(run.dataset) == 10  # 11 image files, the truncated one skipped; hidden and .txt ignored
     assert run.dataset.skipped == [("sub/broken.jpg", run.dataset.skipped[0][1])]
     warning = " ".join(r.getMessage() for r in caplog.records)
@@ -124,7 +124,7 @@ def test_image_folder_corrupt_file_is_an_error_by_option(tmp_path, tiny_recipe_t
     make_folder(tmp_path / "imgs")
     recipe, plugins = load_recipe(write_recipe(folder_recipe(tiny_recipe_text, 'on_corrupt = "error"')))
     with pytest.raises(GankitError) as e:
-        Run(recipe, plugins)
+        build_run(recipe, plugins)
     msg = str(e.value)
     assert "\n" not in msg and "data.path" in msg and "broken.jpg" in msg and 'on_corrupt = "skip"' in msg
 

@@ -21,14 +21,14 @@ import torch
 from gan_kit.training import distributed
 from gan_kit.training.networks import find_ddp
 from gan_kit.recipe import load_recipe
-from gan_kit.runs.run import Run
+from gan_kit.runs.run import build_run
 
 torch.set_num_threads(1)
 distributed.init()
 out = {}
 for name, path, overrides in json.loads(sys.argv[1]):
     recipe, plugins = load_recipe(path, overrides)
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     G, D = find_ddp(run.G_train), find_ddp(run.D_train)
     out[name] = {"find_unused": [G.find_unused_parameters, D.find_unused_parameters],
                  "broadcast_buffers": [G.broadcast_buffers, D.broadcast_buffers],

@@ -227,7 +227,7 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
     class-conditional one with both penalties in the step's objectives) ends within the same 1e-5
     of one process, with the same path-length running mean; stopped at 0.048 kimg and resumed
     under two processes it ends bit-identical to the uninterrupted two-process run."""
-    from gan_kit.runs.engine import Run
+    from gan_kit.runs.run import build_run
     from gan_kit.runs.session import train
     from gan_kit.recipe import load_recipe
 
@@ -293,7 +293,7 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
         assert not (tmp_path / "two" / name / "error.txt").exists(), name
         r, plugins = load_recipe(tiny_recipe, base + [o for o in overrides if "compile" not in o])
         one_dir = tmp_path / "one" / name
-        train(Run(r, plugins, out_dir=one_dir))
+        train(build_run(r, plugins, out_dir=one_dir))
         a = ckpt.load(tmp_path / "two" / name / "checkpoints" / "latest.pt")
         b = ckpt.load(one_dir / "checkpoints" / "latest.pt")
         assert a["cur_nimg"] == b["cur_nimg"] == 80 and a["phase"]["resolution"] == 8, name

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from gan_kit import hookimpl
 from gan_kit.plugin_api import hookspecs
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.options import option_fields
 from gan_kit.plugin_api.manager import build_plugins
@@ -85,7 +85,7 @@ def test_every_hook_is_exercised(tiny_recipe):
                                   extra_plugins=[plugin])
     group = click.Group("gankit-test")
     plugins.hook.register_commands(cli=group)  # what gan_kit.cli.main does at start-up
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     train(run)
     assert sorted(called) == hook_names()
     assert called["register_commands"]["cli"] is group
@@ -179,7 +179,7 @@ def test_writing_plugins_walkthrough_works(tmp_path, monkeypatch):
         recipe, plugins = load_recipe("softhinge.toml", ["run.total_kimg=0.05", "run.progress=false",
                                                          f"run.out_dir='{(tmp_path / 'run').as_posix()}'"])
         assert recipe.loss.name == "soft-hinge"
-        stats = train(Run(recipe, plugins), max_steps=2)
+        stats = train(build_run(recipe, plugins), max_steps=2)
         assert stats["Loss/D"] == stats["Loss/D"]  # finite, not NaN
 
         bad = CliRunner().invoke(cli, ["recipe", "check", "softhinge.toml", "--set", "loss.margin=-1"])

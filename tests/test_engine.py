@@ -11,7 +11,7 @@ import torch
 
 from gan_kit import Loss, hookimpl
 from gan_kit.training.ema import update_ema
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import TrainingError
 from gan_kit.recipe import load_recipe
@@ -52,7 +52,7 @@ class Recorder:
 
 def build(path, overrides=(), extra=()):
     recipe, plugins = load_recipe(path, list(overrides), extra_plugins=list(extra))
-    return Run(recipe, plugins)
+    return build_run(recipe, plugins)
 
 
 def test_short_run_grows_with_finite_losses_and_writes_run_dir(tiny_recipe):

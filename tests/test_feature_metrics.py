@@ -22,7 +22,7 @@ from gan_kit.builtin.metrics import feature_extractors as fx
 from gan_kit.builtin.data.datasets import Digits
 from gan_kit.builtin.metrics.inception import FID, KID, InceptionScore, PrecisionRecall
 from gan_kit.cli import cli
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.recipe import load_recipe
@@ -275,7 +275,7 @@ def test_metrics_at_every_metric_tick_in_jsonl_tensorboard_report_and_eval(tiny_
     text = tiny_recipe_text.replace("[growth]\nname = \"progressive\"\nstart_resolution = 4\nfade_kimg = 0.04\n"
                                     "stable_kimg = 0.04\n", "[growth]\nname = \"static\"\n") + METRICS
     recipe, plugins = load_recipe(write_recipe(text, "metrics.toml"), overrides=["run.snapshot_ticks=1"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     train(run)
     rows, _ = load_metrics(run.out_dir)
     ticks = [r for r in rows if "Metrics/fid" in r]

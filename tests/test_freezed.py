@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import GankitError
 from gan_kit.recipe import load_recipe
@@ -26,12 +26,12 @@ def snapshot(module):
 
 def test_frozen_blocks_stay_bit_identical_from_init_from_weights(tmp_path):
     base, plugins = load_recipe(RECIPE, [*TINY, f"run.out_dir={tmp_path / 'pre'}"])
-    pre = Run(base, plugins)
+    pre = build_run(base, plugins)
     train(pre, max_steps=2)
     ckpt = pre.save_checkpoint("latest")
     recipe, plugins = load_recipe(RECIPE, [*TINY, f"run.out_dir={tmp_path / 'fine'}",
                                            "architecture.freeze_d_blocks=2"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     init_from(run, ckpt)
     blocks = run.arch.d_blocks(run.D)
     assert len(blocks) == 3
@@ -48,7 +48,7 @@ def test_frozen_blocks_stay_bit_identical_from_init_from_weights(tmp_path):
 
 def test_pggan_names_its_blocks_from_the_input(tiny_recipe):
     recipe, plugins = load_recipe(tiny_recipe, ["architecture.freeze_d_blocks=1"])
-    run = Run(recipe, plugins)  # pggan, 8 px: [fromRGB + 8 px block, 4x4 epilogue]
+    run = build_run(recipe, plugins)  # pggan, 8 px: [fromRGB + 8 px block, 4x4 epilogue]
     first = run.arch.d_blocks(run.D)[0]
     assert {id(p) for p in run.D.from_rgb.parameters()} <= {id(p) for p in first.parameters()}
     assert not any(p.requires_grad for p in first.parameters())
@@ -59,7 +59,7 @@ def test_more_blocks_than_d_has_is_one_line(tiny_recipe):
     recipe, plugins = load_recipe(tiny_recipe, ["architecture.freeze_d_blocks=3"])
     with pytest.raises(GankitError, match=r"architecture\.freeze_d_blocks: 3, but 'pggan''s D has 2 blocks; "
                                           r"freeze at most 2"):
-        Run(recipe, plugins)
+        build_run(recipe, plugins)
 
 
 def test_an_architecture_naming_no_blocks_is_refused(tmp_path):
@@ -68,4 +68,4 @@ def test_an_architecture_naming_no_blocks_is_refused(tmp_path):
                                           "metric=[]"])
     with pytest.raises(GankitError, match=r"'dcgan''s D names no blocks \(Architecture\.d_blocks\); freeze at most "
                                           r"0 \(set it to 0\)"):
-        Run(recipe, plugins)
+        build_run(recipe, plugins)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import RecipeError
 from gan_kit.recipe import load_recipe
@@ -32,7 +32,7 @@ def _recipe(tiny_recipe_text: str, path, extra: str = "") -> str:
 
 def _dataset(tmp_path, tiny_recipe_text, write_recipe, folder, extra: str = ""):
     recipe, plugins = load_recipe(write_recipe(_recipe(tiny_recipe_text, folder, extra)))
-    return Run(recipe, plugins).dataset
+    return build_run(recipe, plugins).dataset
 
 
 def _pixels(ds) -> torch.Tensor:
@@ -165,7 +165,7 @@ def test_an_rgba_set_trains_with_four_channels(tmp_path, tiny_recipe_text, write
     text = _recipe(tiny_recipe_text, folder, 'alpha = "keep"\nfit = "pad"').replace("total_kimg = 0.2",
                                                                                     "total_kimg = 0.016")
     recipe, plugins = load_recipe(write_recipe(text))
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     assert run.channels == 4
     train(run)
     assert run.cur_nimg >= 16
@@ -180,7 +180,7 @@ def test_an_inception_metric_on_an_rgba_set_is_one_line(tmp_path, tiny_recipe_te
     text = _recipe(tiny_recipe_text, folder, 'alpha = "keep"') + '\n[[metric]]\nname = "fid"\nfeature_extractor = "stub"\n'
     recipe, plugins = load_recipe(write_recipe(text))
     with pytest.raises(GankitError) as e:
-        Run(recipe, plugins)
+        build_run(recipe, plugins)
     assert "\n" not in str(e.value) and "4 channels" in str(e.value) and 'data.alpha = "composite"' in str(e.value)
 
 

@@ -20,7 +20,7 @@ from gan_kit.runs.session import train
 from gan_kit.base.errors import Interrupted
 from gan_kit.runs.launch import load_for_run
 from gan_kit.recipe import load_recipe
-from gan_kit.runs.run import Run
+from gan_kit.runs.run import build_run
 
 
 class SignalAt:
@@ -39,7 +39,7 @@ class SignalAt:
 
 def build(path, out, overrides=(), extra=()):
     recipe, plugins = load_recipe(path, [f"run.out_dir='{out}'", *overrides], extra_plugins=list(extra))
-    return Run(recipe, plugins)
+    return build_run(recipe, plugins)
 
 
 def state_of(run):
@@ -80,7 +80,7 @@ def test_a_signal_checkpoints_at_the_iteration_and_resume_is_bit_identical(tiny_
     assert {s: signal.getsignal(s) for s in before} == before
     recipe, plugins, changes = load_for_run(None, None, (), str(tmp_path / "split"))
     assert changes == []
-    resumed = Run(recipe, plugins)
+    resumed = build_run(recipe, plugins)
     train(resumed, resume=True)
     assert resumed.step == straight.step
     assert_same(state_of(straight), state_of(resumed))
@@ -144,7 +144,7 @@ def test_changed_optimizer_settings_take_effect_on_resume(tiny_recipe, tmp_path)
     recipe, plugins, changes = load_for_run(None, None, ("run.total_kimg=0.032", "optim.lr=0.0005",
                                                          "optim.betas=[0.5, 0.9]", "optim.eps=1e-6"), str(out))
     assert "optim.betas: [0.0, 0.99] -> [0.5, 0.9]" in changes and "optim.lr: 0.001 -> 0.0005" in changes
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     train(run, resume=True)
     for opt in (run.opt_G, run.opt_D):
         for group in opt.param_groups:

@@ -13,7 +13,7 @@ from torch import nn
 from gan_kit import DInputs, GankitError, StepContext
 from gan_kit.builtin.objectives.logit_penalties import BalancedConsistency, LeCam, flip_and_translate
 from gan_kit.builtin.objectives.losses import Hinge
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
@@ -64,14 +64,14 @@ def test_lecam_refuses_a_lazy_step():
 def test_lecam_anchors_round_trip_a_checkpoint(tiny_recipe, tmp_path):
     lecam = ['penalty=[{name="lecam", weight=0.3}]', "loss.name=hinge"]
     recipe, plugins = load_recipe(tiny_recipe, lecam)
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     stats = train(run, max_steps=3)
     assert math.isfinite(stats["Loss/D/lecam"])
     pen = run.penalties[0].penalty
     assert pen.updates == 3 and pen.alpha_real.item() != 0.0
     path = tmp_path / "state.pt"
     torch.save(run.state_dict(), path)
-    again = Run(*load_recipe(tiny_recipe, lecam))
+    again = build_run(*load_recipe(tiny_recipe, lecam))
     fresh = again.penalties[0].penalty
     assert fresh.updates == 0
     again.load_state_dict(torch.load(path, weights_only=False))
@@ -129,7 +129,7 @@ def test_bcr_is_the_weighted_squared_logit_change_under_t():
 
 def test_lecam_and_bcr_train_together(tiny_recipe):
     recipe, plugins = load_recipe(tiny_recipe, ['penalty=[{name="lecam", weight=0.3}, {name="bcr", weight=1.0}]'])
-    stats = train(Run(recipe, plugins), max_steps=2)
+    stats = train(build_run(recipe, plugins), max_steps=2)
     assert stats["Loss/D/lecam"] > 0 and stats["Loss/D/bcr"] > 0
 
 
@@ -167,5 +167,5 @@ def test_zcr_terms_are_the_latent_consistency_formulas():
 
 def test_zcr_trains_with_its_g_term(tiny_recipe):
     recipe, plugins = load_recipe(tiny_recipe, ['penalty=[{name="zcr", weight=5.0}, {name="zcr-g", weight=0.5}]'])
-    stats = train(Run(recipe, plugins), max_steps=2)
+    stats = train(build_run(recipe, plugins), max_steps=2)
     assert stats["Loss/D/zcr"] > 0 and stats["Loss/G/zcr-g"] < 0

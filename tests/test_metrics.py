@@ -12,7 +12,7 @@ from gan_kit.builtin import metrics as M
 from gan_kit.builtin.metrics import feature_extractors as fx
 from gan_kit.builtin.metrics.inception import FID, KID
 from gan_kit.builtin.data.datasets import Digits
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.base.errors import GankitError, RecipeError
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
@@ -53,7 +53,7 @@ def test_swd_ranks_real_halves_below_untrained_g_and_noise(tiny_recipe_text, wri
     real_a, real_b = x[:n], x[n:2 * n]
     text = tiny_recipe_text.replace("resolution = 8", "resolution = 16")
     recipe, plugins = load_recipe(write_recipe(text, "r16.toml"))
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     final = Phase(index=2, resolution=16, alpha=1.0, batch_size=8)
     fake = run.generate(torch.randn(n, run.latent_dim, generator=torch.Generator().manual_seed(1)), phase=final)
     noise = torch.rand(n, 1, 16, 16, generator=torch.Generator().manual_seed(2)) * 2 - 1

@@ -134,13 +134,13 @@ PROBE = textwrap.dedent('''
     from gan_kit.tools.evaluate import evaluate
     from gan_kit.base.phase import Phase
     from gan_kit.recipe import load_recipe
-    from gan_kit.runs.run import Run
+    from gan_kit.runs.run import build_run
 
     torch.set_num_threads(1)
     distributed.init()
     state = ckpt.load(sys.argv[1], map_location="cpu")
     recipe, plugins = load_recipe(sys.argv[1] + "[recipe]", [], text=state["recipe"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     run.G_ema.load_state_dict(state["G_ema"])
     run.set_phase(Phase(**state["phase"]))
     out = {}

@@ -183,11 +183,11 @@ def test_every_numeric_option_refuses_bad_values_in_one_line_or_runs(folder, tab
         assert result.exit_code == 0, (item, result.output)
         if key in _trained or key in NOT_TRAINED:
             return
-        from gan_kit.runs.engine import Run
+        from gan_kit.runs.run import build_run
         from gan_kit.runs.session import train
 
         try:
-            train(Run(recipe, PLUGINS, out_dir=here / f"run{next(_counter)}"), max_steps=1)
+            train(build_run(recipe, PLUGINS, out_dir=here / f"run{next(_counter)}"), max_steps=1)
         except GankitError as e:
             assert len(str(e).splitlines()) == 1, (item, str(e))
         _trained.add(key)  # after it passed, so a failing value fails again when hypothesis replays it

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import CheckpointError
 from gan_kit.plugin_api.ownership import sha256_of
@@ -136,7 +136,7 @@ def arch_overrides(plugin, tmp_path, name="frozen-parts"):
 def make(tiny_recipe, overrides, out=None, kimg=0.048):
     recipe, plugins = load_recipe(tiny_recipe, [*overrides, f"run.total_kimg={kimg}",
                                                 *([f"run.out_dir='{out}'"] if out else [])])
-    return Run(recipe, plugins)
+    return build_run(recipe, plugins)
 
 
 def test_an_architectures_own_init_survives_the_build(tiny_recipe, plugin, tmp_path):
@@ -239,7 +239,7 @@ def test_a_frozen_subnetwork_stays_bit_identical_under_two_processes(tiny_recipe
     state = ckpt.load(tmp_path / "two" / "frozen" / "checkpoints" / "latest.pt")
     assert state["step"] == 6 and "features.weight" not in state["D"]
     recipe, plugins = load_recipe(tiny_recipe, arch_overrides(plugin, tmp_path) + ["run.total_kimg=0.048"])
-    one = Run(recipe, plugins, out_dir=tmp_path / "one")
+    one = build_run(recipe, plugins, out_dir=tmp_path / "one")
     train(one)
     for k, v in state["D"].items():  # two processes end where one does, around the frozen features
         torch.testing.assert_close(v, one.D.state_dict()[k], rtol=0, atol=1e-5)

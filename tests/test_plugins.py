@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from gan_kit import Loss, hookimpl, option
 from gan_kit.cli import cli
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import PluginError
 from gan_kit.plugin_api.manager import build_plugins
@@ -215,7 +215,7 @@ def test_plugin_registered_in_a_test_is_used_in_training(tiny_recipe):
     recipe, plugins = load_recipe(tiny_recipe, ["loss.name=counting", "loss.margin=2"], extra_plugins=[CountingPlugin()])
     assert recipe.loss.name == "counting" and recipe.loss.options.margin == 2.0
     assert plugins.registry.get("loss", "counting").plugin == "CountingPlugin-0"
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     train(run, max_steps=2)
     assert Counting.calls == {"d": 2, "g": 2}
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from gan_kit.runs import checkpoint as ckpt
 from gan_kit import StepContext
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.recipe import load_recipe
 
@@ -46,7 +46,7 @@ def test_penalty_gradients_are_unscaled_after_a_scaled_autograd_grad():
 
 def test_fp16_with_gradscaler_and_gradient_penalty_trains_without_scale_collapse(tiny_recipe):
     recipe, plugins = load_recipe(tiny_recipe, ["run.precision=fp16", "run.total_kimg=0.12"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     assert run.scaler is not None
     stats = train(run)
     scale = run.scaler.get_scale()
@@ -67,7 +67,7 @@ def test_fp16_with_two_critic_steps_updates_the_scaler_between_d_steps(tiny_reci
     recipe, plugins = load_recipe(tiny_recipe, ["run.precision=fp16", f"update.name={strategy}",
                                                 "update.d_steps=2", "growth.batch_size=4",
                                                 "architecture.mbstd_group_size=2"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     updates, steps = [], []
     real_update, real_step = run.scaler.update, run.scaler.step
     run.scaler.update = lambda *a: (updates.append(1), real_update(*a))

@@ -13,7 +13,7 @@ from torch import nn
 from gan_kit import DInputs, StepContext
 from gan_kit.builtin.objectives.losses import Hinge
 from gan_kit.builtin.objectives.penalties import R1, R2
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
@@ -72,7 +72,7 @@ R1R2 = ('penalty=[{name="r1", weight=0.5, interval=INTERVAL}, {name="r2", weight
 @pytest.mark.parametrize("interval", [1, 2])
 def test_r1_plus_r2_train_together_and_lazily_share_one_d_step(tiny_recipe, interval):
     recipe, plugins = load_recipe(tiny_recipe, ["loss.name=rpgan", R1R2.replace("INTERVAL", str(interval))])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     steps = []
     original = run.opt_D.step
 
@@ -89,4 +89,4 @@ def test_r1_plus_r2_train_together_and_lazily_share_one_d_step(tiny_recipe, inte
         # iterations 0 and 2 add ONE regularisation step for both penalties: 4 + 2 D steps, so
         # the k/(k+1) Adam correction (one extra step per k iterations) is right.
         assert len(run.lazy_penalties) == 2 and len(steps) == 6
-        assert run.lazy_ratio("D") == pytest.approx(2 / 3)
+        assert run.optimizers.lazy_ratio("D") == pytest.approx(2 / 3)

@@ -16,7 +16,7 @@ from torch import nn
 
 from gan_kit.builtin.architectures.r3gan import ACT_GAIN, R3GAN, Downsample, ResidualBlock, Upsample
 from gan_kit.cli import cli
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import RecipeError
 from gan_kit.recipe import load_recipe
@@ -92,7 +92,7 @@ def test_recipe_refuses_an_initializer_spectral_norm_and_bad_groups():
 
 def test_the_networks_keep_their_own_init_through_the_build(tmp_path):
     recipe, plugins = load_recipe(RECIPE, [*TINY, f"run.out_dir={tmp_path / 'run'}"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     for net in (run.G, run.D):
         ends = [m.conv3.weight for m in net.modules() if isinstance(m, ResidualBlock)]
         assert ends and all(torch.count_nonzero(w) == 0 for w in ends)
@@ -104,7 +104,7 @@ def test_the_recipe_dry_runs_and_trains_a_few_steps(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "loss rpgan; penalties r1 x0.05, r2 x0.05" in result.stdout and "init none" in result.stdout
     recipe, plugins = load_recipe(RECIPE, [*TINY, f"run.out_dir={tmp_path / 'run'}"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     g0 = [p.detach().clone() for p in run.G.parameters()]
     stats = train(run, max_steps=3)
     for key in ("Loss/D", "Loss/G", "Loss/D/r1", "Loss/D/r2"):
@@ -138,7 +138,7 @@ def test_the_recipe_follows_r3gans_cosine_schedules_in_metrics_jsonl(tmp_path):
     for its last iteration (images shown before it: 4, 12, 20), and the augmentation each
     iteration runs with is the schedule's p at the images shown before it."""
     recipe, plugins = load_recipe(RECIPE, [*TINY, "run.total_kimg=0.024", f"run.out_dir={tmp_path / 'run'}"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     assert recipe.augment.name == "ada" and recipe.augment.options.target is None
     assert recipe.ema.rampup is None  # the half-life schedule is the ramp
     used = []
@@ -172,12 +172,12 @@ def test_the_recipe_resumes_bit_identical_with_its_schedules(tmp_path):
     def load(out):
         return load_recipe(RECIPE, [*TINY, "run.total_kimg=0.024", f"run.out_dir={out}"])
 
-    straight = Run(*load(tmp_path / "straight"))
+    straight = build_run(*load(tmp_path / "straight"))
     train(straight)
-    first = Run(*load(tmp_path / "split"))
+    first = build_run(*load(tmp_path / "split"))
     train(first, max_steps=3)
     first.save_checkpoint()
-    resumed = Run(*load(tmp_path / "split"))
+    resumed = build_run(*load(tmp_path / "split"))
     train(resumed, resume=True)
     assert_same_state(straight, resumed)
     assert resumed.schedule_values == straight.schedule_values

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from gan_kit.cli import cli
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.recipe import load_recipe
 from gan_kit.tools.report import _spans_from_rows, load_metrics, phase_spans
@@ -27,7 +27,7 @@ def finished_run(tiny_recipe_text, write_recipe) -> Path:
     if "run" not in _RUNS:
         text = tiny_recipe_text + '\n[[metric]]\nname = "swd"\nnum_images = 48\nevery_kimg = 0.1\n'
         recipe, plugins = load_recipe(write_recipe(text, "tiny-swd.toml"))
-        run = Run(recipe, plugins)
+        run = build_run(recipe, plugins)
         train(run)
         _RUNS["run"] = run.out_dir
         _RUNS["growth"] = run.growth
@@ -98,7 +98,7 @@ def test_no_tensorboard_package_means_no_events(tiny_recipe_text, write_recipe, 
 
     monkeypatch.setattr(tb, "_writer_class", lambda: None)
     recipe, plugins = load_recipe(write_recipe(tiny_recipe_text.replace("total_kimg = 0.2", "total_kimg = 0.05")))
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     train(run)
     assert (run.out_dir / "metrics.jsonl").is_file() and not (run.out_dir / "events").exists()
 

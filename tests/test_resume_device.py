@@ -14,14 +14,14 @@ from gan_kit import hookimpl
 from gan_kit.runs.session import train
 from gan_kit.base.errors import CheckpointError
 from gan_kit.recipe import load_recipe
-from gan_kit.runs.run import Run
+from gan_kit.runs.run import build_run
 
 SHORT = ["run.total_kimg=0.096", "run.tick_kimg=0.032"]
 
 
 def build(path, out, overrides=()):
     recipe, plugins = load_recipe(path, [f"run.out_dir='{out}'", *SHORT, *overrides])
-    return Run(recipe, plugins)
+    return build_run(recipe, plugins)
 
 
 def weights(run):

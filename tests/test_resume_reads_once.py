@@ -55,12 +55,12 @@ def test_a_named_checkpoint_file_is_read_once_and_the_run_continues_from_it(trai
 def test_a_run_restored_from_the_resume_point_equals_one_restored_from_the_file(trained):
     from gan_kit.runs.launch import prepare_run
     from gan_kit.runs.resume import resume_run
-    from gan_kit.runs.run import Run
+    from gan_kit.runs.run import build_run
 
     recipe, plugins, point = prepare_run(None, None, ("run.total_kimg=0.048",), str(trained))
     assert point.checkpoint == trained / "checkpoints" / "latest.pt"
     assert point.changes == ("run.total_kimg: 0.032 -> 0.048",)
-    from_point, from_file = Run(recipe, plugins), Run(recipe, plugins)
+    from_point, from_file = build_run(recipe, plugins), build_run(recipe, plugins)
     assert resume_run(from_point, point) == list(point.changes) == resume_run(from_file, point.checkpoint)
     assert from_point.cur_nimg == from_file.cur_nimg == 32 and from_point.step == from_file.step
     for a, b in zip(from_point.G.state_dict().values(), from_file.G.state_dict().values()):

@@ -12,7 +12,7 @@ from torch import nn
 from gan_kit import StepContext
 from gan_kit.builtin.objectives.losses import RpGAN
 from gan_kit.builtin.objectives.strategies import single_loss_objective
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.phase import Phase
 from gan_kit.plugin_api.manager import build_plugins
@@ -85,6 +85,6 @@ def test_single_loss_gives_both_g_terms_one_set_of_real_logits():
 @pytest.mark.parametrize("strategy", ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous"])
 def test_rpgan_trains_under_every_strategy(tiny_recipe, strategy):
     recipe, plugins = load_recipe(tiny_recipe, [f"update.name={strategy}", "loss.name=rpgan", "penalty=[]"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     stats = train(run, max_steps=2)
     assert math.isfinite(stats["Loss/D"]) and math.isfinite(stats["Loss/G"])

@@ -18,7 +18,7 @@ import torch
 
 from gan_kit import Penalty, Schedule, hookimpl, option
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import RecipeError
 from gan_kit.plugin_api.manager import build_plugins
@@ -101,7 +101,7 @@ def test_values_are_set_before_every_iteration_where_they_act(tiny_recipe, tmp_p
     ema = 'ema.half_life_kimg={schedule="linear", start=0.1, end=1.0, kimg=0.08}'
     recipe, plugins = load_recipe(tiny_recipe, [LR, WEIGHT, ema, "optim.d_lr=0.004", "run.total_kimg=0.048",
                                                 "run.tick_kimg=0.016"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     seen = []
 
     class Watch:
@@ -142,7 +142,7 @@ def test_applying_schedules_runs_no_tensor_operation(tiny_recipe):
 
     recipe, plugins = load_recipe(tiny_recipe, [LR, WEIGHT, 'optim.betas=[0.0, {schedule="linear", start=0.9, '
                                                              'end=0.99}]'])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     with Count() as count:
         for nimg in range(0, 200, 8):
             run.apply_schedules(nimg)
@@ -185,7 +185,7 @@ class ShapePlugin:
 def test_a_plugin_schedules_its_own_option_with_its_own_shape(tiny_recipe):
     recipe, plugins = load_recipe(tiny_recipe, ['penalty=[{name="scaled", scale={schedule="square", top=4.0}}]',
                                                 "run.total_kimg=0.032"], extra_plugins=[ShapePlugin()])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     scales = []
     run.plugins.pm.register(type("W", (), {"step_finished": hookimpl(
         lambda self, run, stats: scales.append(run.penalties[0].penalty.options.scale))})())
@@ -211,7 +211,7 @@ def test_resume_is_bit_identical_with_scheduled_lr_and_penalty_weight(tiny_recip
     straight = run_for(tiny_recipe, tmp_path / "straight2", 0.08, overrides=default_len)
     recipe, plugins = load_recipe(tiny_recipe, [f"run.out_dir='{tmp_path / 'stopped'}'", "run.total_kimg=0.08",
                                                 *default_len])
-    first = Run(recipe, plugins)
+    first = build_run(recipe, plugins)
     train(first, max_steps=4)
     first.save_checkpoint()
     resumed = run_for(tiny_recipe, tmp_path / "stopped", 0.08, resume=True, overrides=default_len)
@@ -252,7 +252,7 @@ def test_a_resumed_run_may_change_a_schedulable_option_and_nothing_fixed(tiny_re
 
     def run(overrides, resume):
         recipe, plugins = load_recipe(tiny_recipe, [*base, *overrides], extra_plugins=[ShapePlugin()])
-        r = Run(recipe, plugins)
+        r = build_run(recipe, plugins)
         train(r, resume=resume)
         return r
 

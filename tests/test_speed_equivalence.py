@@ -154,13 +154,13 @@ def test_pggan_outputs_identical_at_the_fade_end_and_blend_used_before_it():
 def test_training_steps_equal_the_replaced_implementation(tiny_recipe, monkeypatch, tmp_path):
     """A few d-then-g steps of the engine (4px stable, 8px fade, 8px stable) end with the same
     losses and weights as with the replaced forwards and separate D forwards on reals and fakes."""
-    from gan_kit.runs.engine import Run
+    from gan_kit.runs.run import build_run
     from gan_kit.runs.session import train
     from gan_kit.recipe import load_recipe
 
     def run_steps(tag):
         recipe, plugins = load_recipe(tiny_recipe, ["run.tick_kimg=100", "run.total_kimg=100"])
-        run = Run(recipe, plugins, out_dir=tmp_path / tag)
+        run = build_run(recipe, plugins, out_dir=tmp_path / tag)
         losses = []
         for start in (0, 48, 80):  # 4px stable, 8px mid-fade (alpha 0.2), 8px stable
             run.cur_nimg = start

@@ -15,7 +15,7 @@ from gan_kit.builtin.objectives.losses import BCE
 from gan_kit.builtin.objectives.penalties import Drift, GradientPenalty
 from gan_kit.builtin.objectives.strategies import single_loss_objective
 from gan_kit import Loss, StepContext, WeightedPenalty
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.base.errors import RecipeError
 from gan_kit.base.phase import Phase
@@ -371,7 +371,7 @@ def test_integer_betas_in_toml_become_floats(tiny_recipe_text, write_recipe):
     assert recipe.optim.betas == (0.0, 0.99) and all(type(b) is float for b in recipe.optim.betas)
     raw_int, _ = load_recipe(write_recipe(text, "int_lr.toml"))
     assert type(raw_int.optim.lr) is float and raw_int.optim.lr == 1.0
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     assert all(type(b) is float for b in run.opt_D.param_groups[0]["betas"])
     stats = train(run, max_steps=2)
     assert math.isfinite(stats["Loss/D"]) and math.isfinite(stats["Loss/G"])
@@ -380,7 +380,7 @@ def test_integer_betas_in_toml_become_floats(tiny_recipe_text, write_recipe):
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_each_strategy_trains_the_tiny_recipe(tiny_recipe, name):
     recipe, plugins = load_recipe(tiny_recipe, [f"update.name={name}", "update.d_steps=2", "loss.name=bce"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     g0, d0 = params(run.G), params(run.D)
     stats = train(run, max_steps=3)
     assert run.step == 3 and run.d_step == 6
@@ -409,12 +409,11 @@ class _Relativistic:
 
 @pytest.mark.parametrize("strategy", ["d-then-g", "shared-fake", "g-then-d", "single-loss", "simultaneous"])
 def test_losses_that_need_real_logits_get_them_in_every_strategy(tiny_recipe, strategy):
-    from gan_kit.runs.engine import Run
     from gan_kit.runs.session import train
     from gan_kit.recipe import load_recipe
 
     recipe, plugins = load_recipe(tiny_recipe, [f"update.name={strategy}", "penalty=[]"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     run.loss = _Relativistic()
     _Relativistic.seen.clear()
     train(run, max_steps=2)

@@ -13,7 +13,7 @@ from torch import nn
 
 import gan_kit.builtin.architectures.stylegan2 as sg2
 from gan_kit import GankitError, RecipeError
-from gan_kit.runs.engine import Run
+from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
 from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.recipe import load_recipe
@@ -312,7 +312,7 @@ def sg2_recipe(tmp_path, text, extra=""):
 
 def test_trains_through_the_engine_with_r1(tmp_path, tiny_recipe_text):
     recipe, plugins = load_recipe(sg2_recipe(tmp_path, tiny_recipe_text), extra_plugins=[sg2])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     before = {n: p.detach().clone() for n, p in run.G.named_parameters()}
     stats = train(run, max_steps=2)
     assert math.isfinite(stats["Loss/D"]) and math.isfinite(stats["Loss/G"])
@@ -337,7 +337,7 @@ PL = '\n[[penalty]]\nname = "path-length"\nweight = 2.0\ninterval = 4\n'
 def test_lazy_path_length_runs_every_kth_iteration_with_gain_k_and_one_optimizer_correction(tmp_path, tiny_recipe_text):
     path = sg2_recipe(tmp_path, tiny_recipe_text, PL)
     recipe, plugins = load_recipe(path, ["penalty.0.interval=16"])
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     assert [p.name for p in run.lazy_penalties] == ["r1", "path-length"]
     g_ratio, d_ratio = 4 / 5, 16 / 17
     for opt, base, ratio in ((run.opt_G, recipe.optim.lr, g_ratio), (run.opt_D, recipe.optim.lr, d_ratio)):
@@ -388,7 +388,7 @@ def test_resume_is_bit_identical_with_style_mixing_noise_and_w_avg(tmp_path, tin
 
     def run_for(out, kimg, resume=False):
         recipe, plugins = load_recipe(path, [f"run.out_dir='{out}'", f"run.total_kimg={kimg}"], extra_plugins=[sg2])
-        run = Run(recipe, plugins)
+        run = build_run(recipe, plugins)
         train(run, resume=resume)
         return run
 

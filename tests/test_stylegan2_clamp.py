@@ -192,12 +192,12 @@ def test_an_fp16_run_trains_with_its_clamped_networks(tiny_recipe):
     clamp "auto" chose, and the steps are finite."""
     import math
 
-    from gan_kit.runs.engine import Run
+    from gan_kit.runs.run import build_run
     from gan_kit.runs.session import train
 
     r, plugins = recipe(tiny_recipe, "run.precision='fp16'", "run.tick_kimg=10",
                         "penalty=[{name='r1', weight=1.0, interval=2}]", clamp=", modconv='scaled'")
-    run = Run(r, plugins)
+    run = build_run(r, plugins)
     for G, D in ((run.G, run.D), (run.G_ema, run.D)):
         g, d = clamped_layers(G, D)
         assert {m.clamp for m in g + d} == {256.0}

@@ -10,7 +10,7 @@ import pytest
 
 def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path, capsys):
     from gan_kit.runs import checkpoint as ckpt
-    from gan_kit.runs.engine import Run
+    from gan_kit.runs.run import build_run
     from gan_kit.runs.session import train
     from gan_kit.base.errors import GankitError
     from gan_kit.recipe import load_recipe
@@ -18,7 +18,7 @@ def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path, cap
 
     path = write_tiny_recipe(tmp_path)
     recipe, plugins = load_recipe(path, ["run.total_kimg=50", "run.max_minutes=0.00001"])  # 0.6 ms
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     stats = train(run)
     assert stats["Progress/final"] is True and run.step == 1  # the first step spends the budget
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -32,11 +32,11 @@ def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path, cap
     assert "done: 0.0 kimg in " in err and "stopped by run.max_minutes = 1e-05 before run.total_kimg = 50" in err
     state = ckpt.load(tmp_path / "run" / "checkpoints" / "latest.pt")
     assert state["train_seconds"] == run.train_seconds and state["cur_nimg"] == 8
-    again = Run(recipe, plugins)
+    again = build_run(recipe, plugins)
     with pytest.raises(GankitError, match=r"--resume: the run has trained .* minutes >= run.max_minutes = 1e-05"):
         train(again, resume=True)
     more, plugins = load_recipe(path, ["run.total_kimg=50", f"run.max_minutes={run.train_seconds / 60 + 1e-5}"])
-    longer = Run(more, plugins)
+    longer = build_run(more, plugins)
     train(longer, resume=True)
     assert longer.step == 2 and longer.train_seconds > run.train_seconds  # one more step, time summed
     assert "stopped by run.max_minutes" in capsys.readouterr().err

@@ -11,7 +11,8 @@ from PIL import Image
 from gan_kit.training.data import (PhaseBatchSampler, UInt8Images, XFlip, auto_num_workers, has_uint8_batches, make_loader,
                           to_float_images)
 from gan_kit.training.data.datasets import TensorImages
-from gan_kit.runs.engine import Run, real_loader, split_reals  # real_loader: what train() iterates
+from gan_kit.runs.engine import real_loader, split_reals  # real_loader: what train() iterates
+from gan_kit.runs.run import build_run
 from gan_kit.recipe import load_recipe
 
 
@@ -35,7 +36,7 @@ def test_uint8_items_are_the_float_items_before_conversion(tmp_path, tiny_recipe
     _folder(tmp_path / "imgs")
     text = _folder_recipe(tiny_recipe_text, tmp_path / "imgs", f'cache = "{cache}"\nxflip = {str(xflip).lower()}')
     recipe, plugins = load_recipe(write_recipe(text))
-    ds = Run(recipe, plugins).dataset
+    ds = build_run(recipe, plugins).dataset
     assert has_uint8_batches(ds)
     idx = [3, 0, 11, 5] + ([20, 13] if xflip else [])
     raw = ds.uint8_items(idx)
@@ -75,7 +76,7 @@ def test_the_training_loader_gives_uint8_and_split_reals_converts_on_the_device(
                                                                                  write_recipe):
     _folder(tmp_path / "imgs")
     recipe, plugins = load_recipe(write_recipe(_folder_recipe(tiny_recipe_text, tmp_path / "imgs")))
-    run = Run(recipe, plugins)
+    run = build_run(recipe, plugins)
     loader = real_loader(run)
     batch = next(iter(loader))
     loader.close()
@@ -122,10 +123,10 @@ def test_a_set_over_the_memory_budget_streams_from_the_zip_in_workers(tmp_path, 
         for p in sorted(folder.iterdir()):
             zf.write(p, f"00000/{p.name}")
     recipe, plugins = load_recipe(write_recipe(_folder_recipe(tiny_recipe_text, tmp_path / "set.zip")))
-    in_memory = Run(recipe, plugins).dataset
+    in_memory = build_run(recipe, plugins).dataset
     assert isinstance(in_memory, UInt8Images)  # 10 x 3 x 8 x 8 bytes fit cache = "auto"'s budget
     monkeypatch.setattr(file_sets, "AUTO_CACHE_BYTES", 10 * 3 * 8 * 8 - 1)  # one byte short
-    streamed = Run(recipe, plugins).dataset
+    streamed = build_run(recipe, plugins).dataset
     assert isinstance(streamed, ZipImages) and not hasattr(streamed, "images")  # nothing decoded up front
 
     def first_batches(ds, workers: int):

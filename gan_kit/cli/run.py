@@ -48,7 +48,8 @@ __all__ = ["run"]
 def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], resume: str | None,
         init_from: str | None, overwrite: bool, dry_run: bool, nproc: int | None, resume_if_exists: bool) -> None:
     """Train the GAN described by RECIPE (or continue the run in RUN_DIR with --resume)."""
-    from gan_kit.runs.engine import Run, preflight
+    from gan_kit.runs.engine import preflight
+    from gan_kit.runs.run import build_run
     from gan_kit.runs.session import train
     from gan_kit.runs.launch import continue_or_start, load_for_run, prepare_run, restarted, resume_source
     from gan_kit.runs.resume import finished_problem
@@ -109,7 +110,7 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
             # directory, which several nodes see only on a shared file system.
             distributed.check_same_decision((resume, overwrite), r.run.out_dir)
         warn_broken(plugins)
-        the_run = Run(r, plugins)
+        the_run = build_run(r, plugins)
         if init_from is not None:
             from gan_kit.runs.resume import init_from as load_weights
 

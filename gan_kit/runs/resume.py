@@ -258,7 +258,7 @@ def data_problem(state: dict, run: Any, changes: list[str]) -> str | None:
         return (f"data.path changed to {now_path}, but the checkpoint holds no digest of its data (written by an "
                 f"older gankit, or the data was read lazily with cache = \"none\"): resume with the old data.path "
                 f"(a symlink there works), or start a new run with --out")
-    now = run.data_digest()
+    now = run.data.digest()
     if now is None:
         return (f"data.path changed to {now_path}, read lazily (cache = \"none\"): gankit cannot check it holds "
                 f"the same images; resume with the old data.path (a symlink there works)")

@@ -136,9 +136,9 @@ def _engine_row(recipe, plugins, name: str, phase, d_steps: int) -> BenchRow:
     strategy, lazy regularisation, GradScaler, non-finite policy, G_ema, one stats sync) - on a
     run of its own built from the recipe with this strategy (same seed, same initial weights)."""
     from gan_kit.runs.engine import train_step
-    from gan_kit.runs.run import Run
+    from gan_kit.runs.run import build_run
 
-    run = Run(_with_strategy(recipe, plugins.registry, name, d_steps), plugins, out_dir=os.devnull)
+    run = build_run(_with_strategy(recipe, plugins.registry, name, d_steps), plugins, out_dir=os.devnull)
     if run.strategy.d_steps != d_steps:
         raise GankitError(f"bench: strategy {name!r} takes {run.strategy.d_steps} D steps, the recipe {d_steps}")
     run.set_phase(phase)
@@ -288,7 +288,7 @@ def _hand_row(run, phase) -> tuple[BenchRow | None, str]:
     o = run.recipe.optim
     lazy = [interval for kind, _, _, interval in penalties if interval > 1]
     ratio = lazy[0] / (lazy[0] + 1) if lazy else 1.0  # StyleGAN2's lazy-regularisation correction of D's Adam
-    lr_G, lr_D = run.g_lr * phase.lr_scale, run.d_lr * phase.lr_scale * ratio
+    lr_G, lr_D = run.optimizers.g_lr * phase.lr_scale, run.optimizers.d_lr * phase.lr_scale * ratio
     if o.name == "sgd":
         opt_G, opt_D = torch.optim.SGD(G.parameters(), lr=lr_G), torch.optim.SGD(D.parameters(), lr=lr_D)
     else:
@@ -315,11 +315,11 @@ def prepare(recipe_path: str | Path, strategies: str = "all", *, overrides=(), r
     """Build the run of ``recipe_path`` and one row per strategy (``"all"`` or comma-separated
     names) plus the hand-written row. Returns ``(run, phase, rows, note)``; raises GankitError."""
     from gan_kit.recipe import load_recipe
-    from gan_kit.runs.run import Run
+    from gan_kit.runs.run import build_run
 
     recipe, plugins = load_recipe(recipe_path, list(overrides))
     recipe = attrs.evolve(recipe, run=attrs.evolve(recipe.run, progress=False))
-    run = Run(recipe, plugins, out_dir=out_dir or os.devnull)
+    run = build_run(recipe, plugins, out_dir=out_dir or os.devnull)
     names = run.registry.names("update") if strategies == "all" else [s.strip() for s in strategies.split(",") if s.strip()]
     for name in names:
         try:

@@ -71,7 +71,7 @@ def sync_census(recipe_path: str | Path, overrides: Sequence[str] = (), steps: i
     from gan_kit.plugin_api.hookspecs import hookimpl
     from gan_kit.runs.session import train
     from gan_kit.recipe import load_recipe
-    from gan_kit.runs.run import Run
+    from gan_kit.runs.run import build_run
 
     counter = SyncCounter()
     marks = _Marks(counter)
@@ -93,7 +93,7 @@ def sync_census(recipe_path: str | Path, overrides: Sequence[str] = (), steps: i
         out = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
         recipe, plugins = load_recipe(recipe_path, [f"run.out_dir='{out.as_posix()}'", "run.progress=false",
                                                     *overrides], extra_plugins=[Hooks(), *extra_plugins])
-        run = Run(recipe, plugins)
+        run = build_run(recipe, plugins)
         with counter:
             train(run, max_steps=steps)
     counts = [b - a for a, b in zip(marks.marks, marks.marks[1:])]

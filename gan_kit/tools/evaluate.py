@@ -100,10 +100,10 @@ def image_batches(run, metric, n: int):
 
     size = int(getattr(getattr(metric, "options", None), "batch_size", 64))
     phase = run.phase
-    indices = run.real_indices(n, metric.seed)
+    indices = run.data.real_indices(n, metric.seed)
 
     def real(i: int) -> torch.Tensor:
-        return fade_real(run.real_images_at(indices[i * size:(i + 1) * size]), phase.resolution, phase.alpha)
+        return fade_real(run.data.real_images_at(indices[i * size:(i + 1) * size]), phase.resolution, phase.alpha)
 
     def fake(i: int) -> torch.Tensor:
         k = min(size, n - i * size)
@@ -178,7 +178,7 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     Raises ``GankitError`` (bad checkpoint, recipe problems, unknown metric, missing data/weights).
     """
     from gan_kit.runs import checkpoint as ckpt
-    from gan_kit.runs.run import Run
+    from gan_kit.runs.run import build_run
     from gan_kit.base.phase import Phase, fade_real
     from gan_kit.recipe import load_recipe
 
@@ -187,7 +187,7 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     recipe, plugins = load_recipe(Path(f"{path}[recipe]"), list(overrides), text=state["recipe"])
     run_opts = attrs.evolve(recipe.run, progress=False, **({"device": device} if device else {}))
     recipe = attrs.evolve(recipe, run=run_opts)
-    run = Run(recipe, plugins)  # builds the data and an untrained G_ema (the recipe's init and seed)
+    run = build_run(recipe, plugins)  # builds the data and an untrained G_ema (the recipe's init and seed)
     phase = Phase(**state["phase"]) if state.get("phase") else run.growth.phase_at(int(state["cur_nimg"]))
     run.phase = phase
     run.set_phase(phase)

@@ -1,5 +1,5 @@
-"""A ``Run``'s schedules (``RunSchedules``, a part of ``gan_kit.runs.run.Run``): every option the
-recipe schedules gets its value for the images shown so far before each iteration.
+"""A run's schedules (``Schedules``): every option the recipe schedules gets its value for the
+images shown so far before each iteration.
 
 Where each value goes (the dotted key of the recipe's ``schedules``):
 
@@ -23,13 +23,15 @@ every process of a multi-process run set exactly what one uninterrupted process 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
 from gan_kit.base.errors import GankitError
+from gan_kit.plugin_api.components import WeightedPenalty
+from gan_kit.recipe import ComponentSpec, Recipe
 
-__all__ = ["RunSchedules", "set_option"]
+__all__ = ["Schedules", "set_option"]
 
 _KEY = re.compile(r"^(?P<table>\w+)(?:\[(?P<index>\d+)\])?\.(?P<name>\w+)(?:\[(?P<item>\d+)\])?$")
 
@@ -53,42 +55,47 @@ def _with_item(current: Any, item: str | None, value: float) -> Any:
     return tuple(out) if isinstance(current, tuple) else out
 
 
-class RunSchedules:
-    """``_build_schedules`` (after the optimizers) and ``apply_schedules`` (before every
-    iteration). ``optim_options`` / ``ema_options`` are the ``[optim]`` / ``[ema]`` tables with
-    the scheduled values in force; ``schedule_values`` the last value set for each key."""
+class Schedules:
+    """The recipe's schedules bound to what they drive. ``optim`` / ``ema`` are the ``[optim]`` /
+    ``[ema]`` tables with the scheduled values in force; ``values`` the last value set for each
+    dotted key; ``drives_optim``: whether any ``optim.*`` key is scheduled (the optimizers' settings
+    are then applied after every ``apply``).
 
-    def _build_schedules(self) -> None:
-        self.optim_options = self.recipe.optim
-        self.ema_options = self.recipe.ema
-        self.schedule_values: dict[str, float] = {}
-        self._schedules = [(spec.key, self.build(spec), self._schedule_target(spec.key))
-                           for spec in self.recipe.schedules]
-        self._optim_scheduled = any(spec.key.startswith("optim.") for spec in self.recipe.schedules)
-        self.apply_schedules()
+    ``build``: a component spec -> the schedule component; ``components``: the run's ``loss``,
+    ``update``, ``augment`` and ``architecture`` components by table name; ``penalties``: the
+    run's ``WeightedPenalty`` list in recipe order. Raises ``GankitError`` for a key no option of a
+    run is called, or a table used only when the run is built."""
 
-    def _schedule_target(self, key: str) -> Callable[[float], None]:
+    def __init__(self, recipe: Recipe, build: Callable[[ComponentSpec], Any], components: Mapping[str, Any],
+                 penalties: Sequence[WeightedPenalty]):
+        self.recipe = recipe
+        self.optim = recipe.optim
+        self.ema = recipe.ema
+        self.values: dict[str, float] = {}
+        self._components = components
+        self._penalties = penalties
+        self._bound = [(spec.key, build(spec), self._target(spec.key)) for spec in recipe.schedules]
+        self.drives_optim = any(spec.key.startswith("optim.") for spec in recipe.schedules)
+
+    def _target(self, key: str) -> Callable[[float], None]:
         m = _KEY.match(key)
         if m is None:
             raise GankitError(f"{self.recipe.path}: {key}: no option of a run is called so")
         table, index, name, item = m["table"], m["index"], m["name"], m["item"]
         if table in ("optim", "ema"):
-            attr = f"{table}_options"
-
             def set_core(v: float) -> None:
-                opts = getattr(self, attr)
-                setattr(self, attr, attrs.evolve(opts, **{name: _with_item(getattr(opts, name), item, v)}))
+                opts = getattr(self, table)
+                setattr(self, table, attrs.evolve(opts, **{name: _with_item(getattr(opts, name), item, v)}))
 
             return set_core
         if table == "penalty" and name == "weight":
-            wp = self.penalties[int(index)]
+            wp = self._penalties[int(index)]
 
             def set_weight(v: float) -> None:
                 wp.weight = v
 
             return set_weight
-        components = {"loss": self.loss, "update": self.strategy, "augment": self.augment, "architecture": self.arch}
-        comp = self.penalties[int(index)].penalty if table == "penalty" else components.get(table)
+        comp = self._penalties[int(index)].penalty if table == "penalty" else self._components.get(table)
         if comp is None:
             raise GankitError(f"{self.recipe.path}: {key}: a schedule cannot drive [{table}] (it is used only when "
                               f"the run is built)")
@@ -98,15 +105,12 @@ class RunSchedules:
 
         return set_component
 
-    def apply_schedules(self, nimg: int | None = None) -> None:
-        """Set every scheduled option to its value at ``nimg`` images (default ``cur_nimg``):
-        before every iteration, and when a run is built or resumed."""
-        if not self._schedules:
-            return
-        nimg = self.cur_nimg if nimg is None else nimg
-        for key, schedule, target in self._schedules:
-            value = float(schedule.value(nimg, self.total_nimg))
+    def __bool__(self) -> bool:
+        return bool(self._bound)
+
+    def apply(self, nimg: int, total_nimg: int) -> None:
+        """Set every scheduled option to its value at ``nimg`` of ``total_nimg`` images."""
+        for key, schedule, target in self._bound:
+            value = float(schedule.value(nimg, total_nimg))
             target(value)
-            self.schedule_values[key] = value
-        if self._optim_scheduled:
-            self.apply_optim_settings()
+            self.values[key] = value
