@@ -58,13 +58,15 @@ round's rows of the draws the whole batch would get, ``ctx.backward`` scales by 
 skips its gradient sync (``no_sync``) in all rounds but the last. So the step equals the
 unaccumulated one to rounding, whatever the strategy or penalty (see ``accumulate``).
 
-The objectives (``ctx.d_objective``, ``ctx.g_objective``) are ``gan_kit.training.step.objectives``.
+The objectives (``ctx.d_objective``, ``ctx.g_objective``) are ``gan_kit.training.step.objectives``,
+gradient accumulation ``gan_kit.training.step.rounds`` and staged state
+``gan_kit.training.step.staging``: ``StepContext`` holds the iteration's state and keeps the verbs.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any, Callable, ContextManager, Iterator, Mapping
 
 import attrs
 import torch
@@ -74,15 +76,15 @@ from gan_kit.plugin_api.components import Loss, WeightedPenalty
 from gan_kit.base.phase import Phase
 from gan_kit.base.randomness import batch_rand
 from gan_kit.training.step.finite import match_grad_layout, scale_of
-from gan_kit.training.step.objectives import Objectives
-from gan_kit.training.step.rounds import Round, Rounds
+from gan_kit.training.step import objectives, rounds
+from gan_kit.training.step.rounds import Round
 
 __all__ = ["StepContext", "Round"]
-from gan_kit.training.step.staging import StagedUpdates, finite_on_device
+from gan_kit.training.step.staging import Staging, finite_on_device
 
 
 @attrs.define(eq=False)
-class StepContext(Objectives, Rounds, StagedUpdates):
+class StepContext:
     """Everything an update strategy needs for one iteration, and the verbs it acts through.
 
     G, D:       the networks to run forwards through (``fake = ctx.G(z)``, ``logits = ctx.D(x)``).
@@ -145,7 +147,7 @@ class StepContext(Objectives, Rounds, StagedUpdates):
     #: calls it meets a ``growth.batch_gpu`` that asks for rounds).
     accumulated: bool = attrs.field(default=False, init=False, repr=False)
     _scaler_stepped: set = attrs.field(factory=set, init=False, repr=False)
-    _staged: dict = attrs.field(factory=dict, init=False, repr=False)
+    _staging: Staging = attrs.field(factory=Staging, init=False, repr=False)
 
     # ---------------------------------------------------------------- networks and optimizers --
 
@@ -186,7 +188,7 @@ class StepContext(Objectives, Rounds, StagedUpdates):
 
     def zero_grad(self, net: Any) -> None:
         """Clear ``net``'s weight gradients (set to None, so a missing backward cannot reuse old ones)."""
-        self._not_in_round("zero_grad")
+        rounds.not_in_round(self, "zero_grad")
         self._opt(self._name(net)).zero_grad(set_to_none=True)
 
     def backward(self, loss: torch.Tensor, *nets: Any, retain_graph: bool = False) -> None:
@@ -224,12 +226,12 @@ class StepContext(Objectives, Rounds, StagedUpdates):
         What components staged for this network (``stage``, ``on_step``) is committed when the step
         is applied.
         """
-        self._not_in_round("opt_step")
+        rounds.not_in_round(self, "opt_step")
         name = self._name(net)
         opt = self._opt(name)
         self.stepped.add(name)
         if self.nonfinite is not None:
-            self._settle(name, False)
+            self._staging.settle(name, False)
             return False  # an earlier step of this iteration failed: leave every weight as it is
         if self.all_reduce_grads and self.world_size > 1:
             from gan_kit.training.distributed import all_reduce_grads
@@ -246,22 +248,22 @@ class StepContext(Objectives, Rounds, StagedUpdates):
             self.scaler.unscale_(opt)  # what scaler.step does first; here so the verdict can be read
             # The scaler skips the step exactly when an unscaled gradient is inf/NaN; the same
             # test on the device gates the staged state (no host sync).
-            applied = finite_on_device(opt) if self._staged.get(name) else True
+            applied = finite_on_device(opt) if self._staging.has(name) else True
             self.scaler.step(opt)
             self._scaler_stepped.add(id(opt))
-            self._settle(name, applied)
+            self._staging.settle(name, applied)
             _drop_autocast_cache()
             return True
         if self.guard is not None:
-            self._settle(name, self.guard.step(opt, name))  # staged state follows the device's verdict
+            self._staging.settle(name, self.guard.step(opt, name))  # staged state follows the device's verdict
             _drop_autocast_cache()
             return True
         if self.check_nonfinite and not _all_finite(opt):
             self.nonfinite = name
-            self._settle(name, False)
+            self._staging.settle(name, False)
             return False
         opt.step()
-        self._settle(name, True)
+        self._staging.settle(name, True)
         _drop_autocast_cache()
         return True
 
@@ -323,8 +325,63 @@ class StepContext(Objectives, Rounds, StagedUpdates):
     def batch_rand(self, n: int, *shape: int, device: torch.device | None = None) -> torch.Tensor:
         """``torch.rand(n, *shape)`` for this process's ``n`` samples: drawn at the global batch
         size and sliced ``[rank::world_size]``, so a run matches across process counts."""
-        rank, world_size = self.shard()
+        rank, world_size = rounds.shard(self)
         return batch_rand(n, *shape, device=device, rank=rank, world_size=world_size)
+
+    # ----------------------------------------------------------- objectives (objectives.py) --
+
+    def d_objective(self, real: torch.Tensor, fake: torch.Tensor, *, fake_logits: torch.Tensor | None = None,
+                    labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The D objective ``d_loss(D(real), D(fake)) + sum(weight * penalty)`` and its stats
+        (``gan_kit.training.step.objectives.d_objective``: ``real``, ``fake`` ``[N,C,r,r]``;
+        ``fake_logits`` D's logits ``[N]`` on ``fake`` when the caller has them; ``labels[N]``)."""
+        return objectives.d_objective(self, real, fake, fake_logits=fake_logits, labels=labels)
+
+    def g_objective(self, fake_logits: torch.Tensor, fake: torch.Tensor | None = None, *,
+                    labels: torch.Tensor | None = None,
+                    real_logits: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """G's objective ``g_loss(fake_logits[N], real_logits) + sum(weight * G penalty)`` and its
+        stats (``gan_kit.training.step.objectives.g_objective``)."""
+        return objectives.g_objective(self, fake_logits, fake, labels=labels, real_logits=real_logits)
+
+    def real_logits_for_g(self) -> torch.Tensor:
+        """D's logits ``[N]`` (float32, no gradient) on ``reals[-1]``: what ``g_objective`` hands a
+        loss that ``needs_real_logits``."""
+        return objectives.real_logits_for_g(self)
+
+    # -------------------------------------------------------- gradient accumulation (rounds.py) --
+
+    def shard(self) -> tuple[int, int]:
+        """``(rank, world_size)`` of the rows being trained now (``gan_kit.training.step.rounds.shard``)."""
+        return rounds.shard(self)
+
+    @property
+    def rounds(self) -> int:
+        """How many rounds ``accumulate`` runs this iteration (the per-process batch over the
+        phase's ``batch_gpu``; 1 when it is None or not smaller than the batch)."""
+        return rounds.round_count(self)
+
+    def accumulate(self, body: Callable[[], Mapping[str, Any]]) -> dict[str, Any]:
+        """Run ``body()`` once per round of ``growth.batch_gpu`` images and return its stats
+        averaged over the rounds (``gan_kit.training.step.rounds.accumulate``: each round's rows,
+        random draws, 1/rounds loss scale and DDP sync). Raises ``GankitError`` when nested."""
+        return rounds.accumulate(self, body)
+
+    # ----------------------------------------------------------- staged state (staging.py) --
+
+    def on_step(self, net: Any, update: Callable[[Any], None]) -> None:
+        """Call ``update(applied)`` at ``net``'s next optimizer step (``opt_step``), and only if
+        that step is applied: ``applied`` is ``True`` or a 0-dim bool tensor on the device (fp16:
+        False where the GradScaler skips the step) - build new state with
+        ``torch.where(applied, new, old)`` rather than reading it on the host. Never called for a
+        step that is not taken."""
+        self._staging.on_step(self._name(net), update)
+
+    def stage(self, net: Any, owner: Any, name: str, value: torch.Tensor) -> None:
+        """Set ``owner.<name>`` (a tensor) to ``value`` when ``net``'s next optimizer step is
+        applied; where the GradScaler skips it, the old value stays (``torch.where`` on the device,
+        no host sync). For state a penalty or augmentation keeps across iterations."""
+        self._staging.stage(self._name(net), owner, name, value)
 
     def mean_over_processes(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` (a tensor of any shape) averaged over all processes, the same on each; ``t``

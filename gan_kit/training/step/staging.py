@@ -1,5 +1,5 @@
 """State a component keeps across iterations, changed only by optimizer steps that are applied
-(``StagedUpdates``, a part of ``gan_kit.training.step.StepContext``): a component stages its update
+(``Staging``, which ``gan_kit.training.step.StepContext`` holds): a component stages its update
 (``ctx.stage`` / ``ctx.on_step``) and the network's ``ctx.opt_step`` commits it when the step
 changed the weights - under fp16 with the GradScaler's verdict as a device tensor
 (``finite_on_device``), so a skipped step leaves no trace and no host sync is added."""
@@ -11,39 +11,41 @@ from typing import Any
 
 import torch
 
-__all__ = ["StagedUpdates", "finite_on_device"]
+__all__ = ["Staging", "finite_on_device"]
 
 
-class StagedUpdates:
-    """``on_step`` / ``stage`` (for components) and ``_settle`` (for ``opt_step``). Needs the
-    host class's ``_name(net)`` and a ``_staged`` dict."""
+class Staging:
+    """The updates staged for each network's next optimizer step (``"G"`` / ``"D"``), kept
+    until ``settle`` commits or drops them."""
 
-    _staged: dict
+    def __init__(self) -> None:
+        self._staged: dict[str, list[Callable[[Any], None]]] = {}
 
-    def on_step(self, net: Any, update: Callable[[Any], None]) -> None:
-        """Call ``update(applied)`` at ``net``'s next optimizer step (``opt_step``), and only if
-        that step is applied: ``applied`` is ``True`` or a 0-dim bool tensor on the device (fp16:
-        False where the GradScaler skips the step) - build new state with
-        ``torch.where(applied, new, old)`` rather than reading it on the host. Never called for a
-        step that is not taken."""
-        self._staged.setdefault(self._name(net), []).append(update)
+    def has(self, name: str) -> bool:
+        """Whether anything is staged for ``name``'s next step."""
+        return bool(self._staged.get(name))
 
-    def stage(self, net: Any, owner: Any, name: str, value: torch.Tensor) -> None:
-        """Set ``owner.<name>`` (a tensor) to ``value`` when ``net``'s next optimizer step is
-        applied; where the GradScaler skips it, the old value stays (``torch.where`` on the device,
-        no host sync). For state a penalty or augmentation keeps across iterations."""
+    def on_step(self, name: str, update: Callable[[Any], None]) -> None:
+        """Call ``update(applied)`` at ``name``'s next applied optimizer step (see
+        ``StepContext.on_step``)."""
+        self._staged.setdefault(name, []).append(update)
+
+    def stage(self, name: str, owner: Any, attr: str, value: torch.Tensor) -> None:
+        """Set ``owner.<attr>`` (a tensor) to ``value`` when ``name``'s next optimizer step is
+        applied; where the GradScaler skips it, the old value stays (``torch.where`` on the
+        device, no host sync)."""
         value = value.detach()
 
         def commit(applied: Any) -> None:
             if applied is True:
-                setattr(owner, name, value)
+                setattr(owner, attr, value)
             else:
-                old = getattr(owner, name)
-                setattr(owner, name, torch.where(applied.to(value.device), value, old.to(value.device, value.dtype)))
+                old = getattr(owner, attr)
+                setattr(owner, attr, torch.where(applied.to(value.device), value, old.to(value.device, value.dtype)))
 
-        self.on_step(net, commit)
+        self.on_step(name, commit)
 
-    def _settle(self, name: str, applied: Any) -> None:
+    def settle(self, name: str, applied: Any) -> None:
         """Commit (``applied`` True or a device bool tensor) or drop (False) what ``name`` staged."""
         for update in self._staged.pop(name, []):
             if applied is not False:
