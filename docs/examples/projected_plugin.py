@@ -129,7 +129,9 @@ class Projected(Architecture):
 
     def build(self, resolution: int, channels: int) -> tuple[nn.Module, nn.Module]:
         o = self.options
-        features = load_frozen(FeatureNet(channels), o.features)  # frozen, recorded by path and digest
+        # Frozen, recorded by path and digest. A network with BatchNorm or dropout also needs
+        # .eval() here: gankit never changes D's train mode.
+        features = load_frozen(FeatureNet(channels), o.features)
         self.D = ProjectedD(features, o.width)
         self.D.noise_std.fill_(o.feature_noise)
         return Generator(o.latent_dim, o.width, channels, resolution), self.D
