@@ -244,3 +244,49 @@ def test_a_frozen_subnetwork_stays_bit_identical_under_two_processes(tiny_recipe
     for k, v in state["D"].items():  # two processes end where one does, around the frozen features
         torch.testing.assert_close(v, one.D.state_dict()[k], rtol=0, atol=1e-5)
     frozen_equal(one, g, d)
+
+
+def test_a_frozen_network_with_batchnorm_keeps_its_loaded_statistics_in_training(tmp_path):
+    """load_frozen puts the module in eval mode and keeps it there when its owner calls
+    train(): a training-mode forward of the owner neither normalises with the batch's statistics
+    nor overwrites the loaded running statistics."""
+    from torch import nn
+    from gan_kit import load_frozen
+
+    def features() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Dropout(0.5))
+
+    source = features()
+    source[1].running_mean.fill_(0.3)
+    source[1].running_var.fill_(2.0)
+    torch.save(source.state_dict(), tmp_path / "features.pt")
+    owner = nn.Sequential(load_frozen(features(), tmp_path / "features.pt"), nn.Conv2d(4, 1, 1))
+    owner.train()
+    assert owner.training and owner[1].training
+    assert not owner[0].training and not any(m.training for m in owner[0].modules())
+    x = torch.randn(8, 1, 5, 5) * 4 + 1
+    out = owner[0](x)
+    bn = owner[0][1]
+    assert torch.equal(bn.running_mean, torch.full((4,), 0.3)) and torch.equal(bn.running_var, torch.full((4,), 2.0))
+    with torch.no_grad():
+        source.eval()
+        assert torch.equal(out, source(x))  # the loaded statistics, no dropout
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "frozen weights: a directory, not a file"),
+    (b"not a checkpoint", "frozen weights: not a torch state dict nor a safetensors file (UnpicklingError)"),
+])
+def test_a_frozen_weights_path_that_is_no_weights_file_is_one_line_saying_what_to_give(tmp_path, content, expected):
+    from torch import nn
+    from gan_kit import GankitError, load_frozen
+
+    path = tmp_path / "w.pt"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    with pytest.raises(GankitError) as e:
+        load_frozen(nn.Linear(2, 2), path)
+    assert str(e.value) == (f"{path}: {expected}; give a local file saved with torch.save(module.state_dict(), path) "
+                            f"or a .safetensors file")

@@ -129,8 +129,7 @@ class Projected(Architecture):
 
     def build(self, resolution: int, channels: int) -> tuple[nn.Module, nn.Module]:
         o = self.options
-        # Frozen, recorded by path and digest. A network with BatchNorm or dropout also needs
-        # .eval() here: gankit never changes D's train mode.
+        # Frozen (and kept in eval mode), recorded by path and digest, never copied into checkpoints.
         features = load_frozen(FeatureNet(channels), o.features)
         self.D = ProjectedD(features, o.width)
         self.D.noise_std.fill_(o.feature_noise)

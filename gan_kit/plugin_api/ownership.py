@@ -17,6 +17,7 @@ frozen sub-networks loaded from a local weights file.
 from __future__ import annotations
 
 import hashlib
+import types
 from pathlib import Path
 from typing import Iterable, Literal
 
@@ -67,15 +68,19 @@ def load_frozen(module: nn.Module, path: str | Path) -> nn.Module:
     ``path``: a torch state dict saved with ``torch.save(module.state_dict(), path)`` (read with
     ``weights_only=True``) or a ``.safetensors`` file; every key must match (``strict``). A
     relative path is taken from the working directory: give an architecture an option declared
-    ``option(path=True)`` so the recipe resolves it against its own folder. The module is left in
-    its train/eval mode: a network with BatchNorm or dropout should run in eval mode (set it in
-    its owner's ``forward``, as ``self.features.eval()``). Raises ``GankitError`` in one line for
-    a missing or unreadable file or keys that do not fit.
+    ``option(path=True)`` so the recipe resolves it against its own folder. The module is put in
+    eval mode and kept there (its ``train()`` leaves it in eval, whatever its owner asks): a
+    pretrained feature network's BatchNorm normalises with its loaded statistics and never
+    updates them, and dropout is off, as Projected GAN runs its feature network. Raises
+    ``GankitError`` in one line for a missing path, a directory, a file that is neither a torch
+    state dict nor safetensors, or keys that do not fit.
     """
     path = Path(path).expanduser().absolute()
+    saved_with = "a local file saved with torch.save(module.state_dict(), path) or a .safetensors file"
+    if path.is_dir():
+        raise GankitError(f"{path}: frozen weights: a directory, not a file; give {saved_with}")
     if not path.is_file():
-        raise GankitError(f"{path}: frozen weights file not found (give the path of a local file saved with "
-                          f"torch.save(module.state_dict(), path))")
+        raise GankitError(f"{path}: frozen weights file not found (give the path of {saved_with})")
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -83,13 +88,28 @@ def load_frozen(module: nn.Module, path: str | Path) -> nn.Module:
             state = load_file(str(path))
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # one line whatever the reader raised; torch's own advice (weights_only=False) is no fix here
+        kind = type(e).__name__
+        raise GankitError(f"{path}: frozen weights: not a torch state dict nor a safetensors file ({kind}); give "
+                          f"{saved_with}") from None
+    if not isinstance(state, dict):
+        raise GankitError(f"{path}: frozen weights: holds a {type(state).__name__}, not a state dict; give {saved_with}")
+    try:
         module.load_state_dict(state)
-    except Exception as e:  # one line whatever the reader raised
+    except Exception as e:
         first = " ".join(str(e).split())[:200] or type(e).__name__
         raise GankitError(f"{path}: cannot load frozen weights into {type(module).__name__}: {first}") from None
     module.requires_grad_(False)
+    module.eval()
+    # A parent's .train() (the engine's, a sampler's net.train(was_training)) reaches every child:
+    # this one stays in eval, so its BatchNorm statistics are the loaded ones throughout.
+    module.train = types.MethodType(_stay_in_eval, module)
     setattr(module, _FROZEN, FrozenFile(str(path), sha256_of(path)))
     return module
+
+
+def _stay_in_eval(self: nn.Module, mode: bool = True) -> nn.Module:
+    return nn.Module.train(self, False)
 
 
 def _marks(net: nn.Module) -> Iterable[tuple[nn.Module, bool | None, bool]]:
