@@ -81,6 +81,10 @@ def test_a_schedule_is_written_next_to_its_option_and_saved_as_written(tiny_reci
     ('optim.lr={schedule="cosin", start=0.1, end=0.01}', "optim.lr.schedule: unknown schedule 'cosin' (did you mean "
                                                          "'cosine'?); available: constant, cosine, linear, piecewise, step"),
     ('optim.lr={schedule="linear", start=0.1}', "optim.lr.end: missing: schedule 'linear' needs it"),
+    ('optim.lr={shedule="cosine", start=0.1, end=0.01}', "optim.lr: 'shedule' is no key of a schedule table (did you "
+                                                         "mean 'schedule'?); a schedule table names its shape"),
+    ('penalty.0.weight={start=1.0, end=0.1}', "penalty[0].weight: a table without a 'schedule' key; a schedule table "
+                                              "names its shape, e.g. {schedule = \"cosine\", start = 0.5, end = 0.0}"),
     ('optim.lr={schedule="linear", start=0.1, end=0.01, stat=1}', "optim.lr.stat: unknown option (did you mean 'start'?)"),
     ('optim.betas=[0.0, {schedule="linear", start=0.9, end=1.5}]',
      "optim.betas[1]: schedule 'linear' gives 1.0"),  # ... at 0.034 kimg of 0.2, which is not in [0, 1)

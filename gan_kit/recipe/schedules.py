@@ -61,6 +61,15 @@ class ScheduleTables:
         elif is_schedule_table(value):
             items = [(dotted, value)]
         else:
+            if isinstance(value, dict) and schedulable(f) and _float_typed(f) and not refuse:
+                # A table where a float goes: a schedule table whose ``schedule`` key is misspelt
+                # or missing, which the type check would only call "expected float, got table".
+                wrong = next((k for k in value if suggest(str(k), ["schedule"])), None)
+                what = (f"{wrong!r} is no key of a schedule table{suggest(str(wrong), ['schedule'])}" if wrong is not None
+                        else "a table without a 'schedule' key")
+                self.problems.add(dotted, f"{what}; a schedule table names its shape, e.g. {{schedule = \"cosine\", "
+                                          f"start = 0.5, end = 0.0}}, or write a constant")
+                return BAD, frozenset()
             return value, frozenset()
         if refuse or not schedulable(f) or not _float_typed(f):
             name = dotted.rsplit(".", 1)[-1]
