@@ -331,3 +331,33 @@ def test_strategy_mistakes_are_named(tmp_path, capsys):
                         "train (call ctx.opt_step(...) if that is not intended)"]
     with pytest.raises(GankitError, match=r"update strategy 'returns-none': step\(ctx\) returned NoneType, not a dict"):
         train(make_run(tmp_path / "b", plugins=[Plugin()], overrides=["update.name=returns-none"]), max_steps=1)
+
+
+@pytest.mark.parametrize("kind, annotation, expected", [
+    ("augment", "int", "option 'n' is declared schedulable but is not a float (int); only float options can "
+                       "follow a schedule (drop schedulable=True, or make it a float)"),
+    ("dataset", "float", "option 'n' is declared schedulable, but a dataset is used only when the run is built "
+                         "(drop schedulable=True)"),
+])
+def test_a_schedulable_option_that_no_schedule_can_drive_is_refused_when_the_plugin_registers(kind, annotation,
+                                                                                           expected):
+    """A plugin author's schedulable=True on an int option, or on a component built once, is a
+    plugin error at registration, before any recipe schedules it."""
+    from gan_kit.plugin_api.registry import Registry
+
+    namespace: dict = {"option": option, "attrs": attrs}
+    exec(textwrap.dedent(f"""
+        @attrs.frozen
+        class Options:
+            n: {annotation} = option(1, help="a count", schedulable=True)
+        """), namespace)
+
+    class Component:
+        Options = namespace["Options"]
+
+        def __init__(self, options, context):
+            self.options = options
+
+    with pytest.raises(PluginError) as e:
+        Registry().add(kind, "mine", Component, "my-plugin")
+    assert str(e.value) == f"plugin my-plugin: {kind} 'mine': {expected}"

@@ -168,6 +168,13 @@ def schedulable(f: attrs.Attribute) -> bool:
     return bool(f.metadata.get("schedulable"))
 
 
+def float_typed(f: attrs.Attribute) -> bool:
+    """Whether option field ``f`` (annotations resolved) holds a float: the only type a schedule
+    may drive (``float``, ``float | None``, a tuple of floats; not a dict or str union)."""
+    text = str(f.type)
+    return "float" in text and "dict" not in text and "str" not in text
+
+
 def option_fields(options_cls: type) -> tuple[attrs.Attribute, ...]:
     """The fields of an Options class with their annotations resolved to real types."""
     attrs.resolve_types(options_cls)

@@ -9,6 +9,7 @@ from typing import Iterator
 import attrs
 
 from gan_kit.base.errors import PluginError
+from gan_kit.base.options import float_typed, option_fields, schedulable
 
 #: Component kinds, the registration hook of each, and the recipe table naming it.
 KINDS: dict[str, str] = {
@@ -24,6 +25,31 @@ KINDS: dict[str, str] = {
     "tracker": "register_trackers",
     "schedule": "register_schedules",
 }
+
+
+#: Kinds whose components are used only when the run is built (or never in training): a schedule
+#: could not change their options mid-run (the recipe refuses one there too).
+BUILT_ONCE_KINDS = ("dataset", "init", "growth", "metric", "tracker", "schedule")
+
+
+def _schedulable_problem(kind: str, options: type) -> str | None:
+    """Why an Options class's ``schedulable=True`` cannot work, found when the plugin registers
+    rather than when a recipe first schedules the option."""
+    try:
+        fields = option_fields(options)
+    except Exception:  # an annotation that does not resolve: the recipe loader reports it in context
+        return None
+    for f in fields:
+        if not schedulable(f):
+            continue
+        if kind in BUILT_ONCE_KINDS:
+            return (f"option {f.name!r} is declared schedulable, but a {kind} is used only when the run is built "
+                    f"(drop schedulable=True)")
+        if not float_typed(f):
+            shown = getattr(f.type, "__name__", None) or str(f.type)
+            return (f"option {f.name!r} is declared schedulable but is not a float ({shown}); only float options "
+                    f"can follow a schedule (drop schedulable=True, or make it a float)")
+    return None
 
 
 @attrs.frozen
@@ -81,6 +107,9 @@ class Registry:
         options = getattr(factory, "Options", None) or _NoOptions
         if not attrs.has(options):
             raise PluginError(f"plugin {plugin}: {kind} {name!r}: Options must be an attrs class")
+        problem = _schedulable_problem(kind, options)
+        if problem:
+            raise PluginError(f"plugin {plugin}: {kind} {name!r}: {problem}")
         self._components[key] = Component(kind, name, factory, options, plugin)
 
     def names(self, kind: str) -> list[str]:

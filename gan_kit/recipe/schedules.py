@@ -17,7 +17,7 @@ from typing import Any, Callable
 import attrs
 
 from gan_kit.plugin_api.components import BuildContext
-from gan_kit.base.options import option_range, range_problems, schedulable, toml_value
+from gan_kit.base.options import float_typed, option_range, range_problems, schedulable, toml_value
 from gan_kit.recipe.problems import Problems, describe as _describe
 from gan_kit.recipe.schema import ComponentSpec
 from gan_kit.plugin_api.registry import Registry, suggest
@@ -35,11 +35,6 @@ BAD = object()
 def is_schedule_table(value: Any) -> bool:
     """Whether a recipe value is a schedule table (a TOML table with a ``schedule`` key)."""
     return isinstance(value, dict) and "schedule" in value
-
-
-def _float_typed(f: attrs.Attribute) -> bool:
-    text = str(f.type)
-    return "float" in text and "dict" not in text and "str" not in text
 
 
 class ScheduleTables:
@@ -61,7 +56,7 @@ class ScheduleTables:
         elif is_schedule_table(value):
             items = [(dotted, value)]
         else:
-            if isinstance(value, dict) and schedulable(f) and _float_typed(f) and not refuse:
+            if isinstance(value, dict) and schedulable(f) and float_typed(f) and not refuse:
                 # A table where a float goes: a schedule table whose ``schedule`` key is misspelt
                 # or missing, which the type check would only call "expected float, got table".
                 wrong = next((k for k in value if suggest(str(k), ["schedule"])), None)
@@ -71,7 +66,7 @@ class ScheduleTables:
                                           f"start = 0.5, end = 0.0}}, or write a constant")
                 return BAD, frozenset()
             return value, frozenset()
-        if refuse or not schedulable(f) or not _float_typed(f):
+        if refuse or not schedulable(f) or not float_typed(f):
             name = dotted.rsplit(".", 1)[-1]
             why = refuse or (f"{name} is fixed for the run, not a schedulable option of {owner or 'its table'}"
                              if not schedulable(f) else
