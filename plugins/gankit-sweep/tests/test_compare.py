@@ -176,3 +176,19 @@ def test_runs_differing_only_in_reporting_logging_and_checkpoint_intervals_are_o
     c = compare_runs([tmp_path])
     assert sorted((g.label, g.n) for g in c.groups) == [("loss.name=bce", 1), ("loss.name=hinge", 2)]
     assert c.groups[0].mean == pytest.approx(30.5)
+
+
+def test_whole_recipes_compared_are_labelled_by_their_runs_folder(tmp_path):
+    """Runs of two recipes that differ in many keys (a seeds-only study per recipe, compared
+    together) are labelled by the folder they sit in, not by every differing key; a few
+    differing keys still label as key=value."""
+    keys = "".join(f"opt_{i} = {i}\n" for i in range(6))
+    for folder, loss in (("study-a", "hinge"), ("study-b", "bce")):
+        for seed in range(2):
+            d = fake_run(tmp_path / folder, loss, seed, [40.0 + seed + (loss == "bce") * 10])
+            recipe = (d / "recipe.toml").read_text()
+            if folder == "study-b":  # five more keys differ: a different recipe
+                recipe = recipe.replace("[loss]", "[data]\n" + keys + "[loss]")
+            (d / "recipe.toml").write_text(recipe)
+    c = compare_runs([tmp_path / "study-a", tmp_path / "study-b"])
+    assert [(g.label, g.n) for g in c.groups] == [("study-a", 2), ("study-b", 2)]

@@ -227,9 +227,14 @@ def _metric_and_direction(paths: list[Path], metric: str | None) -> tuple[str, b
     return key, False, f"direction of {key} unknown here: taken as lower is better"
 
 
+#: Above this many differing recipe keys a configuration is labelled by its runs' folder.
+MAX_LABEL_KEYS = 4
+
+
 def _labels(groups: list[Group]) -> None:
     """``k=v`` labels: the sweep's parameters where every run has them, else the recipe keys in
-    which the configurations differ."""
+    which the configurations differ (more than ``MAX_LABEL_KEYS`` of them: the runs' folder, e.g.
+    the study folder of a seeds-only sweep of one recipe)."""
     from gankit_sweep.spaces import config_label
 
     known = [g for g in groups if g.runs[0].recipe]  # a trial without its recipe.toml yet differs in nothing
@@ -240,6 +245,10 @@ def _labels(groups: list[Group]) -> None:
 
     def diff_label(g: Group) -> str:
         ident = idents.get(id(g), {})
+        if len(differ) > MAX_LABEL_KEYS:
+            # Whole recipes compared (r3gan against stylegan2): dozens of keys differ; the folder
+            # the runs sit in - a study's, named by --out - says which one it is.
+            return g.runs[0].path.parent.name
         return ", ".join(f"{k}={ident.get(k)}" for k in differ) or g.runs[0].path.parent.name
 
     for g in groups:
