@@ -191,3 +191,20 @@ def test_a_phase_checkpoint_is_shown_at_the_phase_it_finished(tiny_recipe, tmp_p
     again = build_run(recipe, plugins, out_dir=tmp_path / "r")
     resume_run(again, path)
     assert again.cur_nimg == 40 and again.growth.phase_at(again.cur_nimg).resolution == 8
+
+
+def test_write_atomic_replaces_a_file_whole_or_leaves_the_old_one(tmp_path):
+    """A companion file written with write_atomic appears whole; a writer that fails halfway
+    leaves the previous file as it was and no temporary file behind."""
+    path = tmp_path / "checkpoints" / "latest.json"
+    assert ckpt.write_atomic(path, lambda f: f.write(b'{"kimg": 1.0}')) == path
+    assert path.read_bytes() == b'{"kimg": 1.0}'
+
+    def half(f):
+        f.write(b'{"kimg": 2')
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.write_atomic(path, half)
+    assert path.read_bytes() == b'{"kimg": 1.0}'
+    assert sorted(p.name for p in path.parent.iterdir()) == ["latest.json"]

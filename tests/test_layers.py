@@ -88,7 +88,7 @@ def test_the_architecture_page_names_every_layer_of_the_contracts_in_order():
                     and set(_names(cell)) & set(c["modules"])]
             expected[c["id"]] = sorted(c["modules"])
             found[c["id"]] = sorted(_names(rows[0])) if rows else []
-    assert found == expected
+    assert found == expected, "docs/architecture.md's package table is out of date: run python -m gan_kit.tools.docgen"
 
 
 def _rungs(contract: dict) -> set[str]:

@@ -13,7 +13,7 @@ import random
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import torch
@@ -25,15 +25,18 @@ FORMAT_VERSION = 1
 MAGIC = "gankit-checkpoint"
 
 
-def save_atomic(state: dict, path: str | Path) -> Path:
-    """Write ``state`` (with the format marker added) to ``path`` atomically; return the path."""
+def write_atomic(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Write a file at ``path`` atomically: ``write(f)`` fills a temporary file in the same
+    folder, which is flushed to disk and renamed over ``path`` (a reader sees the old file or the
+    new one, never half of it; a crash leaves no partial file). Returns the path. For a file
+    saved beside a checkpoint (``<name>.json`` next to ``<name>.pt``), e.g.
+    ``write_atomic(p, lambda f: f.write(json.dumps(d).encode()))``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = {"magic": MAGIC, "format_version": FORMAT_VERSION, **state}
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
@@ -52,6 +55,13 @@ def save_atomic(state: dict, path: str | Path) -> Path:
     finally:
         os.close(dir_fd)
     return path
+
+
+def save_atomic(state: dict, path: str | Path) -> Path:
+    """Write ``state`` (with the format marker added) to ``path`` atomically (``write_atomic``);
+    return the path."""
+    state = {"magic": MAGIC, "format_version": FORMAT_VERSION, **state}
+    return write_atomic(path, lambda f: torch.save(state, f))
 
 
 def load(path: str | Path, map_location: Any = "cpu") -> dict:

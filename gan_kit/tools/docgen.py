@@ -1,8 +1,9 @@
 """Generate docs/recipes.md from the Options classes of the recipe tables and of every built-in
-component, so the recipe reference cannot drift from the code.
+component, and docs/architecture.md's "Inside each package" table from pyproject.toml's
+import-linter contracts, so neither the recipe reference nor the layer map can drift from the code.
 
-    python -m gan_kit.tools.docgen            # rewrite docs/recipes.md
-    python -m gan_kit.tools.docgen --check    # exit 1 if docs/recipes.md is out of date
+    python -m gan_kit.tools.docgen            # rewrite docs/recipes.md and the layer table
+    python -m gan_kit.tools.docgen --check    # exit 1 if either is out of date
 
 Only built-in components are documented (entry-point plugins are not loaded), so the file is the
 same on every machine. tests/test_docs.py fails until the committed file is regenerated.
@@ -19,7 +20,10 @@ import attrs
 
 from gan_kit.base.options import describe_type, field_default, option_fields, toml_value
 
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "recipes.md"
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_PATH = ROOT / "docs" / "recipes.md"
+ARCHITECTURE_PAGE = ROOT / "docs" / "architecture.md"
+PACKAGE_TABLE = "| package | its layers |"
 
 INTRO = """\
 # Recipe reference
@@ -147,23 +151,58 @@ def _schedules(registry) -> list[str]:
     return out
 
 
+def package_table(contracts: list[dict]) -> str:
+    """The "Inside each package" table: one row per ``layers`` contract's container (its layers
+    top to bottom, ``>`` between rungs) or ``independence`` contract, in the contracts' order."""
+    def layer(text: str) -> str:
+        return " \\| ".join(f"`{n.strip()}`" for n in text.split("|"))
+
+    rows = [PACKAGE_TABLE, "|---|---|"]
+    for c in contracts:
+        if c["id"] == "layers" or c["type"] == "protected":
+            continue
+        if c["type"] == "layers":
+            rows += [f"| `{cont}` | " + " > ".join(layer(x) for x in c["layers"]) + " |" for cont in c["containers"]]
+        elif c["type"] == "independence":
+            label = "`gan_kit.base`" if c["id"] == "base" else c["name"].split(" import nothing")[0]
+            rows.append(f"| {label} | independent: " + ", ".join(f"`{m}`" for m in c["modules"]) + " |")
+    return "\n".join(rows)
+
+
+def architecture_page(page: str, pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """``page`` (docs/architecture.md's text) with its package table made from ``pyproject``."""
+    import tomllib
+
+    contracts = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
+    start = page.index(PACKAGE_TABLE)
+    end = page.index("\n\n", start)
+    return page[:start] + package_table(contracts) + page[end:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gan_kit.tools.docgen", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file is out of date")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file is out of date")
     parser.add_argument("--out", type=Path, default=DEFAULT_PATH, help="file to write (default docs/recipes.md)")
     args = parser.parse_args(argv)
-    text = generate()
-    if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
-        if current != text:
-            print(f"{args.out} is out of date: run python -m gan_kit.tools.docgen", file=sys.stderr)
-            return 1
-        print(f"{args.out}: up to date")
-        return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
+    outputs = [(args.out, generate())]
+    if args.out == DEFAULT_PATH and ARCHITECTURE_PAGE.is_file():
+        outputs.append((ARCHITECTURE_PAGE, architecture_page(ARCHITECTURE_PAGE.read_text(encoding="utf-8"))))
+    stale = []
+    for path, text in outputs:
+        current = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if args.check:
+            if current != text:
+                stale.append(path)
+                print(f"{path} is out of date: run python -m gan_kit.tools.docgen", file=sys.stderr)
+            else:
+                print(f"{path}: up to date")
+        elif current != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
+        else:
+            print(f"{path}: up to date")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
