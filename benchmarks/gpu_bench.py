@@ -27,7 +27,8 @@ import time
 import torch
 
 from gan_kit.tools.census import sync_census
-from gan_kit.runs.run import build_run, train_step
+from gan_kit.runs.engine import train_step
+from gan_kit.runs.run import build_run
 from gan_kit.base.phase import Phase
 from gan_kit.recipe import load_recipe
 from gan_kit.base.syncs import SyncCounter
