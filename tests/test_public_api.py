@@ -191,3 +191,20 @@ def test_builtin_strategies_and_penalties_name_no_ddp_scaler_compile_or_distribu
              for p in modules for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if MECHANICS.search(line)]
     assert found == []
+
+
+def test_run_called_with_a_recipe_builds_the_same_run_as_build_run(tiny_recipe, tmp_path):
+    """gan_kit.Run(recipe, plugins, out_dir), the constructor scripts used before build_run,
+    still builds a run: the same weights and settings as build_run's."""
+    import torch
+    from gan_kit import Run, build_run, load_recipe
+
+    recipe, plugins = load_recipe(tiny_recipe)
+    old_style = Run(recipe, plugins, tmp_path / "a")
+    built = build_run(recipe, plugins, tmp_path / "a")
+    assert isinstance(old_style, Run) and old_style.out_dir == tmp_path / "a"
+    assert old_style.G is not built.G
+    for a, b in zip(old_style.G.state_dict().values(), built.G.state_dict().values()):
+        assert torch.equal(a, b)
+    assert old_style.opt_D.param_groups[0]["lr"] == built.opt_D.param_groups[0]["lr"]
+    assert old_style.G is old_style.nets.G and old_style.checkpoints.latest == built.checkpoints.latest

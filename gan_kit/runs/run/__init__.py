@@ -16,4 +16,6 @@ the training loop (``gan_kit.runs.engine``) drives it; lifecycle hooks receive i
 from gan_kit.runs.run.build import build_run, resolve_device, seed_everything
 from gan_kit.runs.run.core import Run
 
+Run.builder = staticmethod(build_run)
+
 __all__ = ["Run", "build_run", "resolve_device", "seed_everything"]

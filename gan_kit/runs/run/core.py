@@ -123,15 +123,26 @@ class Run:
     typed per-plugin state (``gan_kit.StashKey``).
     Methods for hooks: ``generate(z)``, ``real_images(n)``, ``save_checkpoint(name)``, ``phases()``.
 
-    Made by ``build_run(recipe, plugins)``; the parts are ``data`` (``RunData``), ``nets``
+    Made by ``build_run(recipe, plugins, out_dir=None)`` (``Run(recipe, plugins, out_dir)`` calls
+    it too); the parts are ``data`` (``RunData``), ``nets``
     (``Networks``), ``objectives`` (``Objectives``), ``optimizers`` (``Optimizers``),
     ``schedules`` (``Schedules``) and ``grid`` (``SampleGrid``).
     """
 
-    def __init__(self, *, recipe: Recipe, plugins: Plugins, out_dir: Path, device: torch.device, rank: int,
-                 world_size: int, data: RunData, nets: Networks, objectives: Objectives, optimizers: Optimizers,
-                 schedules: Schedules, precision: Precision, grid: SampleGrid, latent_dim: int,
+    #: ``build_run``, set by ``gan_kit.runs.run`` (the builder sits a layer above this module).
+    builder: Callable[..., "Run"] | None = None
+
+    def __init__(self, recipe: Recipe, plugins: Plugins, out_dir: str | Path | None = None, *,
+                 device: torch.device | None = None, rank: int = 0, world_size: int = 1,
+                 data: RunData | None = None, nets: Networks | None = None, objectives: Objectives | None = None,
+                 optimizers: Optimizers | None = None, schedules: Schedules | None = None,
+                 precision: Precision | None = None, grid: SampleGrid | None = None, latent_dim: int = 0,
                  thread_follower: Any = None):
+        if data is None:
+            # Run(recipe, plugins[, out_dir]) as before build_run existed: the same run, built.
+            self.__dict__.update(type(self).builder(recipe, plugins, out_dir).__dict__)
+            return
+        out_dir = Path(out_dir)
         self.recipe, self.plugins, self.out_dir, self.device = recipe, plugins, out_dir, device
         self.hook, self.registry, self.options = plugins.hook, plugins.registry, recipe.run
         self.rank, self.world_size, self.is_main = rank, world_size, rank == 0
