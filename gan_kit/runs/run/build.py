@@ -100,7 +100,12 @@ def build_run(recipe: Recipe, plugins: Plugins, out_dir: str | Path | None = Non
         # plain-PyTorch strategies and penalties train (gan_kit.training.networks.AtPrecision).
         nets.G_train, nets.D_train, nets.G_penalty, nets.D_penalty = at_precision(
             (nets.G_train, nets.D_train, nets.G_penalty, nets.D_penalty), precision.autocast)
-    phases = nets.growth.phases(int(round(recipe.run.total_kimg * 1000)))
+    latent_dim = int(nets.arch.latent_dim)
+    run = Run(recipe=recipe, plugins=plugins, out_dir=Path(out_dir or recipe.run.out_dir), device=device, rank=rank,
+              world_size=world_size, data=data, nets=nets, objectives=objectives, optimizers=optimizers,
+              schedules=schedules, precision=precision, grid=_sample_grid(recipe, data, latent_dim),
+              latent_dim=latent_dim, thread_follower=follower)
+    phases = run.phases()
     problem = batch_problem(recipe, phases, nets.arch, world_size)
     if problem:
         raise GankitError(problem)
@@ -108,11 +113,6 @@ def build_run(recipe: Recipe, plugins: Plugins, out_dir: str | Path | None = Non
         from gan_kit.training.networks import plan_recompiles
 
         plan_recompiles(len(phases))  # every phase's graphs fit dynamo's cache
-    latent_dim = int(nets.arch.latent_dim)
-    run = Run(recipe=recipe, plugins=plugins, out_dir=Path(out_dir or recipe.run.out_dir), device=device, rank=rank,
-              world_size=world_size, data=data, nets=nets, objectives=objectives, optimizers=optimizers,
-              schedules=schedules, precision=precision, grid=_sample_grid(recipe, data, latent_dim),
-              latent_dim=latent_dim, thread_follower=follower)
     run.apply_schedules()  # every scheduled option at 0 images, before anything reads it
     return run
 

@@ -28,8 +28,7 @@ class Optimizers:
         self.recipe = recipe
         o = recipe.optim
         self.ratios = {net: _lazy_ratio(recipe, lazy_penalties, net) for net in ("G", "D")}
-        self.g_lr = o.g_lr if o.g_lr is not None else o.lr
-        self.d_lr = o.d_lr if o.d_lr is not None else o.lr
+        self.g_lr, self.d_lr = _base_lrs(o)
         self.opt_G = self._optimizer(G, self.g_lr, self.ratios["G"], device)
         self.opt_D = self._optimizer(D, self.d_lr, self.ratios["D"], device)
 
@@ -59,8 +58,7 @@ class Optimizers:
         ``options`` (an ``[optim]`` table, scheduled values in force): after every phase change,
         after a resume (a loaded optimizer state brings the old hyper-parameters with it), and
         before every iteration when ``[optim]`` is scheduled."""
-        self.g_lr = options.g_lr if options.g_lr is not None else options.lr
-        self.d_lr = options.d_lr if options.d_lr is not None else options.lr
+        self.g_lr, self.d_lr = _base_lrs(options)
         scale = phase.lr_scale if phase is not None else 1.0
         for opt, base, net in ((self.opt_G, self.g_lr, "G"), (self.opt_D, self.d_lr, "D")):
             ratio = self.ratios[net]
@@ -69,6 +67,12 @@ class Optimizers:
                 if "betas" in group:
                     group["betas"] = (options.betas[0] ** ratio, options.betas[1] ** ratio)
                     group["eps"] = options.eps
+
+
+def _base_lrs(options) -> tuple[float, float]:
+    """G's and D's base learning rates of an ``[optim]`` table: ``g_lr`` / ``d_lr``, else ``lr``."""
+    return (options.g_lr if options.g_lr is not None else options.lr,
+            options.d_lr if options.d_lr is not None else options.lr)
 
 
 def _lazy_ratio(recipe: Recipe, lazy_penalties: Sequence[WeightedPenalty], network: str) -> float:
