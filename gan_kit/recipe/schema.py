@@ -158,7 +158,7 @@ class EmaOptions:
 @attrs.frozen
 class DataSlot:
     resolution: int = option(32, help="Final image side in pixels (a power of two, >= 4).",
-                             validator=_power_of_two)
+                             validator=_power_of_two, max=16384, hint="e.g. resolution = 256")
     metric_reals: Literal["train", "full"] = option(
         "train", help='Where metrics draw their real images: "train" = the training set; "full" = the same data set '
                       "without its max_images subset, so a limited-data run (data.max_images) is measured against the "
