@@ -95,38 +95,45 @@ class ResidualBlock(nn.Module):
         return x + self.conv3(self.act2(self.conv2(self.act1(self.conv1(x)))))
 
 
-def _depthwise(x: torch.Tensor, kernel: torch.Tensor, conv) -> torch.Tensor:
-    n, c, h, w = x.shape
-    y = conv(x.reshape(n * c, 1, h, w), kernel.to(x.dtype).view(1, 1, 4, 4))
-    return y.reshape(n, c, y.shape[2], y.shape[3])
+def _filter_for(channels: int) -> torch.Tensor:
+    """The [1, 3, 3, 1] x [1, 3, 3, 1] / 64 filter once per channel, ``[C, 1, 4, 4]``, for a
+    depthwise (``groups = C``) convolution."""
+    return _KERNEL.expand(channels, 1, 4, 4).contiguous()
 
 
 class Upsample(nn.Module):
-    """1x1 convolution to ``cout`` (when it differs), then 2x bilinear upsampling (transposed
-    convolution with 4 x the [1, 3, 3, 1] filter, stride 2: ``[N,C,H,W] -> [N,C,2H,2W]``)."""
+    """1x1 convolution to ``cout`` (when it differs), then 2x bilinear upsampling: each channel
+    zero-stuffed and filtered with 4 x the [1, 3, 3, 1] filter, i.e. a stride-2 transposed
+    convolution with padding 1 (``[N,C,H,W] -> [N,C,2H,2W]``; the official code's
+    ``InterpolativeUpsampler``, equal to its ``upfirdn2d.upsample2d``).
+
+    Computed as one depthwise convolution over ``[N, C, H, W]`` (``groups = C``) rather than a
+    one-channel convolution over ``[N * C, 1, H, W]`` as the official reference does: the same
+    sums, 10-15x faster forward and backward on the CPU (docs/performance.md, "R3GAN")."""
 
     def __init__(self, cin: int, cout: int):
         super().__init__()
         self.conv = _conv(cin, cout) if cin != cout else None
-        self.register_buffer("kernel", _KERNEL * 4.0, persistent=False)
+        self.register_buffer("kernel", _filter_for(cout) * 4.0, persistent=False)
 
     def forward(self, x):
         if self.conv is not None:
             x = self.conv(x)
-        return _depthwise(x, self.kernel, lambda a, k: F.conv_transpose2d(a, k, stride=2, padding=1))
+        return F.conv_transpose2d(x, self.kernel.to(x.dtype), stride=2, padding=1, groups=x.shape[1])
 
 
 class Downsample(nn.Module):
-    """2x bilinear downsampling (the [1, 3, 3, 1] filter, stride 2: ``[N,C,H,W] -> [N,C,H/2,W/2]``),
-    then a 1x1 convolution to ``cout`` (when it differs)."""
+    """2x bilinear downsampling (each channel filtered with the [1, 3, 3, 1] filter, stride 2,
+    padding 1: ``[N,C,H,W] -> [N,C,H/2,W/2]``; the official ``InterpolativeDownsampler``), then a
+    1x1 convolution to ``cout`` (when it differs). One depthwise convolution, as ``Upsample``."""
 
     def __init__(self, cin: int, cout: int):
         super().__init__()
         self.conv = _conv(cin, cout) if cin != cout else None
-        self.register_buffer("kernel", _KERNEL.clone(), persistent=False)
+        self.register_buffer("kernel", _filter_for(cin), persistent=False)
 
     def forward(self, x):
-        x = _depthwise(x, self.kernel, lambda a, k: F.conv2d(a, k, stride=2, padding=1))
+        x = F.conv2d(x, self.kernel.to(x.dtype), stride=2, padding=1, groups=x.shape[1])
         return self.conv(x) if self.conv is not None else x
 
 
