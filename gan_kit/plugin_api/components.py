@@ -119,6 +119,12 @@ class DInputs:
     labels:      ``[N]`` int64 classes of ``real`` (and of ``fake``, made for the same classes) in
                  a class-conditional run, else None. ``D`` already has them bound: ``D(x)`` for
                  any ``x[N, ...]`` of this step (interpolates too) runs ``D(x, labels)``.
+    real_grad, fake_grad: ``d sum(D(x)) / dx`` at ``real`` / ``fake``, ``[N,C,r,r]`` float32 with
+                 the graph for a double backward, taken from the D objective's own forward (one
+                 ``ctx.gradients`` call) when some penalty of the objective lists ``"real"`` /
+                 ``"fake"`` in ``Penalty.input_gradients_of``; None otherwise (a lazy
+                 regularisation step; ``fake_grad`` also when the strategy passed the fakes' logits
+                 or fakes with a graph to G): compute it then with ``ctx.input_gradients``.
     """
 
     D: nn.Module
@@ -127,6 +133,8 @@ class DInputs:
     real_logits: torch.Tensor | None = None
     fake_logits: torch.Tensor | None = None
     labels: torch.Tensor | None = None
+    real_grad: torch.Tensor | None = None
+    fake_grad: torch.Tensor | None = None
 
 
 @attrs.frozen
@@ -178,6 +186,14 @@ class Penalty(ComponentBase):
     """
 
     network: ClassVar[Literal["D", "G"]] = "D"
+
+    #: The D objective's images whose input gradient ``d sum(D(x)) / dx`` this D penalty reads:
+    #: ``"real"`` (R1), ``"fake"`` (R2). The objective then runs its own D forward with them
+    #: requiring grad and hands the gradients in ``inputs.real_grad`` / ``inputs.fake_grad`` (one
+    #: ``torch.autograd.grad`` for all its penalties), so the penalty runs no D forward of its
+    #: own, as stylegan2-ada-pytorch and R3GAN take R1 from the loss's forward. The penalty must
+    #: still compute the gradient itself where they are None (a lazy step).
+    input_gradients_of: ClassVar[tuple[str, ...]] = ()
 
     @property
     def interval(self) -> int:

@@ -52,13 +52,14 @@ class R1(Penalty):
     """R1 penalty (Mescheder et al. 2018, eq. 9): 0.5 * E||grad D(x)||^2 on real images; the weight is gamma."""
 
     Options = LazyOptions
+    input_gradients_of = ("real",)
 
     @property
     def interval(self) -> int:
         return self.options.interval
 
     def __call__(self, inputs, ctx):
-        grad = ctx.input_gradients(inputs.D, inputs.real)
+        grad = inputs.real_grad if inputs.real_grad is not None else ctx.input_gradients(inputs.D, inputs.real)
         return 0.5 * grad.flatten(1).square().sum(dim=1).mean()
 
 
@@ -72,12 +73,16 @@ class R2(R1):
     conditional run). Returns a float32 scalar; ``[N,C,H,W]`` fakes, norms over C, H, W.
     """
 
+    input_gradients_of = ("fake",)
+
     def __call__(self, inputs, ctx):
-        fake = inputs.fake
-        if fake is None:
-            with torch.no_grad(), ctx.autocast():
-                fake = ctx.generate(ctx.latent(inputs.real.shape[0]), inputs.labels)
-        grad = ctx.input_gradients(inputs.D, fake)
+        grad = inputs.fake_grad
+        if grad is None:
+            fake = inputs.fake
+            if fake is None:
+                with torch.no_grad(), ctx.autocast():
+                    fake = ctx.generate(ctx.latent(inputs.real.shape[0]), inputs.labels)
+            grad = ctx.input_gradients(inputs.D, fake)
         return 0.5 * grad.flatten(1).square().sum(dim=1).mean()
 
 

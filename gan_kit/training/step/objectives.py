@@ -25,7 +25,10 @@ def d_objective(ctx: Any, real: torch.Tensor, fake: torch.Tensor, *, fake_logits
     between the D and G objectives); D is then not run on ``fake``. ``labels[N]``: the
     classes of ``real`` and ``fake`` (class-conditional runs). ``real`` first passes through
     the augmentation's ``reals_for_d(real, fake)`` (APA's pseudo-reals). Penalties receive the
-    logits computed here (a drift term needs no forward of its own). Stats: ``Loss/D`` (the
+    logits computed here (a drift term needs no forward of its own) and, for those that declare
+    ``input_gradients_of`` ("real", "fake"), ``d sum(D(x)) / dx`` at this objective's own images
+    from this forward (``DInputs.real_grad`` / ``fake_grad``: one ``ctx.gradients`` call, the
+    forward then on the penalties' eager D). Stats: ``Loss/D`` (the
     loss without penalties), ``Loss/D/<penalty>`` (unweighted), ``Logits/real``,
     ``Logits/fake`` - detached tensors.
     """
@@ -33,16 +36,34 @@ def d_objective(ctx: Any, real: torch.Tensor, fake: torch.Tensor, *, fake_logits
     if reals_for_d is not None:
         # The augmentation decides what D takes as real (APA's pseudo-reals); the identity else.
         real = reals_for_d(real, fake.detach())
+    # Penalties that read the input gradient at this objective's own images (R1 at the reals, R2
+    # at the fakes) get it from this forward (one autograd.grad for all of them), as the R3GAN and
+    # stylegan2-ada-pytorch code take R1 from the loss's forward: no D forward of their own.
+    wanted = {side for wp in ctx.penalties for side in getattr(wp.penalty, "input_gradients_of", ())}
+    leaves: dict[str, torch.Tensor] = {}
+    if "real" in wanted and not real.requires_grad:
+        real = leaves.setdefault("real", real.detach().requires_grad_(True))
+    if "fake" in wanted and fake_logits is None and not fake.requires_grad:
+        fake = leaves.setdefault("fake", fake.detach().requires_grad_(True))
+    # The double backward needs the eager D (a compiled graph has none): the penalties' D.
+    D_obj = ctx.D_penalty if leaves and ctx.D_penalty is not None else ctx.D
     with ctx.autocast():
-        if fake_logits is None and ctx.joint_d_forward and real.shape == fake.shape:
-            # One D forward on both batches: the same numbers as two (Architecture.joint_d_forward).
+        # One D forward on both batches (the same numbers as two, Architecture.joint_d_forward),
+        # unless exactly one of them takes an input gradient: its graph then stays half the size.
+        joint = ctx.joint_d_forward and len(leaves) != 1
+        if fake_logits is None and joint and real.shape == fake.shape:
             both = None if labels is None else torch.cat([labels, labels])
-            real_logits, fake_logits = ctx.discriminate(torch.cat([real, fake.to(real.dtype)]), both,
-                                                         splits=2).chunk(2)
+            real_logits, fake_logits = _forward(D_obj, torch.cat([real, fake.to(real.dtype)]), both,
+                                                splits=2).chunk(2)
         else:
-            real_logits = ctx.discriminate(real, labels)
+            real_logits = _forward(D_obj, real, labels)
             if fake_logits is None:
-                fake_logits = ctx.discriminate(fake, labels)
+                fake_logits = _forward(D_obj, fake, labels)
+    grads: dict[str, torch.Tensor] = {}
+    if leaves:
+        logits = {"real": real_logits, "fake": fake_logits}
+        out = sum(logits[side].float().sum() for side in leaves)
+        grads = dict(zip(leaves, ctx.gradients(out, list(leaves.values()))))
     real_logits, fake_logits = real_logits.float(), fake_logits.float()
     if ctx.augment is not None:
         # ADA's overfitting heuristic, counted only if this D step is applied: a skipped
@@ -62,12 +83,18 @@ def d_objective(ctx: Any, real: torch.Tensor, fake: torch.Tensor, *, fake_logits
         # compiled (torch.compile's AOTAutograd has no double backward).
         D = ctx.D_penalty if ctx.D_penalty is not None else ctx.D
         inputs = DInputs(D=bind_labels(D, labels), real=real.detach().float(), fake=fake.detach().float(),
-                         real_logits=real_logits, fake_logits=fake_logits, labels=labels)
+                         real_logits=real_logits, fake_logits=fake_logits, labels=labels,
+                         real_grad=grads.get("real"), fake_grad=grads.get("fake"))
         for wp in ctx.penalties:
             value = _scalar(wp.penalty(inputs, ctx), "penalty", wp.name)
             total = total + wp.weight * value
             stats[f"Loss/D/{wp.name}"] = value.detach()
     return total, stats
+
+
+def _forward(D: Any, x: torch.Tensor, labels: torch.Tensor | None, **kwargs: Any) -> torch.Tensor:
+    """``D(x)``, or ``D(x, labels)`` in a class-conditional run (``ctx.discriminate`` for any D)."""
+    return D(x, **kwargs) if labels is None else D(x, labels, **kwargs)
 
 
 def g_objective(ctx: Any, fake_logits: torch.Tensor, fake: torch.Tensor | None = None, *,
