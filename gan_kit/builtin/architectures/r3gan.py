@@ -18,8 +18,11 @@ convolved with [1, 1] into [1, 3, 3, 1], as the official code's interpolative re
 change of width a 1x1 convolution next to it. G starts from a learned 4x4 basis modulated by a
 linear map of z and ends with a 1x1 convolution to the image channels (no tanh); D starts with a
 1x1 convolution from the image and ends with a depthwise 4x4 convolution and a linear layer to
-the logit. The layer choices follow the official code (github.com/brownvc/R3GAN,
-``R3GAN/Networks.py``).
+the logit. Class-conditional (``architecture.conditional``): G joins a linear embedding of the
+one-hot class to z, D's last linear layer gives a vector that is dotted with a linear embedding
+of the class (a projection discriminator without the unconditional term). The layer choices,
+initialisations and state layout follow the official code (github.com/brownvc/R3GAN,
+``R3GAN/Networks.py``); tests/test_r3gan_parity.py checks outputs and gradients against it.
 
 Initialisation: the networks initialise themselves when built (``owns_init``). Until the recipe's
 initializer can be told to leave an architecture's layers alone, the architecture accepts only
@@ -35,11 +38,13 @@ import attrs
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as torch_module  # the global forward hooks
 
 from gan_kit import Architecture, hookimpl, option
+from gan_kit.builtin.architectures.conditioning import check_labels
 
 __all__ = ["R3GAN", "Generator", "Discriminator", "ResidualBlock", "Upsample", "Downsample", "msr_init",
-           "ACT_GAIN"]
+           "ACT_GAIN", "BiasedActivation", "GenerativeBasis", "DiscriminativeBasis", "ClassEmbedding"]
 
 #: Gain of leaky ReLU with slope 0.2 (He et al. 2015): sqrt(2 / (1 + 0.2^2)).
 ACT_GAIN = math.sqrt(2.0 / (1.0 + 0.2 ** 2))
@@ -75,11 +80,31 @@ class BiasedActivation(nn.Module):
         return F.leaky_relu(x + self.bias.to(x.dtype).view(1, -1, 1, 1), 0.2)
 
 
+def _plain(*modules: nn.Module) -> bool:
+    """Whether a block may bypass its layers' ``forward`` (see ``ResidualBlock.forward``): plain
+    torch layers that no forward hook, their own or global, would miss."""
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        return False
+    return all(type(m).forward in (nn.Conv2d.forward, BiasedActivation.forward)
+               and not (m._forward_hooks or m._forward_pre_hooks) for m in modules)
+
+
+def _conv_act(conv: nn.Conv2d, act: BiasedActivation, x: torch.Tensor) -> torch.Tensor:
+    """``act(conv(x))`` with the activation's bias added by the convolution (``conv`` has none, so
+    ``conv(x) + b`` is ``F.conv2d(x, w, b)``) and the leaky ReLU in place on the fresh output: a
+    convolution saves its input and weight for the backward, not its output, and the in-place
+    leaky ReLU saves its result, whose sign is its input's (slope 0.2 > 0), so first and second
+    derivatives are unchanged. One pass over the tensor instead of three."""
+    y = F.conv2d(x, conv.weight.to(x.dtype), act.bias.to(x.dtype), padding=conv.padding, groups=conv.groups)
+    return F.leaky_relu_(y, 0.2)
+
+
 class ResidualBlock(nn.Module):
     """``x + conv3(act(conv2(act(conv1(x)))))``: 1x1 expansion to ``channels * expansion``, a
     grouped ``kernel`` x ``kernel`` convolution with ``cardinality`` groups, a 1x1 projection back
     (zero-initialised). ``num_blocks``: L, the residual blocks of the whole network, for the
-    fix-up gain ``ACT_GAIN * L ** -1/4`` of the first two convolutions."""
+    fix-up gain ``ACT_GAIN * L ** -1/4`` of the first two convolutions (the official
+    ``VarianceScalingParameter``). ``[N, C, H, W] -> [N, C, H, W]``."""
 
     def __init__(self, channels: int, cardinality: int, expansion: int, kernel: int, num_blocks: int):
         super().__init__()
@@ -92,7 +117,12 @@ class ResidualBlock(nn.Module):
         self.conv3 = _conv(mid, channels, 1, gain=0.0)
 
     def forward(self, x):
-        return x + self.conv3(self.act2(self.conv2(self.act1(self.conv1(x)))))
+        layers = (self.conv1, self.act1, self.conv2, self.act2, self.conv3)
+        if not _plain(*layers):  # a hooked layer (feature extraction, FreezeD probes) runs as written
+            return x + self.conv3(self.act2(self.conv2(self.act1(self.conv1(x)))))
+        y = _conv_act(self.conv2, self.act2, _conv_act(self.conv1, self.act1, x))
+        # conv3's output is fresh and no backward needs it: add the skip in place.
+        return F.conv2d(y, self.conv3.weight.to(y.dtype)).add_(x)
 
 
 def _filter_for(channels: int) -> torch.Tensor:
@@ -138,7 +168,8 @@ class Downsample(nn.Module):
 
 
 class GenerativeBasis(nn.Module):
-    """``z[N, latent] -> [N, C, 4, 4]``: a learned 4x4 basis per channel times a linear map of z."""
+    """``z[N, latent] -> [N, C, 4, 4]``: a learned 4x4 basis per channel (N(0, 1) at init) times a
+    linear map of z."""
 
     def __init__(self, latent_dim: int, channels: int):
         super().__init__()
@@ -150,15 +181,30 @@ class GenerativeBasis(nn.Module):
 
 
 class DiscriminativeBasis(nn.Module):
-    """``[N, C, 4, 4] -> logits[N]``: a depthwise 4x4 convolution, then a linear layer to one logit."""
+    """``[N, C, 4, 4] -> [N, out]``: a depthwise 4x4 convolution, then a linear layer (``out`` = 1:
+    the logit; a conditional D's class-projection vector otherwise)."""
 
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, out: int = 1):
         super().__init__()
         self.basis = msr_init(nn.Conv2d(channels, channels, 4, groups=channels, bias=False))
-        self.linear = msr_init(nn.Linear(channels, 1, bias=False))
+        self.linear = msr_init(nn.Linear(channels, out, bias=False))
 
     def forward(self, x):
-        return self.linear(self.basis(x).flatten(1)).squeeze(1)
+        return self.linear(self.basis(x).flatten(1))
+
+
+class ClassEmbedding(nn.Module):
+    """``labels[N] (int64) -> [N, dim]``: a linear map without bias of the one-hot class, weight
+    ``[dim, num_classes]`` MSR-initialised with ``gain`` (the official ``EmbeddingLayer``). Computed
+    as a lookup of the weight's columns: the same numbers as multiplying the one-hot vector."""
+
+    def __init__(self, num_classes: int, dim: int, gain: float = 1.0):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim, num_classes))
+        msr_init(self, gain)
+
+    def forward(self, labels):
+        return F.embedding(labels, self.weight.t())
 
 
 def stage_resolutions(resolution: int) -> list[int]:
@@ -167,59 +213,78 @@ def stage_resolutions(resolution: int) -> list[int]:
 
 
 class Generator(nn.Module):
-    """G: ``z[N, latent_dim] -> images[N, channels, r, r]`` (unbounded, about [-1, 1] once trained).
+    """G: ``z[N, latent_dim] -> images[N, channels, r, r]`` (unbounded, about [-1, 1] once trained);
+    ``G(z, labels[N])`` when ``num_classes`` > 0 (z joined with a ``class_dim`` embedding of the
+    class).
 
-    ``widths[i]``: channels of stage i (4 px first); each stage is its transition (the basis,
-    or an ``Upsample``) then ``blocks`` residual blocks."""
+    ``widths[i]``, ``cardinalities[i]``, ``blocks[i]``: channels, groups and residual blocks of stage
+    i (4 px first); each stage is its transition (the basis, or an ``Upsample``) then its blocks."""
 
-    def __init__(self, resolution: int, channels: int, latent_dim: int, widths: list[int], cardinality: int,
-                 blocks: int, expansion: int, kernel: int):
+    def __init__(self, resolution: int, channels: int, latent_dim: int, widths: list[int], cardinalities: list[int],
+                 blocks: list[int], expansion: int, kernel: int, num_classes: int = 0, class_dim: int = 0):
         super().__init__()
-        num_blocks = blocks * len(widths)
+        num_blocks = sum(blocks)
+        self.num_classes = num_classes
+        self.embed = ClassEmbedding(num_classes, class_dim) if num_classes else None
         stages = []
         for i, width in enumerate(widths):
-            first = GenerativeBasis(latent_dim, width) if i == 0 else Upsample(widths[i - 1], width)
-            stages.append(nn.Sequential(first, *(ResidualBlock(width, cardinality, expansion, kernel, num_blocks)
-                                                 for _ in range(blocks))))
+            first = (GenerativeBasis(latent_dim + (class_dim if num_classes else 0), width) if i == 0
+                     else Upsample(widths[i - 1], width))
+            stages.append(nn.Sequential(first, *(ResidualBlock(width, cardinalities[i], expansion, kernel, num_blocks)
+                                                 for _ in range(blocks[i]))))
         self.stages = nn.ModuleList(stages)
         self.to_rgb = _conv(widths[-1], channels)
         self.resolution = resolution
 
-    def forward(self, z):
-        x = z
+    def forward(self, z, labels=None):
+        check_labels(self, self.num_classes, labels, z.shape[0])
+        x = z if self.embed is None else torch.cat([z, self.embed(labels).to(z.dtype)], dim=1)
         for stage in self.stages:
             x = stage(x)
         return self.to_rgb(x)
 
 
 class Discriminator(nn.Module):
-    """D: ``images[N, channels, r, r] -> logits[N]``; ``widths[i]`` as G's (4 px first), walked
-    from the top. ``blocks``: its stages from the input side (FreezeD freezes the first of these);
-    stage 0 holds the 1x1 convolution from the image. Every layer is per sample."""
+    """D: ``images[N, channels, r, r] -> logits[N]``, or ``D(images, labels[N])`` when
+    ``num_classes`` > 0; ``widths`` etc. as G's (4 px first), walked from the top. ``blocks``:
+    its stages from the input side (FreezeD freezes the first of these); stage 0 holds the 1x1
+    convolution from the image. Every layer is per sample. A conditional D's last linear layer
+    gives ``class_dim`` features, dotted with the class's embedding (initialised with gain
+    ``1 / sqrt(class_dim)``, so the logit starts at the scale of an unconditional one)."""
 
-    def __init__(self, resolution: int, channels: int, widths: list[int], cardinality: int, blocks: int,
-                 expansion: int, kernel: int):
+    def __init__(self, resolution: int, channels: int, widths: list[int], cardinalities: list[int], blocks: list[int],
+                 expansion: int, kernel: int, num_classes: int = 0, class_dim: int = 0):
         super().__init__()
-        top = list(reversed(widths))
-        num_blocks = blocks * len(top)
+        top, cards, nblocks = list(reversed(widths)), list(reversed(cardinalities)), list(reversed(blocks))
+        num_blocks = sum(nblocks)
+        self.num_classes = num_classes
         stages = []
         for i, width in enumerate(top):
             layers: list[nn.Module] = [_conv(channels, width)] if i == 0 else []
-            layers += [ResidualBlock(width, cardinality, expansion, kernel, num_blocks) for _ in range(blocks)]
-            layers.append(Downsample(width, top[i + 1]) if i + 1 < len(top) else DiscriminativeBasis(width))
+            layers += [ResidualBlock(width, cards[i], expansion, kernel, num_blocks) for _ in range(nblocks[i])]
+            layers.append(Downsample(width, top[i + 1]) if i + 1 < len(top)
+                          else DiscriminativeBasis(width, class_dim if num_classes else 1))
             stages.append(nn.Sequential(*layers))
         self.blocks = nn.ModuleList(stages)
+        self.embed = ClassEmbedding(num_classes, class_dim, gain=1.0 / math.sqrt(class_dim)) if num_classes else None
         self.resolution = resolution
 
     def input_blocks(self) -> list[nn.Module]:
         """The stages from the input side (stage 0 holds the 1x1 convolution from the image)."""
         return list(self.blocks)
 
-    def forward(self, img, splits: int = 1):
+    def forward(self, img, labels=None, splits: int = 1):
+        check_labels(self, self.num_classes, labels, img.shape[0])
         x = img
         for stage in self.blocks:
             x = stage(x)
-        return x
+        if self.embed is None:
+            return x.squeeze(1)
+        return (x * self.embed(labels).to(x.dtype)).sum(dim=1)
+
+
+def _per_stage(table: dict[int, int], default: int, stages: list[int]) -> list[int]:
+    return [int(table.get(r, default)) for r in stages]
 
 
 class R3GAN(Architecture):
@@ -237,15 +302,29 @@ class R3GAN(Architecture):
         cardinality: int = option(4, help="Groups of each block's k x k convolution (ResNeXt cardinality; CIFAR-10: "
                                           "96 groups of 16 channels). Must divide width x expansion.", min=1,
                                   max=4096)
+        cardinality_by_resolution: dict[int, int] = option(
+            factory=dict, help="Groups per stage keyed by its resolution in px (the official CardinalityPerStage; "
+                               "FFHQ-256 halves them with the width, keeping 16 channels a group); a stage not "
+                               "named takes cardinality.", min=1, max=4096)
         blocks_per_stage: int = option(2, help="Residual blocks per stage (CIFAR-10: 2).", min=1, max=64)
+        blocks_by_resolution: dict[int, int] = option(
+            factory=dict, help="Residual blocks per stage keyed by its resolution in px (the official "
+                               "BlocksPerStage); a stage not named takes blocks_per_stage.", min=1, max=64)
         expansion: int = option(2, help="Inverted-bottleneck expansion of each block's middle (R3GAN: 2).",
                                 min=1, max=16)
         kernel_size: int = option(3, help="Side of the grouped convolution (R3GAN: 3); odd.", min=1, max=9,
                                   validator=lambda v: None if v % 2 else f"must be odd, got {v}")
+        g_class_dim: int | None = option(
+            None, help="Class-conditional G: size of the class embedding joined to z; None = latent_dim (the "
+                       "official CIFAR-10 and ImageNet configs).", min=1, max=4096)
+        d_class_dim: int | None = option(
+            None, help="Class-conditional D: size of the class-projection vector; None = the 4 px stage's width "
+                       "(the official configs).", min=1, max=4096)
 
     #: The networks set their own initialisation (fix-up: zero residual ends, L^-1/4 gains).
     owns_init = True
     supports_spectral_norm = False
+    supports_conditional = True
     spectral_norm_reason = ("its fix-up initialisation starts every residual branch's last convolution at zero, "
                             "whose largest singular value is 0, and the paper's point is a network without "
                             "normalisation")
@@ -256,8 +335,19 @@ class R3GAN(Architecture):
         return self.options.latent_dim
 
     def widths(self, resolution: int) -> list[int]:
+        """Channels of each stage, 4 px first."""
         o = self.options
-        return [int(o.width_by_resolution.get(r, o.width)) for r in stage_resolutions(resolution)]
+        return _per_stage(o.width_by_resolution, o.width, stage_resolutions(resolution))
+
+    def cardinalities(self, resolution: int) -> list[int]:
+        """Groups of each stage's k x k convolutions, 4 px first."""
+        o = self.options
+        return _per_stage(o.cardinality_by_resolution, o.cardinality, stage_resolutions(resolution))
+
+    def stage_blocks(self, resolution: int) -> list[int]:
+        """Residual blocks of each stage, 4 px first."""
+        o = self.options
+        return _per_stage(o.blocks_by_resolution, o.blocks_per_stage, stage_resolutions(resolution))
 
     @classmethod
     def problems(cls, o, recipe):
@@ -269,26 +359,30 @@ class R3GAN(Architecture):
                                 f"name = \"none\"")
         res = recipe.resolution
         stages = stage_resolutions(res)
-        extra = sorted(set(o.width_by_resolution) - set(stages))
-        if extra:
-            yield "width_by_resolution", (f"names resolutions {extra} that are no stage at data.resolution = {res} "
-                                          f"(stages: {stages})")
+        for key in ("width_by_resolution", "cardinality_by_resolution", "blocks_by_resolution"):
+            extra = sorted(set(getattr(o, key)) - set(stages))
+            if extra:
+                yield key, (f"names resolutions {extra} that are no stage at data.resolution = {res} "
+                            f"(stages: {stages})")
         for r in stages:
             w = int(o.width_by_resolution.get(r, o.width))
-            if w < 1:
-                break  # the width's own range check says it
-            if (w * o.expansion) % o.cardinality:
-                yield "cardinality", (f"{o.cardinality} groups do not divide the {w * o.expansion} middle channels "
-                                      f"of the {r} px stage (width {w} x expansion {o.expansion}); choose a divisor")
+            groups = int(o.cardinality_by_resolution.get(r, o.cardinality))
+            if w < 1 or groups < 1:
+                break  # the option's own range check says it
+            if (w * o.expansion) % groups:
+                key = "cardinality_by_resolution" if r in o.cardinality_by_resolution else "cardinality"
+                yield key, (f"{groups} groups do not divide the {w * o.expansion} middle channels "
+                            f"of the {r} px stage (width {w} x expansion {o.expansion}); choose a divisor")
                 break
 
     def build(self, resolution, channels):
         o = self.options
-        widths = self.widths(resolution)
-        G = Generator(resolution, channels, o.latent_dim, widths, o.cardinality, o.blocks_per_stage, o.expansion,
-                      o.kernel_size)
-        D = Discriminator(resolution, channels, widths, o.cardinality, o.blocks_per_stage, o.expansion,
-                          o.kernel_size)
+        widths, cards, blocks = self.widths(resolution), self.cardinalities(resolution), self.stage_blocks(resolution)
+        k = self.context.num_classes
+        G = Generator(resolution, channels, o.latent_dim, widths, cards, blocks, o.expansion, o.kernel_size,
+                      num_classes=k, class_dim=o.g_class_dim or o.latent_dim)
+        D = Discriminator(resolution, channels, widths, cards, blocks, o.expansion, o.kernel_size,
+                          num_classes=k, class_dim=o.d_class_dim or widths[0])
         return G, D
 
 
