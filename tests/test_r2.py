@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from gan_kit import DInputs, StepContext
+from gan_kit import DInputs, StepContext, WeightedPenalty
 from gan_kit.builtin.objectives.losses import Hinge
 from gan_kit.builtin.objectives.penalties import R1, R2
 from gan_kit.runs.run import build_run
@@ -90,3 +90,43 @@ def test_r1_plus_r2_train_together_and_lazily_share_one_d_step(tiny_recipe, inte
         # the k/(k+1) Adam correction (one extra step per k iterations) is right.
         assert len(run.lazy_penalties) == 2 and len(steps) == 6
         assert run.optimizers.lazy_ratio("D") == pytest.approx(2 / 3)
+
+
+class Counting(Quadratic):
+    """Quadratic D that counts its forwards and the images they saw."""
+
+    def __init__(self, shape):
+        super().__init__(shape)
+        self.images: list[int] = []
+
+    def forward(self, x, splits=1):  # per sample: joint forwards split anywhere
+        self.images.append(x.shape[0])
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_every_step_r1_and_r2_take_their_gradients_from_the_objectives_forward(joint):
+    """R1 and R2 in the D objective add no D forward: the objective's own forward (joint on
+    reals and fakes, or one each) gives both input gradients, with the values of the formula."""
+    torch.manual_seed(0)
+    D = Counting((1, 2, 2))
+    real, fake = torch.randn(3, 1, 2, 2), torch.randn(3, 1, 2, 2)
+    ctx = ctx_for(D, real)
+    ctx.penalties = [WeightedPenalty("r1", R1(), 1.0), WeightedPenalty("r2", R2(), 1.0)]
+    ctx.joint_d_forward = joint
+    _, stats = ctx.d_objective(real, fake)
+    assert sum(D.images) == 6 and len(D.images) == (1 if joint else 2)
+    for key, x in (("Loss/D/r1", real), ("Loss/D/r2", fake)):
+        expected = 0.5 * (D.W * x).flatten(1).square().sum(1).mean()
+        assert stats[key].item() == pytest.approx(expected.item(), rel=1e-6), key
+
+
+def test_r1_alone_keeps_a_joint_d_objective_split_so_its_graph_covers_the_reals_only():
+    torch.manual_seed(0)
+    D = Counting((1, 2, 2))
+    real, fake = torch.randn(3, 1, 2, 2), torch.randn(3, 1, 2, 2)
+    ctx = ctx_for(D, real)
+    ctx.penalties = [WeightedPenalty("r1", R1(), 1.0)]
+    ctx.joint_d_forward = True
+    ctx.d_objective(real, fake)
+    assert D.images == [3, 3]
