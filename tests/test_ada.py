@@ -272,13 +272,14 @@ def test_every_op_equals_the_reference_on_the_same_draws(op, c, h, w):
         assert changed.any() and not changed.all()  # p = 0.5: some samples transformed, some not
 
 
-@pytest.mark.parametrize("side,p", [(4, 1.0), (16, 1.25)])
-def test_bgc_equals_the_reference_on_tiny_images_and_p_above_one(side, p):
+@pytest.mark.parametrize("name,side,p", [("bgc", 4, 1.0), ("bgc", 16, 1.25), ("r3gan", 4, 1.0), ("r3gan", 16, 1.25)])
+def test_bgc_and_r3gan_equal_the_reference_on_tiny_images_and_p_above_one(name, side, p):
     x = images(8, 3, side, side, seed=2)
     torch.manual_seed(5)
-    y = ours(PRESETS["bgc"], x, p)
+    y = AdaptiveAugment(AdaptiveAugment.Options(pipeline=name)).pipeline(x, torch.tensor(p))
     torch.manual_seed(5)
-    torch.testing.assert_close(y, reference(PRESETS["bgc"], x, p)[0], rtol=0, atol=TOL)
+    expected, _ = reference(PRESETS[name], x, p, R3GAN_AUGMENT if name == "r3gan" else None)
+    torch.testing.assert_close(y, expected, rtol=0, atol=TOL)
     assert ((y - x).flatten(1).abs().amax(1) > 1e-3).all()  # p >= 1: every sample transformed
 
 
@@ -343,7 +344,7 @@ def test_cutout_zeroes_a_rectangle_of_cutout_size_times_each_side_centred_on_the
     assert 0 < clipped < 64
     big = OfficialPipeline(("cutout",), AdaptiveAugment.Options(pipeline="cutout", cutout_size=1.0), "cutout")
     torch.manual_seed(7)
-    assert (big(x, torch.tensor(1.0)) == 0).float().mean() > 0.2  # the size option is used
+    assert (big(x, torch.tensor(1.0)) == 0).float().mean() > 0.4  # the size option is used (0.5: at most 1/4)
 
 
 def test_integer_translation_through_the_resampling_is_an_exact_reflected_shift():
