@@ -1,14 +1,15 @@
 """ADA's full pipeline as the paper runs it: every op of stylegan2-ada-pytorch's
-'bgc' (and its presets) equals the reference's formulas on the same draws, the ops are applied
-with the reference's probabilities, p moves by the reference's rule, and old 'ada' recipes either
-keep their meaning or get a one-line error.
+'bgc' (and its presets, and R3GAN's 'r3gan' with its cutout and per-op probability multipliers)
+equals the reference's formulas on the same draws, the ops are applied with the reference's
+probabilities, p moves by the reference's rule, and old 'ada' recipes either keep their meaning
+or get a one-line error.
 
 The reference here is written from the paper (arXiv:2006.06676, appendix B) and
 stylegan2-ada-pytorch's ``training/augment.py`` / ``training/training_loop.py``, independently of
 gankit's code: the draws are replayed from torch's RNG in the reference's order, every matrix is
 built entry by entry in float64 NumPy, the upsampling is ``scipy.signal.upfirdn``, the bilinear
 sampler and the downsampling are explicit loops over taps, and the hue rotation is SciPy's
-rotation about the luma axis. Tolerance: 1e-9 in float64 (the identity resampling the reference
+rotation about the luma axis; cutout's mask is computed from the drawn centres in float64. Tolerance: 1e-9 in float64 (the identity resampling the reference
 applies to untouched samples reproduces them to ~4e-12, the precision of the 16-digit sym6 table).
 """
 
@@ -24,10 +25,15 @@ from scipy.spatial.transform import Rotation
 
 from gan_kit import GankitError
 from gan_kit.builtin.augment.ada import AdaptiveAugment
-from gan_kit.builtin.augment.ada_pipeline import COLOUR, GEOMETRIC, PRESETS, SYM6, OfficialPipeline
+from gan_kit.builtin.augment.ada_pipeline import COLOUR, GEOMETRIC, OPS, PRESETS, SYM6, OfficialPipeline
 
 OPTIONS = AdaptiveAugment.Options()  # the official ranges
 TOL = 1e-9
+
+#: R3GAN's AugmentPipe (Huang et al. 2024, github.com/brownvc/R3GAN, train.py's augment_kwargs):
+#: the probability multiplier of every op.
+R3GAN_AUGMENT = dict(xflip=1, rotate90=1, xint=1, scale=1, rotate=1, aniso=1, xfrac=1, brightness=0.5, contrast=0.5,
+                     lumaflip=0.5, hue=0.5, saturation=0.5, cutout=1)
 
 
 def images(n, c, h, w, seed=0, dtype=torch.float64):
@@ -42,11 +48,16 @@ def eye(n, k):
     return np.tile(np.eye(k), (n, 1, 1))
 
 
-def reference_matrices(ops, n, c, p, o=OPTIONS, h=None, w=None):
+def reference_matrices(ops, n, c, p, o=OPTIONS, h=None, w=None, mult=None):
     """Replay AugmentPipe's draws (torch's global RNG, float32, in its order) and build G_inv
-    [n,3,3] (output pixel -> input pixel) and C [n,4,4] in float64, entry by entry."""
+    [n,3,3] (output pixel -> input pixel) and C [n,4,4] in float64, entry by entry. ``mult``:
+    AugmentPipe's probability multipliers (op -> number; missing = 1): an op runs with
+    probability p * multiplier, and one with multiplier 0 is skipped (no draws)."""
     rand = lambda *s: torch.rand(n, *s).double().numpy().reshape(n, -1)  # noqa: E731
     randn = lambda *s: torch.randn(n, *s).double().numpy().reshape(n, -1)  # noqa: E731
+    mult = {op: (mult or {}).get(op, 1) for op in ops}
+    ops = [op for op in ops if mult[op] > 0]
+    pr = {op: p * mult[op] for op in ops}  # each op's probability
 
     def translate(tx, ty):
         m = eye(n, 3)
@@ -66,28 +77,28 @@ def reference_matrices(ops, n, c, p, o=OPTIONS, h=None, w=None):
     G = eye(n, 3)
     if "xflip" in ops:
         i = np.floor(rand()[:, 0] * 2)
-        i = np.where(rand()[:, 0] < p, i, 0)
+        i = np.where(rand()[:, 0] < pr["xflip"], i, 0)
         G = G @ np.linalg.inv(scale(1 - 2 * i, np.ones(n)))
     if "rotate90" in ops:
         i = np.floor(rand()[:, 0] * 4)
-        i = np.where(rand()[:, 0] < p, i, 0)
+        i = np.where(rand()[:, 0] < pr["rotate90"], i, 0)
         G = G @ np.linalg.inv(rotate(-np.pi / 2 * i))
     if "xint" in ops:
         t = (rand(2) * 2 - 1) * o.translate_ratio
-        t = np.where(rand(1) < p, t, 0)
+        t = np.where(rand(1) < pr["xint"], t, 0)
         G = G @ np.linalg.inv(translate(np.round(t[:, 0] * w), np.round(t[:, 1] * h)))
     if "scale" in ops:
         s = np.exp2(randn()[:, 0] * o.scale_std)
-        s = np.where(rand()[:, 0] < p, s, 1)
+        s = np.where(rand()[:, 0] < pr["scale"], s, 1)
         G = G @ np.linalg.inv(scale(s, s))
-    p_rot = 1 - math.sqrt(min(max(1 - p, 0), 1))
+    p_rot = 1 - math.sqrt(min(max(1 - p * mult.get("rotate", 1), 0), 1))  # P(pre or post) = p * mult
     if "rotate" in ops:
         t = (rand()[:, 0] * 2 - 1) * np.pi * o.rotate_max
         t = np.where(rand()[:, 0] < p_rot, t, 0)
         G = G @ np.linalg.inv(rotate(-t))
     if "aniso" in ops:
         s = np.exp2(randn()[:, 0] * o.aniso_std)
-        s = np.where(rand()[:, 0] < p, s, 1)
+        s = np.where(rand()[:, 0] < pr["aniso"], s, 1)
         G = G @ np.linalg.inv(scale(s, 1 / s))
     if "rotate" in ops:
         t = (rand()[:, 0] * 2 - 1) * np.pi * o.rotate_max
@@ -95,7 +106,7 @@ def reference_matrices(ops, n, c, p, o=OPTIONS, h=None, w=None):
         G = G @ np.linalg.inv(rotate(-t))
     if "xfrac" in ops:
         t = randn(2) * o.xfrac_std
-        t = np.where(rand(1) < p, t, 0)
+        t = np.where(rand(1) < pr["xfrac"], t, 0)
         G = G @ np.linalg.inv(translate(t[:, 0] * w, t[:, 1] * h))
 
     C = eye(n, 4)
@@ -103,27 +114,27 @@ def reference_matrices(ops, n, c, p, o=OPTIONS, h=None, w=None):
     vv = np.outer(v, v)
     if "brightness" in ops:
         b = randn()[:, 0] * o.brightness_std
-        b = np.where(rand()[:, 0] < p, b, 0)
+        b = np.where(rand()[:, 0] < pr["brightness"], b, 0)
         m = eye(n, 4)
         m[:, :3, 3] = b[:, None]
         C = m @ C
     if "contrast" in ops:
         k = np.exp2(randn()[:, 0] * o.contrast_std)
-        k = np.where(rand()[:, 0] < p, k, 1)
+        k = np.where(rand()[:, 0] < pr["contrast"], k, 1)
         C = np.stack([np.diag([kk, kk, kk, 1.0]) for kk in k]) @ C
     if "lumaflip" in ops:
         i = np.floor(rand()[:, 0] * 2)
-        i = np.where(rand()[:, 0] < p, i, 0)
+        i = np.where(rand()[:, 0] < pr["lumaflip"], i, 0)
         C = (np.eye(4) - 2 * vv * i[:, None, None]) @ C  # Householder reflection of the luma axis
     if "hue" in ops and c > 1:
         t = (rand()[:, 0] * 2 - 1) * np.pi * o.hue_max
-        t = np.where(rand()[:, 0] < p, t, 0)
+        t = np.where(rand()[:, 0] < pr["hue"], t, 0)
         m = eye(n, 4)
         m[:, :3, :3] = Rotation.from_rotvec(t[:, None] * v[None, :3]).as_matrix()
         C = m @ C
     if "saturation" in ops and c > 1:
         s = np.exp2(randn()[:, 0] * o.saturation_std)
-        s = np.where(rand()[:, 0] < p, s, 1)
+        s = np.where(rand()[:, 0] < pr["saturation"], s, 1)
         C = (vv + (np.eye(4) - vv) * s[:, None, None]) @ C
     return G, C
 
@@ -172,6 +183,19 @@ def reference_resample(x, G):
     return sum(f[k] * y[:, :, k:k + 2 * h:2, :] for k in range(len(f)))
 
 
+def reference_cutout(x, p, mult=1, size=OPTIONS.cutout_size):
+    """AugmentPipe's cutout of ``x [n,c,h,w]`` from torch's RNG: per sample whether to cut
+    (probability p * mult), then the centre (x, y) in [0, 1)^2; the pixels whose centres are
+    nearer it than size / 2 on both axes (in fractions of each side) become 0."""
+    n, c, h, w = x.shape
+    cut = torch.rand(n, 1, 1, 1, 1).double().numpy().reshape(n) < p * mult
+    cx, cy = torch.rand(n, 2, 1, 1, 1).double().numpy().reshape(n, 2).T
+    half = np.where(cut, size, 0.0)[:, None, None] / 2
+    inside_x = np.abs((np.arange(w) + 0.5)[None, None, :] / w - cx[:, None, None]) < half  # [n, 1, w]
+    inside_y = np.abs((np.arange(h) + 0.5)[None, :, None] / h - cy[:, None, None]) < half  # [n, h, 1]
+    return x * ~(inside_x & inside_y)[:, None]
+
+
 def reference_colour(x, C):
     n, c, h, w = x.shape
     x = x.reshape(n, c, h * w)
@@ -183,20 +207,24 @@ def reference_colour(x, C):
     return y.reshape(n, c, h, w)
 
 
-def reference(ops, x, p):
+def reference(ops, x, p, mult=None):
     """The reference's output for ``x`` (torch, float64) from torch's current RNG state."""
     n, c, h, w = x.shape
-    G, C = reference_matrices(ops, n, c, p, h=h, w=w)
+    mult = mult or {}
+    on = [op for op in ops if mult.get(op, 1) > 0]
+    G, C = reference_matrices(ops, n, c, p, h=h, w=w, mult=mult)
     y = x.numpy()
-    if any(op in ops for op in GEOMETRIC):
+    if any(op in on for op in GEOMETRIC):
         y = reference_resample(y, G)
-    if any(op in ops for op in COLOUR):
+    if any(op in on for op in COLOUR):
         y = reference_colour(y, C)
+    if "cutout" in on:
+        y = reference_cutout(y, p, mult.get("cutout", 1))
     return torch.from_numpy(np.ascontiguousarray(y)), G
 
 
-def ours(ops, x, p):
-    pipe = OfficialPipeline(tuple(ops), OPTIONS, "test")
+def ours(ops, x, p, mult=None):
+    pipe = OfficialPipeline(tuple(ops), OPTIONS, "test", mult)
     return pipe(x, torch.tensor(p))
 
 
@@ -210,22 +238,32 @@ def test_sym6_is_the_orthonormal_wavelet_low_pass():
         assert abs(np.dot(f[:-2 * shift], f[2 * shift:])) < 1e-11
 
 
-CASES = [(op, 3, 8, 12) for op in GEOMETRIC + COLOUR] + [(op, 1, 8, 8) for op in GEOMETRIC + COLOUR]
+CASES = [(op, 3, 8, 12) for op in OPS] + [(op, 1, 8, 8) for op in OPS]
 CASES += [(name, c, 8, 12) for name in PRESETS for c in (1, 3)]
 
 
 @pytest.mark.parametrize("op,c,h,w", CASES, ids=[f"{o}-c{c}-{h}x{w}" for o, c, h, w in CASES])
 def test_every_op_equals_the_reference_on_the_same_draws(op, c, h, w):
-    ops = PRESETS.get(op, (op,))
+    """Each op alone, and each preset as 'ada' builds it (its multipliers included: R3GAN's for
+    'r3gan', 1 for the others), against the reference with AugmentPipe's keyword arguments."""
+    if op in PRESETS:
+        ops, mult = PRESETS[op], (R3GAN_AUGMENT if op == "r3gan" else {})
+        pipe = AdaptiveAugment(AdaptiveAugment.Options(pipeline=op)).pipeline
+    else:
+        ops, mult = (op,), {}
+        pipe = OfficialPipeline(ops, OPTIONS, "test")
     x = images(12, c, h, w, seed=1)
     torch.manual_seed(3)
-    y = ours(ops, x, 0.5)
+    y = pipe(x, torch.tensor(0.5))
     after = torch.rand(1)
     torch.manual_seed(3)
-    expected, G = reference(ops, x, 0.5)
+    expected, G = reference(ops, x, 0.5, mult)
     assert torch.equal(torch.rand(1), after)  # the same number of draws, in the same order
     torch.testing.assert_close(y, expected, rtol=0, atol=TOL)
     changed = (y - x).flatten(1).abs().amax(1) > 1e-6
+    if op == "cutout":  # a cut sample has exactly a quarter of its pixels zeroed, or fewer at the border
+        cut = (y == 0) & (x != 0)
+        assert torch.equal(cut, y != x) and (cut.flatten(1).sum(1) <= c * h * w // 4).all()
     if op in ("hue", "saturation") and c == 1:
         assert torch.equal(y, x)  # no chroma to turn or scale: skipped, as the reference does
     elif op in PRESETS:
@@ -234,14 +272,79 @@ def test_every_op_equals_the_reference_on_the_same_draws(op, c, h, w):
         assert changed.any() and not changed.all()  # p = 0.5: some samples transformed, some not
 
 
-@pytest.mark.parametrize("side,p", [(4, 1.0), (16, 1.25)])
-def test_bgc_equals_the_reference_on_tiny_images_and_p_above_one(side, p):
+@pytest.mark.parametrize("name,side,p", [("bgc", 4, 1.0), ("bgc", 16, 1.25), ("r3gan", 4, 1.0), ("r3gan", 16, 1.25)])
+def test_bgc_and_r3gan_equal_the_reference_on_tiny_images_and_p_above_one(name, side, p):
     x = images(8, 3, side, side, seed=2)
     torch.manual_seed(5)
-    y = ours(PRESETS["bgc"], x, p)
+    y = AdaptiveAugment(AdaptiveAugment.Options(pipeline=name)).pipeline(x, torch.tensor(p))
     torch.manual_seed(5)
-    torch.testing.assert_close(y, reference(PRESETS["bgc"], x, p)[0], rtol=0, atol=TOL)
+    expected, _ = reference(PRESETS[name], x, p, R3GAN_AUGMENT if name == "r3gan" else None)
+    torch.testing.assert_close(y, expected, rtol=0, atol=TOL)
     assert ((y - x).flatten(1).abs().amax(1) > 1e-3).all()  # p >= 1: every sample transformed
+
+
+#: Multipliers of every kind: below 1, above 1 (p * multiplier > 1: always), 0 (off, no draws),
+#: the rotate pair's p_rot from its own multiplier.
+MIXED = dict(xflip=0.3, rotate90=0, xint=1.5, scale=0.7, rotate=1.7, aniso=0.2, xfrac=2.5, brightness=0.5,
+             contrast=0, lumaflip=1.2, hue=0.4, saturation=2.2, cutout=0.6)
+
+
+@pytest.mark.parametrize("c,mult", [(3, MIXED), (1, MIXED), (3, {"rotate": 0.4, "cutout": 2.5})],
+                         ids=["rgb-mixed", "grey-mixed", "rgb-rotate-cutout"])
+def test_per_op_multipliers_equal_the_reference_on_the_same_draws(c, mult):
+    """Each op with probability p * multiplier, as AugmentPipe's keyword arguments; an op at 0
+    draws nothing (the same draws as without it, checked by the RNG state after the call)."""
+    x = images(12, c, 8, 12, seed=11)
+    torch.manual_seed(4)
+    y = ours(PRESETS["r3gan"], x, 0.5, mult)
+    after = torch.rand(1)
+    torch.manual_seed(4)
+    expected, _ = reference(PRESETS["r3gan"], x, 0.5, mult)
+    assert torch.equal(torch.rand(1), after)
+    torch.testing.assert_close(y, expected, rtol=0, atol=TOL)
+    torch.manual_seed(4)
+    assert not torch.allclose(ours(PRESETS["r3gan"], x, 0.5), y, atol=1e-3)  # the multipliers mattered
+
+
+def test_the_r3gan_preset_is_r3gans_augment_pipe_and_bgc_is_unchanged():
+    """pipeline = "r3gan": R3GAN's train.py's AugmentPipe - blit + geom + color + cutout, the
+    colour ops at half probability; a multiplier of the recipe overrides the preset's one op."""
+    r3gan = AdaptiveAugment(AdaptiveAugment.Options(pipeline="r3gan")).pipeline
+    assert r3gan.multipliers == R3GAN_AUGMENT and r3gan.ops == set(R3GAN_AUGMENT)
+    assert r3gan.o.cutout_size == 0.5  # AugmentPipe's default, which R3GAN keeps
+    bgc = AdaptiveAugment(AdaptiveAugment.Options()).pipeline
+    assert bgc.multipliers == dict.fromkeys(GEOMETRIC + COLOUR, 1.0) and bgc.ops == set(GEOMETRIC + COLOUR)
+    mine = AdaptiveAugment(AdaptiveAugment.Options(pipeline="r3gan", multipliers={"hue": 1.0, "cutout": 0})).pipeline
+    assert mine.multipliers == {**R3GAN_AUGMENT, "hue": 1.0, "cutout": 0.0} and "cutout" not in mine.ops
+
+
+def test_cutout_zeroes_a_rectangle_of_cutout_size_times_each_side_centred_on_the_draw():
+    """p = 1: every sample gets a zero (mid-grey) rectangle, cutout_size of its width by
+    cutout_size of its height (3 x 6 on 6 x 12 images at 0.5), clipped at the border; the draw
+    after the cut's own is the centre (x, y), as AugmentPipe's."""
+    x = torch.ones(64, 1, 6, 12, dtype=torch.float64)
+    pipe = OfficialPipeline(("cutout",), OPTIONS, "cutout")
+    torch.manual_seed(7)
+    y = pipe(x, torch.tensor(1.0))
+    torch.manual_seed(7)
+    torch.rand(64)  # whether to cut: p = 1, all
+    centre = torch.rand(64, 2)
+    clipped = 0
+    for k in range(64):
+        rows, cols = torch.nonzero(y[k, 0] == 0, as_tuple=True)
+        assert set(y[k].unique().tolist()) == {0.0, 1.0}
+        assert rows.numel() == (rows.max() - rows.min() + 1) * (cols.max() - cols.min() + 1)  # a rectangle
+        side = (rows.max() - rows.min() + 1, cols.max() - cols.min() + 1)
+        if 0.25 < centre[k, 1] < 0.75 and 0.25 < centre[k, 0] < 0.75:  # away from the border: whole
+            assert side == (3, 6), k
+        assert side[0] <= 3 and side[1] <= 6, k  # nearer a border: clipped by it
+        clipped += rows.numel() < 18
+        assert abs((rows.float().mean() + 0.5) / 6 - centre[k, 1]) <= 0.25 + 1e-6
+        assert abs((cols.float().mean() + 0.5) / 12 - centre[k, 0]) <= 0.25 + 1e-6
+    assert 0 < clipped < 64
+    big = OfficialPipeline(("cutout",), AdaptiveAugment.Options(pipeline="cutout", cutout_size=1.0), "cutout")
+    torch.manual_seed(7)
+    assert (big(x, torch.tensor(1.0)) == 0).float().mean() > 0.4  # the size option is used (0.5: at most 1/4)
 
 
 def test_integer_translation_through_the_resampling_is_an_exact_reflected_shift():
@@ -253,18 +356,22 @@ def test_integer_translation_through_the_resampling_is_an_exact_reflected_shift(
     torch.testing.assert_close(y, shifted, rtol=0, atol=TOL)
 
 
-def test_op_probabilities_are_the_reference_ones():
-    # Touched = the op's mask fired: probability p per op; each rotation fires with
-    # p_rot = 1 - sqrt(1 - p), so one of the two does with probability p. Binomial std at
-    # n = 4000, p = 0.3: 0.007; tolerance 0.03.
-    n, p = 4000, torch.tensor(0.3)
+@pytest.mark.parametrize("p,mult", [(0.3, 1.0), (0.6, 0.5), (0.5, 2.5)])
+def test_op_probabilities_are_the_reference_ones(p, mult):
+    # Touched = the op's mask fired: probability p * multiplier per op (at most 1); each rotation
+    # fires with p_rot = 1 - sqrt(1 - p * multiplier), so one of the two does with probability
+    # p * multiplier. Binomial std at n = 4000, 0.3: 0.007; tolerance 0.03.
+    n, expected, p = 4000, min(p * mult, 1.0), torch.tensor(p)
     for op in GEOMETRIC:
-        _, touched = OfficialPipeline((op,), OPTIONS, op).geometric_matrix(torch.Size([n, 3, 8, 8]), "cpu",
-                                                                           torch.float64, p.double())
-        assert touched.float().mean().item() == pytest.approx(0.3, abs=0.03), op
+        pipe = OfficialPipeline((op,), OPTIONS, op, {op: mult})
+        _, touched = pipe.geometric_matrix(torch.Size([n, 3, 8, 8]), "cpu", torch.float64, p.double())
+        assert touched.float().mean().item() == pytest.approx(expected, abs=0.03), op
     for op in COLOUR:
-        _, touched = OfficialPipeline((op,), OPTIONS, op).colour_matrix(n, 3, "cpu", torch.float64, p.double())
-        assert touched.float().mean().item() == pytest.approx(0.3, abs=0.03), op
+        pipe = OfficialPipeline((op,), OPTIONS, op, {op: mult})
+        _, touched = pipe.colour_matrix(n, 3, "cpu", torch.float64, p.double())
+        assert touched.float().mean().item() == pytest.approx(expected, abs=0.03), op
+    mask = OfficialPipeline(("cutout",), OPTIONS, "cutout", {"cutout": mult}).cutout_mask(n, 8, 8, "cpu", p)
+    assert (mask == 0).flatten(1).any(1).float().mean().item() == pytest.approx(expected, abs=0.03)
     # When applied, xflip flips with probability 1/2 and rotate90 turns with probability 3/4.
     G, _ = OfficialPipeline(("xflip",), OPTIONS, "x").geometric_matrix(torch.Size([n, 1, 8, 8]), "cpu",
                                                                       torch.float64, torch.tensor(1.0, dtype=torch.float64))
@@ -302,9 +409,9 @@ def test_p_follows_the_reference_rule():
     assert float(capped.p) == pytest.approx(0.8)  # p_max set: the old bound
 
 
-@pytest.mark.parametrize("c", [1, 3])
-def test_bgc_passes_gradcheck(c):
-    aug = AdaptiveAugment(AdaptiveAugment.Options(p_init=1.0))
+@pytest.mark.parametrize("pipeline,c", [("bgc", 1), ("bgc", 3), ("r3gan", 1), ("r3gan", 3)])
+def test_bgc_and_r3gan_pass_gradcheck(pipeline, c):
+    aug = AdaptiveAugment(AdaptiveAugment.Options(pipeline=pipeline, p_init=1.0))
     x = images(1, c, 4, 4, seed=6).requires_grad_()
 
     def f(t):
@@ -316,10 +423,24 @@ def test_bgc_passes_gradcheck(c):
         assert torch.autograd.gradgradcheck(f, (x,), eps=1e-6, atol=1e-6)
 
 
-def test_p_zero_is_the_identity_and_half_precision_and_autocast_work():
+def test_gradients_flow_through_cutout_as_its_mask():
+    """Cutout is a mask multiply: the gradient of sum(out) is 1 at the pixels kept and 0 at the
+    cut ones, in every channel (gradcheck and gradgradcheck of 'r3gan', above, include it)."""
+    aug = AdaptiveAugment(AdaptiveAugment.Options(pipeline="cutout", p_init=1.0))
+    x = images(6, 3, 8, 8, seed=12).requires_grad_()
+    torch.manual_seed(3)
+    y = aug(x)
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    cut = y.detach() == 0
+    assert cut.any() and (~cut).any() and torch.equal(cut, cut[:, :1].expand_as(cut))
+    assert torch.equal(grad, (~cut).double())
+
+
+@pytest.mark.parametrize("pipeline", ["bgc", "r3gan"])
+def test_p_zero_is_the_identity_and_half_precision_and_autocast_work(pipeline):
     x = images(8, 3, 8, 8, seed=7, dtype=torch.float32)
-    assert torch.equal(AdaptiveAugment(AdaptiveAugment.Options())(x), x)  # p_init 0: bit-exact
-    aug = AdaptiveAugment(AdaptiveAugment.Options(p_init=1.0))
+    assert torch.equal(AdaptiveAugment(AdaptiveAugment.Options(pipeline=pipeline))(x), x)  # p_init 0: bit-exact
+    aug = AdaptiveAugment(AdaptiveAugment.Options(pipeline=pipeline, p_init=1.0))
     torch.manual_seed(1)
     plain = aug(x)
     torch.manual_seed(1)
@@ -354,10 +475,10 @@ def test_old_ada_recipes_keep_their_meaning_or_get_one_line():
     assert problems(pipeline="gankit-subset", aniso_std=0.1) == [("aniso_std", (
         "has no effect with pipeline = \"gankit-subset\" (it has no aniso); remove it or use pipeline = \"bgc\""))]
     with pytest.raises(GankitError, match=r"^augment\.pipeline: unknown pipeline 'bgcc' \(did you mean 'bgc'\?\); "
-                                          r"available: blit, geom, color, bg, bgc, gankit-subset$"):
+                                          r"available: blit, geom, color, cutout, bg, bgc, r3gan, gankit-subset$"):
         AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcc"))
     with pytest.raises(GankitError, match=r"^augment\.pipeline: stylegan2-ada-pytorch's pipeline 'bgcf' needs its "
-                                          r"filter, noise or cutout ops, which gankit does not implement; available"):
+                                          r"filter or noise ops, which gankit does not implement; available"):
         AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcf"))
 
 
@@ -373,17 +494,75 @@ def test_a_recipe_with_the_old_transforms_key_is_refused_at_load(tmp_path):
     load_recipe(path, ["augment={name='ada', pipeline='gankit-subset', transforms='xflip'}"])
 
 
+def test_multipliers_and_cutout_size_are_refused_in_one_line_where_they_would_do_nothing():
+    problems = lambda **kw: list(AdaptiveAugment.problems(AdaptiveAugment.Options(**kw), None))  # noqa: E731
+    every = ", ".join(OPS)
+    assert problems(multipliers={"brightness": 0.5, "cutout": 0}, pipeline="r3gan") == []
+    assert problems(multipliers={"brigthness": 0.5}) == [("multipliers.brigthness", (
+        f"unknown op 'brigthness' (did you mean 'brightness'?); available: {every}"))]
+    assert problems(multipliers={"noise": 1.0}) == [("multipliers.noise", (
+        f"stylegan2-ada-pytorch's op 'noise' is not implemented in gankit; available: {every}"))]
+    assert problems(pipeline="bg", multipliers={"hue": 0.5}) == [("multipliers.hue", (
+        "has no effect: pipeline \"bg\" has no hue (xflip, rotate90, xint, scale, rotate, aniso, xfrac); remove it "
+        "or use pipeline = \"bgc\""))]
+    assert problems(multipliers={"cutout": 1.0}) == [("multipliers.cutout", (
+        "has no effect: pipeline \"bgc\" has no cutout (" + ", ".join(GEOMETRIC + COLOUR) + "); remove it or use "
+        "pipeline = \"r3gan\""))]
+    assert problems(pipeline="r3gan", multipliers={"hue": -0.5}) == [("multipliers.hue", (
+        "must be >= 0, got -0.5 (the op runs with probability p * -0.5; 0 turns it off)"))]
+    assert problems(pipeline="gankit-subset", multipliers={"xflip": 0.5}) == [("multipliers", (
+        "has no effect with pipeline = \"gankit-subset\" (its transforms all run with probability p); remove it or "
+        "use pipeline = \"bgc\""))]
+    assert problems(pipeline="geom", cutout_size=0.25) == [("cutout_size", (
+        "has no effect: pipeline \"geom\" has no cutout (scale, rotate, aniso, xfrac); remove it or use pipeline = "
+        "\"r3gan\""))]
+    assert [k for k, _ in problems(pipeline="gankit-subset", cutout_size=0.25)] == ["cutout_size"]
+    with pytest.raises(GankitError, match=r"^augment\.cutout_size: must be in \[0, 1\], got 1\.5$"):
+        AdaptiveAugment(AdaptiveAugment.Options(pipeline="r3gan", cutout_size=1.5))
+    with pytest.raises(GankitError, match=r"^augment\.multipliers\.hue: must be >= 0"):
+        AdaptiveAugment(AdaptiveAugment.Options(pipeline="r3gan", multipliers={"hue": float("nan")}))
 
-def test_two_processes_augment_the_global_batch_as_one_process_does(monkeypatch):
+
+@pytest.mark.parametrize("table,message", [
+    ("{name='ada', pipeline='r3gan', multipliers={saturaton=0.5}}",
+     "augment.multipliers.saturaton: unknown op 'saturaton' (did you mean 'saturation'?); available: xflip,"),
+    ("{name='ada', multipliers={cutout=1}}", "augment.multipliers.cutout: has no effect: pipeline \"bgc\" has no cutout"),
+    ("{name='ada', pipeline='r3gan', multipliers={hue='half'}}",
+     "augment.multipliers.hue: expected float, got string \"half\""),
+    ("{name='ada', pipeline='r3gan', multipliers={hue=-1}}", "augment.multipliers.hue: must be >= 0, got -1.0"),
+])
+def test_a_recipe_with_a_bad_multiplier_is_refused_at_load_in_one_line(tmp_path, table, message):
+    from gan_kit.recipe import load_recipe
+    from gan_kit.testing import write_tiny_recipe
+
+    path = write_tiny_recipe(tmp_path)
+    with pytest.raises(GankitError) as e:
+        load_recipe(path, [f"augment={table}"])
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_recipe_sets_the_multipliers_and_the_cutout_size(tmp_path):
+    from gan_kit.recipe import load_recipe
+    from gan_kit.testing import write_tiny_recipe
+
+    recipe, _ = load_recipe(write_tiny_recipe(tmp_path), [
+        "augment={name='ada', pipeline='r3gan', multipliers={hue=1, cutout=0.25}, cutout_size=0.25}"])
+    assert recipe.augment.options.multipliers == {"hue": 1.0, "cutout": 0.25}
+    pipe = AdaptiveAugment(recipe.augment.options).pipeline
+    assert pipe.multipliers == {**R3GAN_AUGMENT, "hue": 1.0, "cutout": 0.25} and pipe.o.cutout_size == 0.25
+
+
+@pytest.mark.parametrize("pipeline", ["bgc", "r3gan"])
+def test_two_processes_augment_the_global_batch_as_one_process_does(monkeypatch, pipeline):
     """Under two processes (simulated here in one: torch.distributed's all-reduce replaced by the
     max over the two processes' values) each process draws for the global batch and keeps its
     slice (gan_kit.batch_rand), and pads by the global batch's margin. With strong shrinking
     (scale_std 1) the two halves alone need different margins, and would then differ by ~6e-5.
     In float64: in float32 a batch of 8 and one of 16 take different vector paths on some CPUs
-    (AVX2 against AVX-512), which alone differ by up to 1e-5."""
+    (AVX2 against AVX-512), which alone differ by up to 1e-5. 'r3gan' adds cutout's draws."""
     from gan_kit.base.randomness import sharded
 
-    aug = AdaptiveAugment(AdaptiveAugment.Options(p_init=1.0, scale_std=1.0))
+    aug = AdaptiveAugment(AdaptiveAugment.Options(pipeline=pipeline, p_init=1.0, scale_std=1.0))
     x = images(16, 3, 32, 32, seed=8, dtype=torch.float64)
     local: dict[int, torch.Tensor] = {}
 

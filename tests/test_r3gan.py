@@ -142,6 +142,7 @@ def test_the_recipe_follows_r3gans_cosine_schedules_in_metrics_jsonl(tmp_path):
                                            "penalty.1.interval=1", f"run.out_dir={tmp_path / 'run'}"])
     run = build_run(recipe, plugins)
     assert recipe.augment.name == "ada" and recipe.augment.options.target is None
+    assert recipe.augment.options.pipeline == "r3gan"  # R3GAN's AugmentPipe: colour at p / 2, cutout
     assert recipe.ema.rampup is None  # the half-life schedule is the ramp
     used = []
     pipeline = run.augment.pipeline

@@ -2,7 +2,8 @@
 "Training Generative Adversarial Networks with Limited Data" (arXiv:2006.06676).
 
 The pipeline is chosen with ``pipeline``: stylegan2-ada-pytorch's presets ('bgc', the paper's,
-by default; 'bg', 'blit', 'geom', 'color'), implemented in ``gan_kit.builtin.augment.ada_pipeline``, or
+by default; 'bg', 'blit', 'geom', 'color', 'cutout') or R3GAN's ('r3gan'), implemented in
+``gan_kit.builtin.augment.ada_pipeline`` with per-op probability multipliers (``multipliers``), or
 ``"gankit-subset"``, gankit 0.2's seven-transform pipeline (``gan_kit.builtin.augment.ada_subset``).
 Whatever the pipeline, p is adapted by the paper's rule (sec. 3) as stylegan2-ada-pytorch's
 training loop does; see ``AdaptiveAugment``.
@@ -18,7 +19,7 @@ import torch
 
 from gan_kit import Augment, hookimpl, option
 from gan_kit.builtin.augment.adaptive_p import AdaptiveP
-from gan_kit.builtin.augment.ada_pipeline import PRESETS, OfficialPipeline
+from gan_kit.builtin.augment.ada_pipeline import CUTOUT, OPS, PRESET_MULTIPLIERS, PRESETS, OfficialPipeline
 from gan_kit.builtin.augment.ada_subset import ADA_TRANSFORMS, SubsetPipeline
 from gan_kit.builtin.augment import name_problems, raise_first_problem, parse_names
 
@@ -31,17 +32,19 @@ PIPELINES = (*PRESETS, SUBSET)
 #: would do nothing.
 _RANGE_OF = {"translate_ratio": "xint", "scale_std": "scale", "rotate_max": "rotate", "aniso_std": "aniso",
              "xfrac_std": "xfrac", "brightness_std": "brightness", "contrast_std": "contrast", "hue_max": "hue",
-             "saturation_std": "saturation"}
-_NOT_IN_SUBSET = ("rotate_max", "aniso_std", "xfrac_std", "hue_max")
-#: stylegan2-ada-pytorch presets that need its filtering, noise or cutout groups.
-_NOT_IMPLEMENTED = ("filter", "noise", "cutout", "bgcf", "bgcfn", "bgcfnc")
+             "saturation_std": "saturation", "cutout_size": "cutout"}
+_NOT_IN_SUBSET = ("rotate_max", "aniso_std", "xfrac_std", "hue_max", "cutout_size")
+#: stylegan2-ada-pytorch presets that need its filtering or noise groups.
+_NOT_IMPLEMENTED = ("filter", "noise", "bgcf", "bgcfn", "bgcfnc")
+#: stylegan2-ada-pytorch's AugmentPipe ops (keyword arguments) that gankit does not implement.
+_OPS_NOT_IMPLEMENTED = ("imgfilter", "noise")
 
 
 def _pipeline_problem(value: str) -> str | None:
     if value in PIPELINES:
         return None
     if value in _NOT_IMPLEMENTED:
-        return (f"stylegan2-ada-pytorch's pipeline {value!r} needs its filter, noise or cutout ops, which gankit "
+        return (f"stylegan2-ada-pytorch's pipeline {value!r} needs its filter or noise ops, which gankit "
                 f"does not implement; available: {', '.join(PIPELINES)}")
     close = difflib.get_close_matches(value, PIPELINES, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -52,6 +55,41 @@ def _at_least(low: float):
     return lambda v: None if v >= low else f"must be >= {low:g}, got {v}"
 
 
+def _with(op: str) -> str:
+    """A preset that has ``op``: the fix of a "has no effect" problem."""
+    return "r3gan" if op in CUTOUT else "bgc"
+
+
+def _multiplier_problems(o) -> list[tuple[str, str]]:
+    """``(key, message)`` per entry of ``multipliers`` that names no op of the pipeline or holds a
+    negative number (the recipe loader refuses NaN and inf before this)."""
+    if not o.multipliers:
+        return []
+    if o.pipeline == SUBSET:
+        return [("multipliers", f"has no effect with pipeline = \"{SUBSET}\" (its transforms all run with "
+                                f"probability p); remove it or use pipeline = \"bgc\"")]
+    if o.pipeline not in PRESETS:  # refused by the pipeline's own check
+        return []
+    out = []
+    ops = PRESETS[o.pipeline]
+    for name, value in o.multipliers.items():
+        key = f"multipliers.{name}"
+        if name in _OPS_NOT_IMPLEMENTED:
+            out.append((key, f"stylegan2-ada-pytorch's op {name!r} is not implemented in gankit; available: "
+                             f"{', '.join(OPS)}"))
+        elif name not in OPS:
+            close = difflib.get_close_matches(name, OPS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            out.append((key, f"unknown op {name!r}{hint}; available: {', '.join(OPS)}"))
+        elif name not in ops:
+            out.append((key, f"has no effect: pipeline \"{o.pipeline}\" has no {name} ({', '.join(ops)}); "
+                             f"remove it or use pipeline = \"{_with(name)}\""))
+        elif not value >= 0:
+            out.append((key, f"must be >= 0, got {value!r} (the op runs with probability p * {value!r}; "
+                             f"0 turns it off)"))
+    return out
+
+
 class AdaptiveAugment(Augment):
     """ADA, adaptive discriminator augmentation, with stylegan2-ada-pytorch's pipelines ('bgc').
 
@@ -59,12 +97,15 @@ class AdaptiveAugment(Augment):
     (arXiv:2006.06676), sec. 2.3-3 and appendix B, as stylegan2-ada-pytorch runs it.
 
     ``augment(images[N,C,H,W]) -> [N,C,H,W]`` (same dtype, images in [-1, 1]) runs ``pipeline``
-    with probability p per op and per sample, fresh draws per call (``gan_kit.batch_rand``):
-    'bgc' (default) = 'blit' (xflip, rotate90, xint) + 'geom' (scale, rotate, aniso, xfrac) +
-    'color' (brightness, contrast, lumaflip, hue, saturation), with stylegan2-ada-pytorch's
-    ranges and one anti-aliased resampling for all geometric ops (``ada_pipeline``); 'bg' is
-    'blit' + 'geom'. ``"gankit-subset"`` is gankit 0.2's pipeline (``ada_subset``), its
-    transforms chosen with ``transforms``. Differentiable w.r.t. the images.
+    with probability ``p * multiplier`` per op and per sample, fresh draws per call
+    (``gan_kit.batch_rand``): 'bgc' (default) = 'blit' (xflip, rotate90, xint) + 'geom' (scale,
+    rotate, aniso, xfrac) + 'color' (brightness, contrast, lumaflip, hue, saturation), every
+    multiplier 1, with stylegan2-ada-pytorch's ranges and one anti-aliased resampling for all
+    geometric ops (``ada_pipeline``); 'bg' is 'blit' + 'geom'; 'r3gan' is 'bgc' + 'cutout' with
+    the colour multipliers 0.5 (R3GAN's ``train.py``, Huang et al. 2024). ``multipliers``
+    overrides a preset's (AugmentPipe's keyword arguments). ``"gankit-subset"`` is gankit 0.2's
+    pipeline (``ada_subset``), its transforms chosen with ``transforms``. Differentiable w.r.t.
+    the images.
 
     p follows the overfitting heuristic ``r_t = E[sign(D(real))]`` (sec. 3): the engine hands D's
     logits on the augmented reals of every D objective to ``feedback``; every ``interval``
@@ -85,9 +126,16 @@ class AdaptiveAugment(Augment):
     @attrs.frozen
     class Options:
         pipeline: str = option("bgc", help="Augmentation pipeline: stylegan2-ada-pytorch's --augpipe presets 'bgc' (the "
-                                           "paper's: blit + geom + color), 'bg', 'blit', 'geom', 'color', or "
+                                           "paper's: blit + geom + color), 'bg', 'blit', 'geom', 'color', 'cutout'; "
+                                           "'r3gan' (R3GAN's: bgc + cutout, the colour ops at half probability); or "
                                            "'gankit-subset' (gankit 0.2's seven transforms, see docs/augmentation.md).",
                                validator=_pipeline_problem)
+        multipliers: dict[str, float] = option(
+            factory=dict, help="Per-op probability multipliers of the stylegan2-ada-pytorch pipelines (AugmentPipe's "
+                               "keyword arguments), op name -> number >= 0: the op runs with probability p * "
+                               "multiplier; 0 turns it off. An op not named keeps its preset's (1; 0.5 for the "
+                               "colour ops of 'r3gan'). E.g. {brightness = 0.5, cutout = 0}. Ops: "
+                               + ", ".join(OPS) + ".")
         target: float | None = option(
             0.6, help="Target of the overfitting heuristic r_t = E[sign(D(real))] (0.6 in the paper); None = a fixed "
                       "p: p_init throughout, never adapted (R3GAN's and the ADA paper's fixed-p baselines).",
@@ -122,6 +170,9 @@ class AdaptiveAugment(Augment):
         hue_max: float = option(1.0, help="Range of the hue rotation, 1 = the full circle (1).",
                                 validator=lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v}")
         saturation_std: float = option(1.0, help="Std of log2 of the saturation factor (1).", validator=_at_least(0))
+        cutout_size: float = option(0.5, help="Side of the cutout rectangle as a fraction of each image side (0.5; "
+                                              "AugmentPipe's cutout_size).",
+                                    validator=lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v}")
         transforms: str | None = option(None, help="pipeline = 'gankit-subset' only: comma-separated transforms, applied in "
                                                    "the paper's order whatever the order here: " + ", ".join(ADA_TRANSFORMS)
                                                    + "; None = all.")
@@ -141,7 +192,7 @@ class AdaptiveAugment(Augment):
             for key in _NOT_IN_SUBSET:
                 if getattr(o, key) != _default(key):
                     yield key, (f"has no effect with pipeline = \"{SUBSET}\" (it has no {_RANGE_OF[key]}); "
-                                f"remove it or use pipeline = \"bgc\"")
+                                f"remove it or use pipeline = \"{_with(_RANGE_OF[key])}\"")
         elif o.pipeline in PRESETS:
             for key in ("transforms", "translation_padding"):
                 if getattr(o, key) is not None:
@@ -151,7 +202,8 @@ class AdaptiveAugment(Augment):
             for key, op in _RANGE_OF.items():
                 if op not in PRESETS[o.pipeline] and getattr(o, key) != _default(key):
                     yield key, (f"has no effect: pipeline \"{o.pipeline}\" has no {op} "
-                                f"({', '.join(PRESETS[o.pipeline])}); remove it or use pipeline = \"bgc\"")
+                                f"({', '.join(PRESETS[o.pipeline])}); remove it or use pipeline = \"{_with(op)}\"")
+        yield from _multiplier_problems(o)
         if o.p_max is not None and o.p_init > o.p_max:
             yield "p_init", f"p_init = {o.p_init:g} is above p_max = {o.p_max:g} (lower p_init or raise p_max)"
 
@@ -163,7 +215,8 @@ class AdaptiveAugment(Augment):
             enabled = frozenset(parse_names(o.transforms) if o.transforms is not None else ADA_TRANSFORMS)
             self.pipeline = SubsetPipeline(enabled, o)
         else:
-            self.pipeline = OfficialPipeline(PRESETS[o.pipeline], o, o.pipeline)
+            multipliers = {**PRESET_MULTIPLIERS.get(o.pipeline, {}), **o.multipliers}
+            self.pipeline = OfficialPipeline(PRESETS[o.pipeline], o, o.pipeline, multipliers)
         self.adaptive = AdaptiveP(o.p_init)
 
     @property

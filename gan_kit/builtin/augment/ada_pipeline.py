@@ -1,5 +1,5 @@
 """The augmentation pipeline of ADA as the paper runs it: stylegan2-ada-pytorch's 'bgc' and its
-other official presets, in plain PyTorch.
+other official presets, and R3GAN's, in plain PyTorch.
 
 Karras, Aittala, Hellsten, Laine, Lehtinen, Aila 2020, "Training Generative Adversarial Networks
 with Limited Data" (arXiv:2006.06676), appendix B, with the probabilities, ranges and execution of
@@ -7,10 +7,15 @@ the authors' public stylegan2-ada-pytorch (``training/augment.py``, ``AugmentPip
 are ``train.py``'s ``augpipe_specs``). Their custom CUDA ops are replaced by plain PyTorch ones
 with the same math: ``upfirdn2d`` is a zero-insertion, a zero pad and a separable convolution
 (computed here as depthwise convolutions, the upsampling polyphase), ``grid_sample_gradfix`` is
-``F.grid_sample``.
+``F.grid_sample``. The 'r3gan' preset is the pipe R3GAN trains with (Huang, Gokaslan, Kuleshov,
+Tompkin 2024, arXiv:2501.05441; the authors' ``train.py``, github.com/brownvc/R3GAN): every
+geometric op, the colour ops at half probability, and cutout.
 
-Every op is applied to each sample independently with probability ``p`` (fresh draws per call and
-per sample, in the reference's order, from ``gan_kit.batch_rand`` / ``batch_randn``):
+Every op is applied to each sample independently with probability ``p * multiplier`` (the
+per-op probability multipliers are AugmentPipe's keyword arguments: 1 in stylegan2-ada-pytorch's
+presets, 0.5 for the colour ops of 'r3gan'; an op with multiplier 0 is off and draws nothing),
+with fresh draws per call and per sample, in the reference's order, from ``gan_kit.batch_rand`` /
+``batch_randn``:
 
 - geometric, composed into one inverse homogeneous 3x3 matrix ``G_inv`` per sample (output pixel
   -> input pixel, pixel units about the image centre), then executed with ONE resampling: reflect
@@ -19,8 +24,9 @@ per sample, in the reference's order, from ``gan_kit.batch_rand`` / ``batch_rand
   (probability 1/2 when applied), ``rotate90`` (k * 90 degrees, k uniform in 0..3), ``xint``
   (integer translation, ``round(U(-r, r) * side)``, r = 0.125), ``scale`` (isotropic,
   ``2^N(0, 0.2)``), ``rotate`` (uniform angle in +-pi * rotate_max, once before and once after
-  ``aniso``, each with ``p_rot = 1 - sqrt(1 - p)`` so that at least one happens with probability
-  p), ``aniso`` (``x * s``, ``y / s``, ``s = 2^N(0, 0.2)``), ``xfrac`` (``N(0, 0.125) * side``);
+  ``aniso``, each with ``p_rot = 1 - sqrt(1 - p * multiplier)`` so that at least one happens with
+  probability ``p * multiplier``), ``aniso`` (``x * s``, ``y / s``, ``s = 2^N(0, 0.2)``),
+  ``xfrac`` (``N(0, 0.125) * side``);
 - colour, composed into one 4x4 matrix ``C`` per sample acting on ``(r, g, b, 1)``:
   ``brightness`` (``+ N(0, 0.2)``), ``contrast`` (``* 2^N(0, 0.5)``, about 0), ``lumaflip``
   (Householder reflection ``I - 2 v v^T`` about the luma axis ``v = (1, 1, 1) / sqrt(3)``,
@@ -28,7 +34,12 @@ per sample, in the reference's order, from ``gan_kit.batch_rand`` / ``batch_rand
   ``saturation`` (``v v^T + (I - v v^T) * 2^N(0, 1)``). Images are in [-1, 1], as the
   reference's are, so 0 (the centre of contrast and luma flip) is mid-grey. Hue and saturation
   need three channels: grey images (C = 1) skip them (no draws), and the other ops act on grey
-  through the mean of C's three colour rows, as the reference does.
+  through the mean of C's three colour rows, as the reference does;
+- ``cutout``, after the colour ops (AugmentPipe's image-space corruptions): the pixels whose
+  centres lie within ``cutout_size / 2`` of a uniformly drawn point on both axes (in fractions of
+  each side: a ``cutout_size * W`` by ``cutout_size * H`` rectangle, clipped by the border) are
+  multiplied by 0, mid-grey. DeVries & Taylor 2017, "Improved Regularization of Convolutional
+  Neural Networks with Cutout" (arXiv:1708.04552), as AugmentPipe runs it.
 
 Two deliberate differences: a sample no geometric (colour) op touched is passed through
 bit-exact, where the reference resamples it with the identity matrix (which reproduces it to
@@ -39,25 +50,39 @@ batch's (the reference pads per GPU), so that N processes augment as one does.
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import torch
 import torch.nn.functional as F
 
 from gan_kit import GankitError, batch_rand, batch_randn
 
-__all__ = ["PRESETS", "GEOMETRIC", "COLOUR", "SYM6", "OfficialPipeline", "upsample2x", "downsample2x"]
+__all__ = ["PRESETS", "PRESET_MULTIPLIERS", "GEOMETRIC", "COLOUR", "CUTOUT", "OPS", "SYM6", "OfficialPipeline",
+           "upsample2x", "downsample2x"]
 
 GEOMETRIC = ("xflip", "rotate90", "xint", "scale", "rotate", "aniso", "xfrac")
 COLOUR = ("brightness", "contrast", "lumaflip", "hue", "saturation")
+CUTOUT = ("cutout",)
+#: Every op, in the order the pipeline applies them.
+OPS = GEOMETRIC + COLOUR + CUTOUT
 
-#: stylegan2-ada-pytorch's ``--augpipe`` presets implemented here (the ones made of the geometric
-#: and colour groups; 'filter', 'noise', 'cutout' and 'bgcf...' are not).
+#: stylegan2-ada-pytorch's ``--augpipe`` presets implemented here (the ones made of the geometric,
+#: colour and cutout groups; 'filter', 'noise' and 'bgcf...' are not), and R3GAN's pipe.
 PRESETS: dict[str, tuple[str, ...]] = {
     "blit": GEOMETRIC[:3],
     "geom": GEOMETRIC[3:],
     "color": COLOUR,
+    "cutout": CUTOUT,
     "bg": GEOMETRIC,
     "bgc": GEOMETRIC + COLOUR,
+    "r3gan": OPS,
+}
+
+#: The presets' probability multipliers other than 1: R3GAN's ``train.py`` builds its AugmentPipe
+#: with ``brightness=0.5, contrast=0.5, lumaflip=0.5, hue=0.5, saturation=0.5`` and 1 for every
+#: geometric op and cutout (Huang et al. 2024, github.com/brownvc/R3GAN).
+PRESET_MULTIPLIERS: dict[str, dict[str, float]] = {
+    "r3gan": {op: 0.5 for op in COLOUR},
 }
 
 #: Decomposition low-pass filter of Daubechies' symlet 6 (12 taps; Daubechies 1992, "Ten Lectures
@@ -165,19 +190,23 @@ def _global_max(values: torch.Tensor) -> torch.Tensor:
 
 class OfficialPipeline:
     """``pipeline(images[N,C,H,W], p) -> [N,C,H,W]`` (same dtype): the ops in ``ops`` (names of
-    ``GEOMETRIC`` and ``COLOUR``), each applied with probability ``p`` (a 0-dim tensor on the
-    images' device; above 1 = always) with the ranges in ``options`` (``translate_ratio``,
-    ``scale_std``, ``rotate_max``, ``aniso_std``, ``xfrac_std``, ``brightness_std``,
-    ``contrast_std``, ``hue_max``, ``saturation_std``). Works in float32 (float64 for float64
-    images) with autocast off, and casts back. Raises ``GankitError`` when a colour op meets
-    images that are neither RGB nor grey."""
+    ``OPS``), each applied with probability ``p * multipliers[op]`` (``p`` a 0-dim tensor on the
+    images' device; a product above 1 = always; an op missing from ``multipliers`` has 1, one
+    with 0 is off and draws nothing, as AugmentPipe's ``if self.xflip > 0``) with the ranges in
+    ``options`` (``translate_ratio``, ``scale_std``, ``rotate_max``, ``aniso_std``,
+    ``xfrac_std``, ``brightness_std``, ``contrast_std``, ``hue_max``, ``saturation_std``,
+    ``cutout_size``). Works in float32 (float64 for float64 images) with autocast off, and casts
+    back. Raises ``GankitError`` when a colour op meets images that are neither RGB nor grey."""
 
-    def __init__(self, ops: tuple[str, ...], options, name: str):
-        self.ops = frozenset(ops)
+    def __init__(self, ops: tuple[str, ...], options, name: str, multipliers: Mapping[str, float] | None = None):
+        multipliers = multipliers or {}
+        self.multipliers = {op: float(multipliers.get(op, 1.0)) for op in ops}
+        self.ops = frozenset(op for op in ops if self.multipliers[op] > 0)
         self.o = options
         self.name = name
         self.geometric = any(op in self.ops for op in GEOMETRIC)
         self.colour = any(op in self.ops for op in COLOUR)
+        self.cutout = "cutout" in self.ops
         # Constant tensors per (device, dtype, size): made once, since a tensor built from a
         # Python list on a GPU is a copy from pageable host memory that waits for the device.
         self._cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
@@ -219,6 +248,9 @@ class OfficialPipeline:
             if self.colour:
                 C, touched = self.colour_matrix(n, c, images.device, dtype, p.to(dtype))
                 images = self.apply_colour(images, C, touched)
+            if self.cutout:
+                images = images * self.cutout_mask(n, images.shape[2], images.shape[3], images.device,
+                                                   p).to(images.dtype)
         return images
 
     # ---- geometric ops: G_inv @ output pixel -> input pixel
@@ -228,7 +260,7 @@ class OfficialPipeline:
         """``(G_inv [N,3,3], touched [N] bool)`` for images of ``shape [N,C,H,W]``: the draws of
         every enabled geometric op in the reference's order (each op draws whether or not it is
         applied, so the RNG use does not depend on p), composed as ``G_inv = G_inv @ op_inv``."""
-        o, on = self.o, self.ops
+        o, on, m = self.o, self.ops, self.multipliers
         n, _, height, width = shape
         uniform = lambda *shape: batch_rand(n, *shape, device=dev).to(dtype)  # noqa: E731
         normal = lambda *shape: batch_randn(n, *shape, device=dev).to(dtype)  # noqa: E731
@@ -236,38 +268,39 @@ class OfficialPipeline:
         G = torch.eye(3, device=dev, dtype=dtype).expand(n, 3, 3)
         touched = torch.zeros(n, device=dev, dtype=torch.bool)
 
-        def gate(value, identity, prob=p, shape=()):
+        def gate(value, identity, prob, shape=()):
             nonlocal touched
             hit = uniform(*shape) < prob
             touched = touched | hit.view(n, -1).any(1)
             return torch.where(hit, value, torch.full_like(value, identity))
 
         if "xflip" in on:
-            i = gate(torch.floor(uniform() * 2), 0.0)
+            i = gate(torch.floor(uniform() * 2), 0.0, p * m["xflip"])
             G = G @ _scale(1 - 2 * i, 1, like)  # its own inverse
         if "rotate90" in on:
-            i = gate(torch.floor(uniform() * 4), 0.0)
+            i = gate(torch.floor(uniform() * 4), 0.0, p * m["rotate90"])
             G = G @ _rotate(math.pi / 2 * i, like)  # inverse of a rotation by -i * 90 degrees
         if "xint" in on:
             t = (uniform(2) * 2 - 1) * o.translate_ratio
-            t = gate(t, 0.0, shape=(1,))
+            t = gate(t, 0.0, p * m["xint"], shape=(1,))
             G = G @ _translate(-torch.round(t[:, 0] * width), -torch.round(t[:, 1] * height), like)
         if "scale" in on:
-            s = gate(torch.exp2(normal() * o.scale_std), 1.0)
+            s = gate(torch.exp2(normal() * o.scale_std), 1.0, p * m["scale"])
             G = G @ _scale(1 / s, 1 / s, like)
-        # Rotation before and after anisotropic scaling, each with p_rot: P(either) = p.
-        p_rot = 1 - torch.sqrt((1 - p).clamp(0, 1))
         if "rotate" in on:
-            theta = gate((uniform() * 2 - 1) * math.pi * o.rotate_max, 0.0, prob=p_rot)
+            # Rotation before and after anisotropic scaling, each with p_rot: P(either) =
+            # p * multiplier, as the reference's (1 - rotate * p).clamp(0, 1).
+            p_rot = 1 - torch.sqrt((1 - p * m["rotate"]).clamp(0, 1))
+            theta = gate((uniform() * 2 - 1) * math.pi * o.rotate_max, 0.0, p_rot)
             G = G @ _rotate(theta, like)
         if "aniso" in on:
-            s = gate(torch.exp2(normal() * o.aniso_std), 1.0)
+            s = gate(torch.exp2(normal() * o.aniso_std), 1.0, p * m["aniso"])
             G = G @ _scale(1 / s, s, like)
         if "rotate" in on:
-            theta = gate((uniform() * 2 - 1) * math.pi * o.rotate_max, 0.0, prob=p_rot)
+            theta = gate((uniform() * 2 - 1) * math.pi * o.rotate_max, 0.0, p_rot)
             G = G @ _rotate(theta, like)
         if "xfrac" in on:
-            t = gate(normal(2) * o.xfrac_std, 0.0, shape=(1,))
+            t = gate(normal(2) * o.xfrac_std, 0.0, p * m["xfrac"], shape=(1,))
             G = G @ _translate(-t[:, 0] * width, -t[:, 1] * height, like)
         return G, touched
 
@@ -318,33 +351,33 @@ class OfficialPipeline:
         """``(C [N,4,4], touched [N] bool)``: the draws of every enabled colour op in the
         reference's order, composed as ``C = op @ C``. Hue and saturation need C = 3 channels
         (no draws for grey images)."""
-        o, on = self.o, self.ops
+        o, on, m = self.o, self.ops, self.multipliers
         uniform = lambda *shape: batch_rand(n, *shape, device=dev).to(dtype)  # noqa: E731
         normal = lambda *shape: batch_randn(n, *shape, device=dev).to(dtype)  # noqa: E731
         eye = torch.eye(4, device=dev, dtype=dtype)
         C = eye.expand(n, 4, 4)
         touched = torch.zeros(n, device=dev, dtype=torch.bool)
 
-        def gate(value, identity, shape=()):
+        def gate(value, identity, op, shape=()):
             nonlocal touched
-            hit = uniform(*shape) < p
+            hit = uniform(*shape) < p * m[op]
             touched = touched | hit.view(n, -1).any(1)
             return torch.where(hit, value, torch.full_like(value, identity))
 
         like = torch.zeros(n, device=dev, dtype=dtype)
         if "brightness" in on:
-            b = gate(normal() * o.brightness_std, 0.0)
+            b = gate(normal() * o.brightness_std, 0.0, "brightness")
             C = _matrix([[1, 0, 0, b], [0, 1, 0, b], [0, 0, 1, b], [0, 0, 0, 1]], like) @ C
         if "contrast" in on:
-            k = gate(torch.exp2(normal() * o.contrast_std), 1.0)
+            k = gate(torch.exp2(normal() * o.contrast_std), 1.0, "contrast")
             C = _matrix([[k, 0, 0, 0], [0, k, 0, 0], [0, 0, k, 0], [0, 0, 0, 1]], like) @ C
         v, rgb = self._colour_constants(dev, dtype)
         vv = torch.outer(v, v)
         if "lumaflip" in on:
-            i = gate(torch.floor(uniform(1, 1) * 2), 0.0, shape=(1, 1))
+            i = gate(torch.floor(uniform(1, 1) * 2), 0.0, "lumaflip", shape=(1, 1))
             C = (eye - 2 * vv * i) @ C  # Householder reflection of the luma axis
         if "hue" in on and c > 1:
-            theta = gate((uniform() * 2 - 1) * math.pi * o.hue_max, 0.0).view(n, 1, 1)
+            theta = gate((uniform() * 2 - 1) * math.pi * o.hue_max, 0.0, "hue").view(n, 1, 1)
             # Rodrigues: rotation about the unit axis v = cos I + sin [v]x + (1 - cos) v v^T.
             cross = torch.zeros(4, 4, device=dev, dtype=dtype)
             cross[0, 1], cross[0, 2], cross[1, 2] = -v[2], v[1], -v[0]
@@ -352,7 +385,7 @@ class OfficialPipeline:
             C = (torch.cos(theta) * rgb + torch.sin(theta) * cross + (1 - torch.cos(theta)) * vv
                  + (eye - rgb)) @ C
         if "saturation" in on and c > 1:
-            s = gate(torch.exp2(normal(1, 1) * o.saturation_std), 1.0, shape=(1, 1))
+            s = gate(torch.exp2(normal(1, 1) * o.saturation_std), 1.0, "saturation", shape=(1, 1))
             C = (vv + (eye - vv) * s) @ C
         return C, touched
 
@@ -369,3 +402,21 @@ class OfficialPipeline:
             y = x * row[:, :, :3].sum(dim=2, keepdim=True) + row[:, :, 3:]
         y = y.reshape(n, c, h, w).to(images.dtype)
         return torch.where(touched.view(-1, 1, 1, 1), y, images)
+
+    # ---- cutout: a mask multiply
+
+    def cutout_mask(self, n: int, h: int, w: int, dev: torch.device, p: torch.Tensor) -> torch.Tensor:
+        """``[N, 1, H, W]`` float32, 0 inside each sample's cutout rectangle and 1 elsewhere (all 1
+        for a sample not cut). Draws, as the reference: whether to cut (probability ``p *
+        multiplier``), then the centre, uniform in [0, 1)^2 of the image, x then y. A pixel is cut
+        when its centre ``((j + 0.5) / W, (i + 0.5) / H)`` is nearer the drawn centre than
+        ``cutout_size / 2`` on both axes. Computed in float32 whatever the images' dtype, the
+        reference's arithmetic, so every dtype cuts the same pixels."""
+        hit = batch_rand(n, 1, 1, 1, 1, device=dev) < p.float() * self.multipliers["cutout"]
+        half = torch.where(hit, self.o.cutout_size / 2, 0.0)[:, 0]  # [N, 1, 1, 1]; 0: nothing cut
+        centre = batch_rand(n, 2, 1, 1, 1, device=dev)
+        xs = (torch.arange(w, device=dev, dtype=torch.float32) + 0.5) / w
+        ys = (torch.arange(h, device=dev, dtype=torch.float32) + 0.5) / h
+        keep_x = (xs.view(1, 1, 1, w) - centre[:, 0]).abs() >= half  # [N, 1, 1, W]
+        keep_y = (ys.view(1, 1, h, 1) - centre[:, 1]).abs() >= half  # [N, 1, H, 1]
+        return (keep_x | keep_y).to(torch.float32)
