@@ -159,6 +159,22 @@ def test_a_bad_conv_clamp_is_one_line_naming_the_key(tiny_recipe, bad):
     assert "architecture.conv_clamp" in str(e.value) and "\n" not in str(e.value).strip()
 
 
+def test_a_conv_clamp_above_the_fp16_maximum_is_refused_under_fp16_in_one_line(tiny_recipe):
+    """Under fp16 an activation overflows to inf before a bound above 65504 is reached: the
+    recipe is refused at load, naming the key, the value and the fix; the same bound is allowed
+    under fp32, and 65504 itself under fp16."""
+    with pytest.raises(RecipeError) as e:
+        recipe(tiny_recipe, "run.precision='fp16'", clamp=", conv_clamp=1e5")
+    msg = str(e.value).strip()
+    assert "\n" not in msg
+    assert "architecture.conv_clamp: 100000 is above 65504, the largest fp16 number" in msg
+    assert "use at most 65504, e.g. conv_clamp = 256" in msg
+    r, _ = recipe(tiny_recipe, "run.precision='fp32'", clamp=", conv_clamp=1e5")
+    assert r.architecture.options.conv_clamp == 1e5
+    r, _ = recipe(tiny_recipe, "run.precision='fp16'", clamp=", conv_clamp=65504")
+    assert r.architecture.options.conv_clamp == 65504.0
+
+
 def test_the_export_view_and_a_compiled_g_keep_the_clamp():
     bound = 0.5
     G, _ = build(bound)

@@ -263,6 +263,11 @@ def _unit(v):
     return None if 0 <= v <= 1 else f"must be in [0, 1], got {v}"
 
 
+#: The largest finite fp16 value (torch.finfo(torch.float16).max): a conv_clamp above it bounds
+#: nothing under fp16, since an activation overflows to inf before it reaches the bound.
+FP16_MAX = 65504.0
+
+
 class StyleGAN2(Architecture):
     """StyleGAN2 (Karras et al. 2020): mapping network, modulated convs with demodulation, noise, skip G, residual D, FIR resampling; static resolution; class-conditional."""
 
@@ -302,8 +307,9 @@ class StyleGAN2(Architecture):
                          "activation and gain; not the mapping networks, D's 1x1 skips or FC layers) to "
                          "[-conv_clamp, +conv_clamp], so fp16 activations cannot overflow (stylegan2-ada-pytorch's "
                          'conv_clamp). "auto" = 256 under run.precision = "fp16" (the reference\'s setting with '
-                         'its fp16 layers), none otherwise; none = no clamp. Part of the network\'s function: '
-                         "G_ema is clamped when sampled and exported too.", min=0, min_exclusive=True,
+                         'its fp16 layers), none otherwise; none = no clamp. Under fp16 at most 65504 (the largest fp16 '
+                         "number). Part of the network's function: G_ema is clamped when sampled and exported too.",
+            min=0, min_exclusive=True,
             hint="e.g. conv_clamp = 256 (stylegan2-ada-pytorch's); \"none\" = no clamp")
 
     @classmethod
@@ -320,6 +326,11 @@ class StyleGAN2(Architecture):
         if min(o.channel_base // recipe.resolution, o.channel_max) < 1:
             yield "channel_base", (f"gives no feature maps at resolution {recipe.resolution} "
                                    f"(use channel_base >= {recipe.resolution})")
+        c = o.conv_clamp
+        if recipe.run.precision == "fp16" and isinstance(c, float) and c > FP16_MAX:
+            yield "conv_clamp", (f"{c:g} is above {FP16_MAX:g}, the largest fp16 number, so under run.precision = "
+                                 f"\"fp16\" it bounds nothing (an activation overflows to inf first); use at most "
+                                 f"{FP16_MAX:g}, e.g. conv_clamp = 256 (stylegan2-ada-pytorch's), or \"auto\"")
         g = o.mbstd_group_size
         batch = getattr(recipe.growth.options, "batch_size", None)
         if g > 0 and isinstance(batch, int) and batch >= g and batch % g:
