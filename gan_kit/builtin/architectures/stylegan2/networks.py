@@ -263,6 +263,14 @@ def _unit(v):
     return None if 0 <= v <= 1 else f"must be in [0, 1], got {v}"
 
 
+def _clamp_of(value, recipe) -> float | None:
+    """``conv_clamp``'s bound: ``"auto"`` is 256 under the recipe's ``run.precision = "fp16"``
+    (stylegan2-ada-pytorch's train.py: ``conv_clamp = 256`` with its fp16 layers), else None."""
+    if value != "auto":
+        return value
+    return 256.0 if recipe is not None and recipe.run.precision == "fp16" else None
+
+
 #: The largest finite fp16 value (torch.finfo(torch.float16).max): a conv_clamp above it bounds
 #: nothing under fp16, since an activation overflows to inf before it reaches the bound.
 FP16_MAX = 65504.0
@@ -299,9 +307,10 @@ class StyleGAN2(Architecture):
                                                "(stylegan2-ada-pytorch: 8).", validator=_positive)
         # "auto" follows stylegan2-ada-pytorch's train.py, the setting StyleGAN2 researchers know:
         # conv_clamp = 256 exactly when fp16 layers exist (--fp32 turns both off). It reads the
-        # recipe's run.precision, never the device ("auto" precision is bf16 or fp32, not fp16), so
-        # the same recipe builds the same function for training, resume, sample and export; fp32
-        # and bf16 recipes (and their checkpoints) are unchanged by it.
+        # recipe's run.precision, never the device ("auto" precision is bf16 or fp32, not fp16),
+        # and is resolved when the recipe loads (resolved_options): the recipe a run saves holds
+        # the bound, so resume, sample and export build the same function even if a resume
+        # changes run.precision; fp32 and bf16 recipes (and their checkpoints) are unchanged by it.
         conv_clamp: float | Literal["auto"] | None = option(
             "auto", help="Clamp the output of every synthesis layer, ToRGB layer and D conv layer (after bias, "
                          "activation and gain; not the mapping networks, D's 1x1 skips or FC layers) to "
@@ -337,6 +346,10 @@ class StyleGAN2(Architecture):
             yield "mbstd_group_size", (f"group size {g} does not divide the batch size {batch} "
                                        f"(choose a batch that is a multiple of {g}, or another group size)")
 
+    @classmethod
+    def resolved_options(cls, o, recipe):
+        return attrs.evolve(o, conv_clamp=_clamp_of(o.conv_clamp, recipe))
+
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
         return mbstd_batch_problem(self.options.mbstd_group_size, batch, world_size)
 
@@ -354,14 +367,10 @@ class StyleGAN2(Architecture):
 
     @property
     def conv_clamp(self) -> float | None:
-        """The clamp the networks are built with: the option, "auto" resolved to 256 under
-        ``run.precision = "fp16"`` (the recipe's, ``self.context.recipe``) and to None otherwise
-        (also when built without a recipe)."""
-        c = self.options.conv_clamp
-        if c != "auto":
-            return c
-        recipe = self.context.recipe
-        return 256.0 if recipe is not None and recipe.run.precision == "fp16" else None
+        """The clamp the networks are built with: the option (a loaded recipe holds it
+        resolved), "auto" resolved to 256 under ``run.precision = "fp16"`` (the recipe's,
+        ``self.context.recipe``) and to None otherwise (also when built without a recipe)."""
+        return _clamp_of(self.options.conv_clamp, self.context.recipe)
 
     def export_view(self, G: nn.Module) -> nn.Module:
         # The "scaled" modulated convolution is the same formula with one shared-weight conv, so
