@@ -222,8 +222,10 @@ def _lazy_steps(run: Run, ctx: StepContext) -> tuple[dict[str, torch.Tensor], Ca
         # A step never taken (the non-finite policy stopped the iteration) counts as skipped.
         # Every process reads the same verdicts: the gradients were averaged before the scaler
         # looked at them.
-        flags = [torch.as_tensor(verdicts.get(net, False), device=run.device).reshape(()) for net in nets]
-        applied = torch.stack(flags).cpu().tolist()
+        values = [verdicts.get(net, False) for net in nets]  # device bools, or Python ones (no gradients)
+        on_device = [v.reshape(()) for v in values if isinstance(v, torch.Tensor)]
+        read = iter(torch.stack(on_device).tolist() if on_device else [])  # one copy to the host
+        applied = [bool(next(read)) if isinstance(v, torch.Tensor) else bool(v) for v in values]
         return tuple(sorted(i for net, ok in zip(nets, applied) if not ok for i in due[net]))
 
     return stats, skipped
