@@ -131,18 +131,23 @@ def recipe(tiny_recipe, *extra, clamp=""):
 
 @pytest.mark.parametrize("precision, want", [("fp32", None), ("bf16", None), ("auto", None), ("fp16", 256.0)])
 def test_auto_is_256_under_fp16_and_none_otherwise(tiny_recipe, precision, want):
+    """"auto" is resolved when the recipe loads (the recipe holds the bound), and by the
+    architecture from its context's recipe when its options still say "auto"."""
+    import attrs
+
     r, plugins = recipe(tiny_recipe, f"run.precision='{precision}'")
-    assert r.architecture.options.conv_clamp == "auto"
-    arch = plugins.registry.get("architecture", "stylegan2").factory(r.architecture.options,
-                                                                    BuildContext(resolution=16, channels=1, recipe=r))
+    assert r.architecture.options.conv_clamp == want
+    auto = attrs.evolve(r.architecture.options, conv_clamp="auto")
+    arch = plugins.registry.get("architecture", "stylegan2").factory(auto, BuildContext(resolution=16, channels=1,
+                                                                                        recipe=r))
     assert arch.conv_clamp == want
     G, D = arch.build(16, 1)
     assert {m.clamp for m in clamped_layers(G, D)[0] + clamped_layers(G, D)[1]} == {want}
     assert {D.blocks[0].skip.clamp} == {None}
 
 
-@pytest.mark.parametrize("written, want", [("", "auto"), (", conv_clamp=256", 256.0), (", conv_clamp='none'", None),
-                                           (", conv_clamp=12.5", 12.5), (", conv_clamp='auto'", "auto")])
+@pytest.mark.parametrize("written, want", [("", 256.0), (", conv_clamp=256", 256.0), (", conv_clamp='none'", None),
+                                           (", conv_clamp=12.5", 12.5), (", conv_clamp='auto'", 256.0)])
 def test_conv_clamp_round_trips_through_the_recipe(tiny_recipe, tmp_path, written, want):
     r, _ = recipe(tiny_recipe, "run.precision='fp16'", clamp=written)
     assert r.architecture.options.conv_clamp == want
@@ -157,6 +162,22 @@ def test_a_bad_conv_clamp_is_one_line_naming_the_key(tiny_recipe, bad):
     with pytest.raises(RecipeError) as e:
         recipe(tiny_recipe, clamp=f", {bad}")
     assert "architecture.conv_clamp" in str(e.value) and "\n" not in str(e.value).strip()
+
+
+def test_a_conv_clamp_above_the_fp16_maximum_is_refused_under_fp16_in_one_line(tiny_recipe):
+    """Under fp16 an activation overflows to inf before a bound above 65504 is reached: the
+    recipe is refused at load, naming the key, the value and the fix; the same bound is allowed
+    under fp32, and 65504 itself under fp16."""
+    with pytest.raises(RecipeError) as e:
+        recipe(tiny_recipe, "run.precision='fp16'", clamp=", conv_clamp=1e5")
+    msg = str(e.value).strip()
+    assert "\n" not in msg
+    assert "architecture.conv_clamp: 100000 is above 65504, the largest fp16 number" in msg
+    assert "use at most 65504, e.g. conv_clamp = 256" in msg
+    r, _ = recipe(tiny_recipe, "run.precision='fp32'", clamp=", conv_clamp=1e5")
+    assert r.architecture.options.conv_clamp == 1e5
+    r, _ = recipe(tiny_recipe, "run.precision='fp16'", clamp=", conv_clamp=65504")
+    assert r.architecture.options.conv_clamp == 65504.0
 
 
 def test_the_export_view_and_a_compiled_g_keep_the_clamp():

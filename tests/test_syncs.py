@@ -32,6 +32,8 @@ CASES = {
     "stylegan2": ("recipes/stylegan2.toml", STYLEGAN2),
     "stylegan2-conditional": ("recipes/stylegan2-conditional.toml", STYLEGAN2),
     "stylegan2-diffaugment": ("recipes/stylegan2.toml", [*STYLEGAN2, "augment.name='diffaugment'"]),
+    # lazy R1 and path length under the GradScaler: one read after each iteration with a lazy step
+    "stylegan2-fp16": ("recipes/stylegan2.toml", [*STYLEGAN2, "run.precision='fp16'"]),
 }
 
 

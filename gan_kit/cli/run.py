@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from gan_kit.cli.errors import user_errors
@@ -118,7 +119,7 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
         if dry_run:
             if launcher:  # planned here, once; still check the batches for nproc processes
                 preflight(r, plugins, nproc, check_run_dir=False)
-            _print_plan(the_run, point)
+            _print_plan(the_run, point, processes=nproc if launcher else the_run.world_size)
             clean = True
             return
         train(the_run, resume=point if point is not None else resuming, overwrite=overwrite)
@@ -129,23 +130,29 @@ def run(recipe: Path | None, out_dir: Path | None, overrides: tuple[str, ...], r
             distributed.shutdown(clean=clean)
 
 
-def _print_plan(run, point=None) -> None:
-    """The plan of a run (``--dry-run``); with the resume point of ``--resume``, where it
-    continues and the recipe changes."""
+def _print_plan(run, point=None, processes: int = 1) -> None:
+    """The plan of a run (``--dry-run``) trained by ``processes`` processes; with the resume
+    point of ``--resume``, where it continues and the recipe changes."""
+    from gan_kit.tools.plan import parameter_count, phase_plan
+
     console = Console(soft_wrap=True)  # long paths stay on one line (logs, pipes)
-    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     r = run.recipe
     console.print(f"recipe {r.path}: ok")
     console.print(f"device {run.device} ({run.precision}); data {r.data.name}: {len(run.dataset)} images "
                   f"{run.channels}x{r.resolution}x{r.resolution}")
-    console.print(f"G {r.architecture.name}: {count(run.G):,} parameters; D: {count(run.D):,} parameters")
+    console.print(f"G {r.architecture.name}: {parameter_count(run.G)}; D: {parameter_count(run.D)}")
     console.print(f"loss {r.loss.name}; penalties {', '.join(f'{p.name} x{p.weight:g}' for p in run.penalties) or 'none'}; "
                   f"update {r.update.name}; init {r.init.name}")
-    table = Table("phase", "resolution", "starts at kimg", "fade kimg", "batch", "lr scale")
-    for ph in run.phases():
-        table.add_row(str(ph.index), f"{ph.resolution}px", f"{ph.start_nimg / 1000:g}", f"{ph.fade_nimg / 1000:g}",
-                      str(ph.batch_size), f"{ph.lr_scale:g}")
-    console.print(table)
+    several = processes > 1
+    table = Table("phase", "resolution", "starts at kimg", "fade kimg", "batch", *(["per process"] if several else []),
+                  "batch_gpu", "rounds / step", "lr scale")
+    for ph in phase_plan(run.phases(), processes):
+        table.add_row(str(ph.index), f"{ph.resolution}px", f"{ph.start_kimg:g}", f"{ph.fade_kimg:g}",
+                      str(ph.batch_size), *([str(ph.per_process)] if several else []),
+                      "none" if ph.batch_gpu is None else str(ph.batch_gpu), str(ph.rounds), f"{ph.lr_scale:g}")
+    # As wide as its cells (a log or a pipe is 80 columns to rich, which would cut values short).
+    needed = Measurement.get(console, console.options.update(max_width=10_000), table).maximum
+    Console(soft_wrap=True, width=max(console.width, needed)).print(table)
     if point is not None:
         checkpoint, state, changes = point.checkpoint, point.state, point.changes
         console.print(f"resume from {checkpoint} at kimg {state['cur_nimg'] / 1000:g} "

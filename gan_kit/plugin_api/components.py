@@ -78,6 +78,20 @@ class ComponentBase:
         to the component's table. Checked together with every other problem of the recipe."""
         return ()
 
+    @classmethod
+    def resolved_options(cls, options: Any, recipe: Any) -> Any:
+        """``options`` with each value the component works out from the recipe (an ``"auto"``, a
+        None that stands for another key's value) replaced by what it builds with: StyleGAN2's
+        ``conv_clamp = "auto"`` by 256 under fp16, image-folder's ``pad_color`` by its
+        ``background``. Called once when a recipe loads, after ``problems`` found none; the
+        recipe then holds these values, so ``gankit recipe show``, a run's ``recipe.toml`` and
+        its checkpoints record what was built, and a resume keeps it even when a key it came
+        from may change (``run.precision``). Returns an instance of ``Options`` whose values are
+        of the declared types (they are written to TOML and loaded again). Values chosen by the
+        machine (a device, a worker count) or by the data's files stay as written. The default
+        returns ``options``."""
+        return options
+
 
 class Loss(ComponentBase):
     """An adversarial loss computed from D's raw logits (never from a sigmoid output).

@@ -12,14 +12,20 @@ frozen sub-networks loaded from a local weights file.
   ``.pt`` / ``.pth``, read with ``weights_only=True``, or ``.safetensors``) and freezes it. The run
   records the file by path and SHA-256 digest in each checkpoint instead of copying its tensors
   there, and a resume whose file changed stops with one line.
+* ``frozen_loads_deferred()`` / ``load_deferred(net)``: building G where D is not needed (to draw
+  from G: ``gankit sample``, ``eval``, ``export``), the architecture's ``build`` still makes D, so
+  its ``load_frozen`` calls only note their files; the ones inside G are read afterwards, and a
+  frozen part of D needs no file there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import types
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Iterable, Iterator, Literal
 
 import attrs
 import torch
@@ -28,11 +34,13 @@ from torch import nn
 from gan_kit.base.errors import CheckpointError, GankitError
 from gan_kit.base.layers import weight_layers, weight_of
 
-__all__ = ["FrozenFile", "own_init", "load_frozen", "recipe_layers", "frozen_files", "without_frozen",
-           "load_without_frozen", "check_frozen_files", "sha256_of"]
+__all__ = ["FrozenFile", "own_init", "load_frozen", "frozen_loads_deferred", "load_deferred", "recipe_layers",
+           "frozen_files", "without_frozen", "load_without_frozen", "check_frozen_files", "sha256_of"]
 
 _OWN = "_gankit_own_init"  # attribute set on a marked module: True = spectral norm too, False = init only
 _FROZEN = "_gankit_frozen_file"
+_PENDING = "_gankit_frozen_pending"  # a deferred load_frozen's path, until load_deferred reads it
+_DEFERRED = contextvars.ContextVar("gankit_frozen_loads_deferred", default=False)
 
 
 @attrs.frozen
@@ -74,8 +82,23 @@ def load_frozen(module: nn.Module, path: str | Path) -> nn.Module:
     updates them, and dropout is off, as Projected GAN runs its feature network. Raises
     ``GankitError`` in one line for a missing path, a directory, a file that is neither a torch
     state dict nor safetensors, or keys that do not fit.
+
+    Inside ``frozen_loads_deferred()`` (``gankit sample``, ``eval`` and ``export`` build G that
+    way) the module is frozen at once but the file is read only by ``load_deferred`` after
+    ``build`` returns, for G's parts alone: a ``build`` must not read the loaded weights itself.
     """
     path = Path(path).expanduser().absolute()
+    if _DEFERRED.get():
+        setattr(module, _PENDING, path)
+        return _freeze(module)
+    _read_into(module, path)
+    _freeze(module)
+    setattr(module, _FROZEN, FrozenFile(str(path), sha256_of(path)))
+    return module
+
+
+def _read_into(module: nn.Module, path: Path) -> None:
+    """``module.load_state_dict`` of the weights file ``path`` (``load_frozen``'s errors)."""
     saved_with = "a local file saved with torch.save(module.state_dict(), path) or a .safetensors file"
     if path.is_dir():
         raise GankitError(f"{path}: frozen weights: a directory, not a file; give {saved_with}")
@@ -99,13 +122,41 @@ def load_frozen(module: nn.Module, path: str | Path) -> nn.Module:
     except Exception as e:
         first = " ".join(str(e).split())[:200] or type(e).__name__
         raise GankitError(f"{path}: cannot load frozen weights into {type(module).__name__}: {first}") from None
+
+
+def _freeze(module: nn.Module) -> nn.Module:
     module.requires_grad_(False)
     module.eval()
     # A parent's .train() (the engine's, a sampler's net.train(was_training)) reaches every child:
     # this one stays in eval, so its BatchNorm statistics are the loaded ones throughout.
     module.train = types.MethodType(_stay_in_eval, module)
-    setattr(module, _FROZEN, FrozenFile(str(path), sha256_of(path)))
     return module
+
+
+@contextlib.contextmanager
+def frozen_loads_deferred() -> Iterator[None]:
+    """Inside the block ``load_frozen(module, path)`` freezes ``module`` and notes ``path``
+    without reading it; ``load_deferred(net)`` reads the noted files of ``net``'s sub-networks
+    afterwards. Wrap an ``Architecture.build`` whose D is not needed (G alone draws images), so
+    D's frozen files need not exist."""
+    token = _DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+
+
+def load_deferred(net: nn.Module) -> nn.Module:
+    """Read the weights files ``load_frozen`` only noted inside ``frozen_loads_deferred()`` for
+    ``net``'s sub-networks (a copy of ``net``, G_ema, noted them too), as ``load_frozen`` reads
+    them: frozen, recorded by path and digest. Returns ``net``. Raises ``GankitError`` as
+    ``load_frozen`` does (a missing file, keys that do not fit)."""
+    for m in net.modules():
+        path = m.__dict__.pop(_PENDING, None)
+        if path is not None:
+            _read_into(m, path)
+            setattr(m, _FROZEN, FrozenFile(str(path), sha256_of(path)))
+    return net
 
 
 def _stay_in_eval(self: nn.Module, mode: bool = True) -> nn.Module:

@@ -83,7 +83,9 @@ class RunOptions:
                               min=1, max=4096, hint="e.g. sample_grid = 64 (an 8x8 grid)")
     on_nonfinite: Literal["stop", "skip"] = option(
         "stop", help='A NaN/inf loss: "stop" with a message (last checkpoint untouched) or "skip" the step.')
-    max_skipped: int = option(100, help='With on_nonfinite = "skip": stop after this many skipped steps.', min=0)
+    max_skipped: int = option(100, help='With on_nonfinite = "skip": stop after this many steps skipped for '
+                                        "non-finite values (the fp16 GradScaler's overflow skips do not count).",
+                              min=0)
     num_workers: int | Literal["auto"] = option(
         "auto", help='Data-loader worker processes (0 = load in the main process). "auto": 0 on the CPU (training '
                      "takes every core) and for data held in memory, and on CUDA for data decoded per batch (cache = "

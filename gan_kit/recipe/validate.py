@@ -1,5 +1,7 @@
 """Validating a merged recipe table and building the ``Recipe``: option types and ranges, component
-names, and the cross-option checks each component declares (its ``problems(options, recipe)``).
+names, and the cross-option checks each component declares (its ``problems(options, recipe)``);
+then each component's ``resolved_options(options, recipe)``, so the ``Recipe`` holds what the
+components build with (StyleGAN2's ``conv_clamp = "auto"`` as its bound).
 
 Every problem is added to a ``Problems`` collector, so a recipe's problems are reported at once.
 """
@@ -352,4 +354,23 @@ def build_recipe(raw: dict, path: Path, registry: Registry, problems: Problems, 
     schedules.check(int(round(recipe.run.total_kimg * 1000)))
     _cross_checks(recipe, registry, problems)
     _core_checks(recipe, registry, problems)
-    return None if problems or any(v is None for v in core.values()) else recipe
+    return None if problems or any(v is None for v in core.values()) else _resolved(recipe, registry)
+
+
+def _resolved(recipe: Recipe, registry: Registry) -> Recipe:
+    """``recipe`` with every component's options as the component resolves them
+    (``resolved_options``: ``"auto"`` and None values that stand for what the rest of the
+    recipe decides), so the recipe a run saves holds what it builds, as it holds paths made
+    absolute."""
+    def resolve(spec: ComponentSpec) -> ComponentSpec:
+        comp = registry.get(spec.kind, spec.name)
+        method = getattr(comp.factory, "resolved_options", None)
+        if method is None:  # a duck-typed component without ComponentBase
+            return spec
+        options = method(spec.options, recipe)
+        return spec if options == spec.options else attrs.evolve(spec, options=options)
+
+    single = {key: resolve(getattr(recipe, key)) for key in ("data", "architecture", "init", "loss", "update",
+                                                              "growth", "augment")}
+    arrays = {key: tuple(resolve(s) for s in getattr(recipe, key)) for key in ("penalties", "metrics", "trackers")}
+    return attrs.evolve(recipe, **single, **arrays)

@@ -154,20 +154,30 @@ def set_rng_state(state: dict, device: torch.device | str | None = None, rank: i
         torch.cuda.set_rng_state_all([_host(t).to(torch.uint8) for t in state["cuda"]])
 
 
-def build_generator(recipe_text: str, channels: int, num_classes: int = 0, *, source: str = "checkpoint[recipe]"):
+def build_generator(recipe_text: str, channels: int, num_classes: int = 0, *, source: str = "checkpoint[recipe]",
+                    frozen_from_files: bool = True):
     """A fresh G as the recipe ``recipe_text`` builds it (architecture, initializer
     parametrizations, spectral norm where the recipe puts it), weights not loaded yet.
 
+    The architecture builds D too, but D's frozen sub-networks (``gan_kit.load_frozen``) are
+    not read: their files need not exist to draw from G. G's are read from their files, unless
+    ``frozen_from_files`` is False (an exported folder's weights hold them).
+
     Returns ``(G, recipe, architecture)``. ``source`` names the recipe's origin in errors.
-    Raises ``RecipeError`` when the recipe names a component no installed plugin registers.
+    Raises ``RecipeError`` when the recipe names a component no installed plugin registers, and
+    ``GankitError`` when a file of G's frozen sub-networks is missing.
     """
     from gan_kit.plugin_api.components import BuildContext
+    from gan_kit.plugin_api.ownership import frozen_loads_deferred, load_deferred
     from gan_kit.recipe import load_recipe
 
     recipe, plugins = load_recipe(Path(source), text=recipe_text)
     ctx = BuildContext(resolution=recipe.resolution, channels=channels, recipe=recipe, num_classes=num_classes)
     arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
-    G, _ = arch.build(recipe.resolution, channels)
+    with frozen_loads_deferred():
+        G, _ = arch.build(recipe.resolution, channels)
+    if frozen_from_files:
+        load_deferred(G)
     from gan_kit.training.networks import apply_spectral_norm, initialise
 
     # As the run built it: an architecture that owns its init keeps it, frozen parts are left alone.
@@ -176,6 +186,16 @@ def build_generator(recipe_text: str, channels: int, num_classes: int = 0, *, so
     if recipe.architecture.slot.spectral_norm in ("G", "both"):
         apply_spectral_norm(G, "G", recipe)
     return G, recipe, arch
+
+
+def check_generator_files(state: dict, G: torch.nn.Module, path: str | Path) -> None:
+    """Refuse (``CheckpointError``, one line) a G whose frozen sub-networks' files are not the
+    ones the checkpoint ``state`` (read from ``path``) was trained with; D's are not checked,
+    since drawing from G does not read them."""
+    from gan_kit.plugin_api.ownership import check_frozen_files, frozen_files
+
+    saved = {k: v for k, v in state.get("frozen_files", {}).items() if k.startswith("G.") or k == "G"}
+    check_frozen_files(saved, {f"G.{k}" if k else "G": v for k, v in frozen_files(G).items()}, Path(path), "")
 
 
 def load_generator(path: str | Path, device: str | torch.device = "cpu", state: dict | None = None):
@@ -188,15 +208,14 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu", state: 
     ``RecipeError``.
     """
     from gan_kit.base.phase import Phase
-    from gan_kit.plugin_api.ownership import check_frozen_files, frozen_files, load_without_frozen
+    from gan_kit.plugin_api.ownership import load_without_frozen
     from gan_kit.plugin_api.components import set_phase
 
     if state is None:
         state = load(path, map_location=device)
     G, recipe, arch = build_generator(state["recipe"], int(state["channels"]), int(state.get("num_classes", 0)),
                                       source=f"{path}[recipe]")
-    saved = {k: v for k, v in state.get("frozen_files", {}).items() if k.startswith("G.") or k == "G"}
-    check_frozen_files(saved, {f"G.{k}" if k else "G": v for k, v in frozen_files(G).items()}, Path(path), "")
+    check_generator_files(state, G, path)
     load_without_frozen(G, state["G_ema"])  # a frozen sub-network came from its own file
     G = G.to(device).eval().requires_grad_(False)
     phase = Phase(**state["phase"])

@@ -87,8 +87,9 @@ def load_exported_generator(folder: str | Path, device: str | torch.device = "cp
     config = read_config(folder)
     weights = folder / WEIGHTS_FILE
     state = load_weights(folder)
+    # model.safetensors holds every tensor of G, its frozen sub-networks' too: no weights file is read.
     G, recipe, arch = build_generator(config["recipe"], int(config["channels"]), int(config.get("num_classes", 0)),
-                                      source=f"{folder / CONFIG_FILE}[recipe]")
+                                      source=f"{folder / CONFIG_FILE}[recipe]", frozen_from_files=False)
     try:
         G.load_state_dict(state)
     except RuntimeError as e:

@@ -65,12 +65,19 @@ def clear_run_dir(out_dir: Path) -> None:
 
 
 def write_recipe(run: Any) -> None:
-    """``recipe.toml``: the resolved recipe, every default filled in, with the versions used."""
+    """``recipe.toml``: the resolved recipe, every default filled in (and every value a component
+    resolves from the recipe: each component's ``resolved_options``), with the versions used and what
+    this machine chose for ``run.device`` / ``run.precision`` = ``"auto"`` (a comment: the keys
+    stay ``"auto"``, so a resume on another machine chooses again)."""
     versions = [f"torch {torch.__version__}", f"gankit {__version__}"]
     for source in sorted(set(run.plugins.sources.values())):
         if " " in source and not source.startswith("recipe plugin"):
             versions.append(source)
     header = "# resolved by gankit; versions: " + ", ".join(versions)
+    chosen = [f'run.{key} = "auto" -> {value}' for key, value in
+              (("device", run.device), ("precision", run.precision)) if getattr(run.recipe.run, key) == "auto"]
+    if chosen:
+        header += "\n# chosen on this machine: " + ", ".join(chosen)
     if getattr(run, "initialized_from", None) is not None:
         header += f"\n# G, D and G_ema started from the weights of {Path(run.initialized_from).absolute()} (--init-from)"
     run.out_dir.mkdir(parents=True, exist_ok=True)

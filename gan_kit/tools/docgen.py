@@ -65,7 +65,17 @@ recipes/x.toml: loss.name: unknown loss 'hing' (did you mean 'hinge'?); availabl
   integer is declared; a table keyed by resolution (`{ 4 = 64, 8 = 32 }`) where a
   `table integer -> ...` is declared.
 - The run directory gets `recipe.toml`: the resolved recipe with the versions of torch, gankit
-  and every plugin distribution loaded.
+  and every plugin distribution loaded. Resolved means what the run builds with: every default
+  filled in, and a value a component works out from the rest of the recipe written as that value
+  (`architecture.conv_clamp = "auto"` as `256.0` under `run.precision = "fp16"`, else `"none"`;
+  image-folder's `pad_color` as its `background`; progressive growth's `base_batch_size` as the
+  batch at `start_resolution`), as `gankit recipe show` prints it. So `gankit run --resume` keeps
+  them even when a key they came from changes (a resume may change `run.precision`; the clamp,
+  part of G's function, stays). What the machine chooses stays `"auto"` (`run.device`,
+  `run.precision`, `run.num_workers`, a data set's `cache`: a resume elsewhere chooses again; the
+  header names the device and precision chosen), and so do values read from the data's files
+  (image-folder's `labels = "auto"`, `num_classes`: the checkpoint records the classes, and a
+  resume checks them).
 """
 
 

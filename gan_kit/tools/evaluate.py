@@ -187,7 +187,15 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     recipe, plugins = load_recipe(Path(f"{path}[recipe]"), list(overrides), text=state["recipe"])
     run_opts = attrs.evolve(recipe.run, progress=False, **({"device": device} if device else {}))
     recipe = attrs.evolve(recipe, run=run_opts)
-    run = build_run(recipe, plugins)  # builds the data and an untrained G_ema (the recipe's init and seed)
+    from gan_kit.plugin_api.ownership import frozen_loads_deferred, load_deferred
+
+    # The data and an untrained G_ema (the recipe's init and seed). Only G_ema draws: D's frozen
+    # sub-networks are left unread (their files need not exist); G's come from their files.
+    with frozen_loads_deferred():
+        run = build_run(recipe, plugins)
+    load_deferred(run.G)
+    load_deferred(run.G_ema)
+    ckpt.check_generator_files(state, run.G_ema, path)
     phase = Phase(**state["phase"]) if state.get("phase") else run.growth.phase_at(int(state["cur_nimg"]))
     run.phase = phase
     run.set_phase(phase)

@@ -78,6 +78,13 @@ class Progressive(GrowthScheduler):
                     yield key, (f"resolution {', '.join(map(str, extra))} is not in the schedule "
                                 f"({', '.join(map(str, resolutions))})")
 
+    @classmethod
+    def resolved_options(cls, o, recipe):
+        # lr_rule's reference batch b0 as the schedule uses it
+        if o.base_batch_size is None:
+            return attrs.evolve(o, base_batch_size=int(_per_res(o.batch_size, o.start_resolution)))
+        return o
+
     def __init__(self, options=None, context=None):
         super().__init__(options, context)
         o = self.options

@@ -275,6 +275,13 @@ class ImageFolder(DatasetFactory):
             zf.close()
         return []
 
+    @classmethod
+    def resolved_options(cls, options, recipe):
+        # The padding colour the images were framed with, whether the recipe named it or not.
+        if options.pad_color is None:
+            return attrs.evolve(options, pad_color=options.background)
+        return options
+
     @staticmethod
     def _list(o, path: Path):
         """``(files or member names, labels, num_classes, class names, open archive or None)``.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -184,17 +184,51 @@ def lazy_regularization(run: Run, ctx: StepContext) -> dict[str, torch.Tensor]:
     gradients are cleared, ``sum(weight * interval * value)`` over its due penalties (R1 and R2
     together, say) backpropagated - in rounds of ``growth.batch_gpu``, as the strategy's steps -
     and its optimizer stepped once, so ``lazy_ratio``'s k/(k+1) holds however many penalties
-    share the interval. Returns their stats."""
+    share the interval. Returns their stats.
+
+    Under fp16 a lazy step the GradScaler skips (its scaled gradients overflowed, as they do in
+    the first iterations at the initial scale of 2**16, and its stats are NaN) is due again at
+    the next iteration, at the lowered scale, until one is applied (``run.lazy_retry``): the
+    regularisation is applied and its stats reported as often as the intervals say. Which lazy
+    steps the scaler applied is read on the host with one copy, after an iteration that ran one
+    (``train_step`` reads it at the iteration's end; none is read in iterations without a lazy
+    step, nor outside fp16)."""
+    stats, skipped = _lazy_steps(run, ctx)
+    run.lazy_retry = skipped()
+    return stats
+
+
+def _lazy_steps(run: Run, ctx: StepContext) -> tuple[dict[str, torch.Tensor], Callable[[], tuple[int, ...]]]:
+    """``lazy_regularization``'s steps: their stats, and a function that reads (one host copy)
+    which due penalties' steps the GradScaler skipped, as indexes into ``run.lazy_penalties``."""
     stats: dict[str, torch.Tensor] = {}
-    due: dict[str, list] = {}
-    for wp in run.lazy_penalties:
-        if ctx.step % wp.penalty.interval == 0:
-            due.setdefault(wp.penalty.network, []).append(wp)
-    for net, wps in due.items():
+    due: dict[str, list[int]] = {}
+    for i, wp in enumerate(run.lazy_penalties):
+        if ctx.step % wp.penalty.interval == 0 or i in run.lazy_retry:
+            due.setdefault(wp.penalty.network, []).append(i)
+    verdicts: dict[str, Any] = {}
+    for net, indexes in due.items():
+        wps = [run.lazy_penalties[i] for i in indexes]
         ctx.zero_grad(net)
         stats.update(ctx.accumulate(lambda wps=wps, net=net: _lazy_round(ctx, wps, net)))
+        if run.scaler is not None:  # the GradScaler's verdict on this step, a device bool
+            ctx.on_step(net, lambda applied, net=net: verdicts.__setitem__(net, applied))
         ctx.opt_step(net)
-    return stats
+
+    def skipped() -> tuple[int, ...]:
+        if run.scaler is None or not due:
+            return ()
+        nets = list(due)
+        # A step never taken (the non-finite policy stopped the iteration) counts as skipped.
+        # Every process reads the same verdicts: the gradients were averaged before the scaler
+        # looked at them.
+        values = [verdicts.get(net, False) for net in nets]  # device bools, or Python ones (no gradients)
+        on_device = [v.reshape(()) for v in values if isinstance(v, torch.Tensor)]
+        read = iter(torch.stack(on_device).tolist() if on_device else [])  # one copy to the host
+        applied = [bool(next(read)) if isinstance(v, torch.Tensor) else bool(v) for v in values]
+        return tuple(sorted(i for net, ok in zip(nets, applied) if not ok for i in due[net]))
+
+    return stats, skipped
 
 
 def _lazy_round(ctx: StepContext, wps: list, net: str) -> dict[str, torch.Tensor]:
@@ -245,9 +279,11 @@ def train_step(run: Run, phase: Phase, batch: torch.Tensor | tuple, *, interrupt
     # batch, sliced to this process (gan_kit.base.randomness).
     with sharded(run.rank, run.world_size):
         raw = _strategy_stats(run, ctx)
-        raw.update(lazy_regularization(run, ctx))
+        lazy, skipped_lazy = _lazy_steps(run, ctx)
+        raw.update(lazy)
     raw.update(run.augment.end_step(run.step + 1, phase.batch_size * run.strategy.d_steps))
     scaler_skipped = _update_scaler(run, scale)
+    run.lazy_retry = skipped_lazy()  # fp16 after a lazy step: one host read, the lazy steps to run again
     if run.buffers_each_step:  # per-process BatchNorm statistics (the CPU: no SyncBatchNorm there)
         from gan_kit.training.distributed import broadcast_buffers
 

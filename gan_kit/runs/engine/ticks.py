@@ -76,6 +76,8 @@ class Ticks:
             bad = s.flags.get("bad", False) if isinstance(s, StepStats) else _first_nonfinite(floats) is not None
             if bad:
                 _on_nonfinite(run, s, floats)
+            elif isinstance(s, StepStats) and s.flags.get("scaler_skipped", False):
+                run.scaler_skipped_steps += 1  # fp16's normal overflow skip (never also "bad")
             for k, v in floats.items():
                 if k.startswith("Interrupt/") or not math.isfinite(v):
                     continue
@@ -105,12 +107,15 @@ class Ticks:
             "Progress/phase": run.phase.index,
             "Progress/resolution": run.phase.resolution,
             "Progress/alpha": run.phase.alpha,
-            "Progress/skipped_steps": run.skipped_steps,
+            # Every iteration with a step not taken: the non-finite policy's and the GradScaler's.
+            "Progress/skipped_steps": run.skipped_steps + run.scaler_skipped_steps,
             "Progress/final": final,
             "Timing/sec_per_tick": elapsed,
             "Timing/img_per_s": (run.cur_nimg - self.start_nimg) / elapsed,
             "Timing/train_s": run.train_seconds,
         })
+        if run.scaler is not None:  # fp16: the GradScaler's part of Progress/skipped_steps
+            stats["Progress/scaler_skipped_steps"] = run.scaler_skipped_steps
         # each scheduled option's value in the tick's last iteration, keyed as --set spells it
         # (Schedule/optim.lr, Schedule/penalty.0.weight: no brackets, which trackers refuse)
         stats.update({"Schedule/" + k.replace("[", ".").replace("]", ""): v for k, v in run.schedule_values.items()})

@@ -173,6 +173,12 @@ class Run:
         self.total_nimg = int(round(recipe.run.total_kimg * 1000))
         self.tick_nimg = max(1, int(round(recipe.run.tick_kimg * 1000)))
         self.cur_nimg = self.step = self.d_step = self.tick = self.skipped_steps = 0
+        #: Iterations in which fp16's GradScaler skipped an optimizer step (its overflow handling,
+        #: not divergence: never counted against ``run.max_skipped``).
+        self.scaler_skipped_steps = 0
+        #: Indexes into ``lazy_penalties`` whose lazy step the GradScaler skipped in the last
+        #: iteration: they run again in the next one (``gan_kit.runs.engine.lazy_regularization``).
+        self.lazy_retry: tuple[int, ...] = ()
         #: Seconds spent in the training loop, summed over resumes (``run.max_minutes`` reads it).
         self.train_seconds = 0.0
         #: Sums and counts of the running tick's step stats (the engine's ``Ticks``).

@@ -65,6 +65,8 @@ def state_dict(run: Any, rng: dict | None = None) -> dict:
         "d_step": run.d_step,
         "tick": run.tick,
         "skipped_steps": run.skipped_steps,
+        "scaler_skipped_steps": run.scaler_skipped_steps,
+        "lazy_retry": list(run.lazy_retry),
         "train_seconds": run.train_seconds,
         "tick_stats": {k: [v, run.tick_counts[k]] for k, v in run.tick_sums.items()},
         "phase": _phase_dict(run.phase),
@@ -93,6 +95,8 @@ def load_state_dict(run: Any, state: dict) -> None:
     run.d_step = int(state["d_step"])
     run.tick = int(state["tick"])
     run.skipped_steps = int(state["skipped_steps"])
+    run.scaler_skipped_steps = int(state.get("scaler_skipped_steps", 0))  # absent in older checkpoints
+    run.lazy_retry = tuple(int(i) for i in state.get("lazy_retry", ()))
     run.train_seconds = float(state.get("train_seconds", 0.0))  # absent in checkpoints before max_minutes
     run.tick_sums.clear()
     run.tick_counts.clear()

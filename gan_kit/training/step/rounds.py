@@ -14,7 +14,7 @@ import torch
 from gan_kit.base.errors import GankitError
 from gan_kit.base.randomness import sharded
 
-__all__ = ["Round", "accumulate", "not_in_round", "round_count", "shard"]
+__all__ = ["Round", "accumulate", "not_in_round", "round_count", "rounds_for", "shard"]
 
 
 @attrs.frozen
@@ -36,12 +36,19 @@ def shard(ctx: Any) -> tuple[int, int]:
     return ctx.rank + ctx.world_size * ctx.round.index, ctx.world_size * ctx.round.count
 
 
+def rounds_for(per_process_batch: int, batch_gpu: int | None) -> int:
+    """Rounds per optimizer step of a per-process batch of ``per_process_batch`` images in
+    rounds of ``batch_gpu`` (``growth.batch_gpu``): their quotient, 1 when ``batch_gpu`` is None
+    or not smaller than the batch (``gan_kit.runs.rundir.batch_problem`` refuses one that does not
+    divide it)."""
+    b, n = batch_gpu, int(per_process_batch)
+    return n // b if b and b < n else 1
+
+
 def round_count(ctx: Any) -> int:
     """How many rounds ``accumulate`` runs this iteration: the per-process batch over the
-    phase's ``batch_gpu`` (1 when it is None or not smaller than the batch)."""
-    b = getattr(ctx.phase, "batch_gpu", None)
-    n = int(ctx.reals[0].shape[0]) if ctx.reals else 0
-    return n // b if b and b < n else 1
+    phase's ``batch_gpu`` (``rounds_for``)."""
+    return rounds_for(int(ctx.reals[0].shape[0]) if ctx.reals else 0, getattr(ctx.phase, "batch_gpu", None))
 
 
 def accumulate(ctx: Any, body: Callable[[], Mapping[str, Any]]) -> dict[str, Any]:

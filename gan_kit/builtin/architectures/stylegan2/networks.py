@@ -263,6 +263,19 @@ def _unit(v):
     return None if 0 <= v <= 1 else f"must be in [0, 1], got {v}"
 
 
+def _clamp_of(value, recipe) -> float | None:
+    """``conv_clamp``'s bound: ``"auto"`` is 256 under the recipe's ``run.precision = "fp16"``
+    (stylegan2-ada-pytorch's train.py: ``conv_clamp = 256`` with its fp16 layers), else None."""
+    if value != "auto":
+        return value
+    return 256.0 if recipe is not None and recipe.run.precision == "fp16" else None
+
+
+#: The largest finite fp16 value (torch.finfo(torch.float16).max): a conv_clamp above it bounds
+#: nothing under fp16, since an activation overflows to inf before it reaches the bound.
+FP16_MAX = 65504.0
+
+
 class StyleGAN2(Architecture):
     """StyleGAN2 (Karras et al. 2020): mapping network, modulated convs with demodulation, noise, skip G, residual D, FIR resampling; static resolution; class-conditional."""
 
@@ -294,16 +307,18 @@ class StyleGAN2(Architecture):
                                                "(stylegan2-ada-pytorch: 8).", validator=_positive)
         # "auto" follows stylegan2-ada-pytorch's train.py, the setting StyleGAN2 researchers know:
         # conv_clamp = 256 exactly when fp16 layers exist (--fp32 turns both off). It reads the
-        # recipe's run.precision, never the device ("auto" precision is bf16 or fp32, not fp16), so
-        # the same recipe builds the same function for training, resume, sample and export; fp32
-        # and bf16 recipes (and their checkpoints) are unchanged by it.
+        # recipe's run.precision, never the device ("auto" precision is bf16 or fp32, not fp16),
+        # and is resolved when the recipe loads (resolved_options): the recipe a run saves holds
+        # the bound, so resume, sample and export build the same function even if a resume
+        # changes run.precision; fp32 and bf16 recipes (and their checkpoints) are unchanged by it.
         conv_clamp: float | Literal["auto"] | None = option(
             "auto", help="Clamp the output of every synthesis layer, ToRGB layer and D conv layer (after bias, "
                          "activation and gain; not the mapping networks, D's 1x1 skips or FC layers) to "
                          "[-conv_clamp, +conv_clamp], so fp16 activations cannot overflow (stylegan2-ada-pytorch's "
                          'conv_clamp). "auto" = 256 under run.precision = "fp16" (the reference\'s setting with '
-                         'its fp16 layers), none otherwise; none = no clamp. Part of the network\'s function: '
-                         "G_ema is clamped when sampled and exported too.", min=0, min_exclusive=True,
+                         'its fp16 layers), none otherwise; none = no clamp. Under fp16 at most 65504 (the largest fp16 '
+                         "number). Part of the network's function: G_ema is clamped when sampled and exported too.",
+            min=0, min_exclusive=True,
             hint="e.g. conv_clamp = 256 (stylegan2-ada-pytorch's); \"none\" = no clamp")
 
     @classmethod
@@ -320,11 +335,20 @@ class StyleGAN2(Architecture):
         if min(o.channel_base // recipe.resolution, o.channel_max) < 1:
             yield "channel_base", (f"gives no feature maps at resolution {recipe.resolution} "
                                    f"(use channel_base >= {recipe.resolution})")
+        c = o.conv_clamp
+        if recipe.run.precision == "fp16" and isinstance(c, float) and c > FP16_MAX:
+            yield "conv_clamp", (f"{c:g} is above {FP16_MAX:g}, the largest fp16 number, so under run.precision = "
+                                 f"\"fp16\" it bounds nothing (an activation overflows to inf first); use at most "
+                                 f"{FP16_MAX:g}, e.g. conv_clamp = 256 (stylegan2-ada-pytorch's), or \"auto\"")
         g = o.mbstd_group_size
         batch = getattr(recipe.growth.options, "batch_size", None)
         if g > 0 and isinstance(batch, int) and batch >= g and batch % g:
             yield "mbstd_group_size", (f"group size {g} does not divide the batch size {batch} "
                                        f"(choose a batch that is a multiple of {g}, or another group size)")
+
+    @classmethod
+    def resolved_options(cls, o, recipe):
+        return attrs.evolve(o, conv_clamp=_clamp_of(o.conv_clamp, recipe))
 
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
         return mbstd_batch_problem(self.options.mbstd_group_size, batch, world_size)
@@ -343,14 +367,10 @@ class StyleGAN2(Architecture):
 
     @property
     def conv_clamp(self) -> float | None:
-        """The clamp the networks are built with: the option, "auto" resolved to 256 under
-        ``run.precision = "fp16"`` (the recipe's, ``self.context.recipe``) and to None otherwise
-        (also when built without a recipe)."""
-        c = self.options.conv_clamp
-        if c != "auto":
-            return c
-        recipe = self.context.recipe
-        return 256.0 if recipe is not None and recipe.run.precision == "fp16" else None
+        """The clamp the networks are built with: the option (a loaded recipe holds it
+        resolved), "auto" resolved to 256 under ``run.precision = "fp16"`` (the recipe's,
+        ``self.context.recipe``) and to None otherwise (also when built without a recipe)."""
+        return _clamp_of(self.options.conv_clamp, self.context.recipe)
 
     def export_view(self, G: nn.Module) -> nn.Module:
         # The "scaled" modulated convolution is the same formula with one shared-weight conv, so
