@@ -211,7 +211,8 @@ def test_lazy_r1_r2_step_is_the_interval_times_the_official_penalty_gradient(cas
     lazy = [WeightedPenalty("r1", R1(LazyOptions(interval=k)), gamma),
             WeightedPenalty("r2", R2(LazyOptions(interval=k)), gamma)]
     ctx = context(G, D, ref["real"], [ref["z_d"]], labels=labels_of(case))
-    lazy_regularization(SimpleNamespace(lazy_penalties=lazy), ctx)  # what a run supplies the step: its lazy penalties
+    # What the lazy step reads of a run: its lazy penalties, no GradScaler (fp32), no step to retry.
+    lazy_regularization(SimpleNamespace(lazy_penalties=lazy, scaler=None, lazy_retry=()), ctx)
     penalty_grads = {name: it["d_grads"][name] - it["d_grads_without_penalties"][name] for name in it["d_grads"]}
     _assert_grads(D, penalty_grads, lambda n: d_names(n, d_blocks), scale=k, what="lazy D")
 
