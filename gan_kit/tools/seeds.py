@@ -45,7 +45,7 @@ def parse_numbers(text: str, option: str = "--seeds", *, limit: int | None = Non
             elif item.startswith("-") and item[1:].isdigit():
                 why = f"has a negative number {item}"
             else:
-                why = f"has {item!r}, which is not a number or a range a-b"
+                why = f"has {item!r}, which is neither a number nor a range such as 3-5"
             raise GankitError(f"{option}: {text!r} {why}; give non-negative numbers and ranges, {example}")
         first = int(m.group(1))
         last = int(m.group(2)) if m.group(2) is not None else first
@@ -53,7 +53,8 @@ def parse_numbers(text: str, option: str = "--seeds", *, limit: int | None = Non
             raise GankitError(f"{option}: {text!r} has the reversed range {item}; write it from low to high, "
                               f"{last}-{first}")
         if limit is not None and last >= limit:
-            raise GankitError(f"{option}: {text!r} has {last}, which is not below {limit}")
+            raise GankitError(f"{option}: {text!r} has {last}, which is not below {limit}; give numbers from 0 to "
+                              f"{limit - 1}")
         if len(out) + last - first + 1 > MAX_COUNT:
             raise GankitError(f"{option}: {text!r} names more than {MAX_COUNT} numbers; give fewer at once")
         out.extend(range(first, last + 1))
