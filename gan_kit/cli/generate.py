@@ -29,14 +29,15 @@ __all__ = ["generate"]
 @click.option("--w", "w_path", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE.npz",
               help="Draw from the W vectors of this file instead of seeds (gankit project's output: key w, "
                    "[N, num_ws, w_dim]); one PNG each, projNN.png.")
-@click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda or cuda:N.")
+@click.option("--device", default="auto", show_default=True, metavar="DEVICE", help="auto (CUDA when present), cpu, cuda or cuda:N.")
 @user_errors
 def generate(checkpoint: Path, seeds: str | None, outdir: Path, psi: float, class_: str | None, noise_mode: str,
              w_path: Path | None, device: str) -> None:
-    """Write one PNG per seed (or per W vector of --w FILE.npz) from CHECKPOINT's G_ema, at its
-    resolution and lossless: seedNNNN.png, the image `gankit sample --seed N -n 1` draws and the
-    exported model.ts / model.onnx make from seed N's z. CHECKPOINT is a checkpoint file, a run
-    directory (its checkpoints/latest.pt) or a folder written by `gankit export`."""
+    """Write one PNG per seed, seedNNNN.png (or per W vector of --w FILE.npz, projNN.png), from
+    CHECKPOINT's G_ema at its resolution, lossless. Seed N's image is the one `gankit sample
+    --seed N -n 1` draws and the exported model.ts / model.onnx make from seed N's z.
+    CHECKPOINT is a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder
+    written by `gankit export`."""
     from gan_kit.tools.generate import generate_from_w, generate_seeds, load_ws
     from gan_kit.tools.seeds import SEED_LIMIT, parse_numbers
     from gan_kit.tools.trained import open_generator
