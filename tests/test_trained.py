@@ -78,6 +78,9 @@ def test_folders_without_a_generator_are_refused_in_one_line(tmp_path, trained_s
     result = invoke("sample", other, "--out", tmp_path / "g.png")
     assert result.exit_code == 2 and result.output.count("\n") == 1
     assert "no run directory (no checkpoints/latest.pt)" in result.output and "gankit export did not write" in result.output
+    assert result.output.endswith("; name a checkpoint file, a run directory or an export folder\n")
+    result = invoke("export", other, "--out", tmp_path / "e")
+    assert result.exit_code == 2 and result.output.endswith("; name a checkpoint file or a run directory\n")
     # eval and export read the whole checkpoint: an export folder holds G_ema alone
     _, checkpoint, export = trained_sg2
     with pytest.raises(CheckpointError, match="an export folder holds G_ema alone; gankit export needs the checkpoint"):

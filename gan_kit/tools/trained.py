@@ -76,10 +76,10 @@ def _source(path: Path, exports: bool, command: str) -> tuple[Path, bool]:
         if any((path / name).exists() for name in RUN_FILES[:4]):
             raise CheckpointError(f"{path}: a run directory with no checkpoint yet (no {layout.latest}); name a "
                                   f"checkpoint file, or let the run write its first one (run.snapshot_ticks)")
-        also = " or an export folder" if exports else ""
+        what = ("a checkpoint file, a run directory or an export folder" if exports
+                else "a checkpoint file or a run directory")
         raise CheckpointError(f"{path}: a folder that gankit export did not write (no config.json with format = "
-                              f"'gankit-export') and no run directory (no checkpoints/latest.pt); name a checkpoint "
-                              f"file, a run directory{also}")
+                              f"'gankit-export') and no run directory (no checkpoints/latest.pt); name {what}")
     return path, False
 
 
