@@ -35,9 +35,12 @@ def cells(path, side: int) -> np.ndarray:
 
 
 def by_hand(trained, rows, cols, styles, labels=None, psi=1.0) -> np.ndarray:
-    """The mixed cells ``[R, C, r, r]`` uint8: column seed c's ws, layers ``styles`` from row seed r."""
-    row_ws = trained.styles(seed_latents(rows, trained.latent_dim), None if labels is None else labels[:len(rows)], psi)
-    col_ws = trained.styles(seed_latents(cols, trained.latent_dim), None if labels is None else labels[:len(cols)], psi)
+    """The mixed cells ``[R, C, r, r]`` uint8: column seed c's ws, layers ``styles`` from row seed r
+    (each seed mapped alone, as generate and style-mix map it)."""
+    row_ws = trained.styles(seed_latents(rows, trained.latent_dim), None if labels is None else labels[:len(rows)], psi,
+                            batch_size=1)
+    col_ws = trained.styles(seed_latents(cols, trained.latent_dim), None if labels is None else labels[:len(cols)], psi,
+                            batch_size=1)
     mixed = []
     for r in range(len(rows)):
         for c in range(len(cols)):

@@ -85,8 +85,10 @@ def generate_seeds(trained: TrainedGenerator, seeds: list[int], outdir: str | Pa
                    label: int | None = None, noise_mode: str = "const") -> list[Path]:
     """Write ``outdir/seedNNNN.png`` for each seed (repeats written once): G's image of
     ``seed_latents([seed])`` with ``truncation_psi``, class ``label`` (a class-conditional G
-    needs one) and ``noise_mode``. Returns the files in seed order. Raises ``GankitError`` (one
-    line) for what ``trained.check`` refuses, a missing class, or more than 4 channels."""
+    needs one) and ``noise_mode``, each seed drawn alone, so its pixels do not depend on the
+    other seeds of the list (``gan_kit.tools.trained.BATCH``). Returns the files in seed order.
+    Raises ``GankitError`` (one line) for what ``trained.check`` refuses, a missing class, or
+    more than 4 channels."""
     _check_channels(trained)
     trained.check(truncation_psi, noise_mode)
     seeds = list(dict.fromkeys(seeds))
@@ -96,7 +98,7 @@ def generate_seeds(trained: TrainedGenerator, seeds: list[int], outdir: str | Pa
     for i in range(0, len(seeds), BATCH):
         chunk = seeds[i:i + BATCH]
         images = trained.draw(seed_latents(chunk, trained.latent_dim), trained.labels(label, len(chunk)),
-                              truncation_psi=truncation_psi, noise_mode=noise_mode)
+                              truncation_psi=truncation_psi, noise_mode=noise_mode, batch_size=1)
         written += [save_image(image, outdir / seed_name(seed)) for seed, image in zip(chunk, images)]
     return written
 
@@ -104,13 +106,13 @@ def generate_seeds(trained: TrainedGenerator, seeds: list[int], outdir: str | Pa
 def generate_from_w(trained: TrainedGenerator, ws: torch.Tensor, outdir: str | Path, *,
                     noise_mode: str = "const") -> list[Path]:
     """Write ``outdir/projNN.png`` for each ``ws[i]`` of ``ws[N, num_ws, w_dim]``: its image
-    ``G.synthesis(ws, noise_mode)`` (``BATCH`` W at a time), as stylegan2-ada-pytorch's
+    ``G.synthesis(ws[i:i+1], noise_mode)``, one W at a time as stylegan2-ada-pytorch's
     generate.py ``--projected-w`` draws them. Returns the files. Raises ``GankitError`` for a G without per-layer
     styles, a refused noise mode or more than 4 channels."""
     _check_channels(trained)
     outdir = Path(outdir)
     written = []
     for i in range(0, ws.shape[0], BATCH):
-        images = trained.synthesize(ws[i:i + BATCH], noise_mode=noise_mode)
+        images = trained.synthesize(ws[i:i + BATCH], noise_mode=noise_mode, batch_size=1)
         written += [save_image(image, outdir / w_name(i + k)) for k, image in enumerate(images)]
     return written

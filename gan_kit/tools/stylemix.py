@@ -42,17 +42,21 @@ def style_mix_grid(trained: TrainedGenerator, rows: list[int], cols: list[int], 
                    truncation_psi: float = 1.0, label: int | None = None, noise_mode: str = "const") -> torch.Tensor:
     """The grid ``[C, r * (len(rows) + 1), r * (len(cols) + 1)]`` in [-1, 1] (r: G's resolution):
     seeds' ws from ``trained.styles(seed_latents(seeds), labels, truncation_psi)``, every image
-    ``trained.synthesize(ws, noise_mode)``; the blank cell is -1 (black). ``label``: the class
+    ``trained.synthesize(ws, noise_mode)`` (the edges one seed at a time, as ``gankit
+    generate`` draws them, the mixed cells in batches); the blank cell is -1 (black). ``label``: the class
     of every image, for a class-conditional G (required there). Raises ``GankitError`` (one
     line) for a G without per-layer styles, a layer outside ``[0, num_ws)``, and what
     ``trained.check`` refuses."""
     G = trained.style_generator("style mixing")
     check_styles(styles, G.num_ws)
     trained.check(truncation_psi, noise_mode)
-    row_ws = trained.styles(seed_latents(rows, trained.latent_dim), trained.labels(label, len(rows)), truncation_psi)
-    col_ws = trained.styles(seed_latents(cols, trained.latent_dim), trained.labels(label, len(cols)), truncation_psi)
-    row_images = trained.synthesize(row_ws, noise_mode)
-    col_images = trained.synthesize(col_ws, noise_mode)
+    # Each seed mapped and drawn alone, as gankit generate draws it: the edges are its images.
+    row_ws = trained.styles(seed_latents(rows, trained.latent_dim), trained.labels(label, len(rows)), truncation_psi,
+                            batch_size=1)
+    col_ws = trained.styles(seed_latents(cols, trained.latent_dim), trained.labels(label, len(cols)), truncation_psi,
+                            batch_size=1)
+    row_images = trained.synthesize(row_ws, noise_mode, batch_size=1)
+    col_images = trained.synthesize(col_ws, noise_mode, batch_size=1)
     mixed = trained.synthesize(mixed_styles(row_ws, col_ws, styles), noise_mode)
     r = trained.resolution
     grid = torch.full((trained.channels, r * (len(rows) + 1), r * (len(cols) + 1)), -1.0)

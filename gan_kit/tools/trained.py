@@ -28,7 +28,10 @@ from gan_kit.runs.rundir import RUN_FILES
 
 __all__ = ["TrainedGenerator", "open_generator", "checkpoint_file", "generator_device", "BATCH"]
 
-#: Images per forward of ``draw`` / ``styles`` / ``synthesize`` (memory stays bounded for any count).
+#: Images per forward of ``draw`` / ``styles`` / ``synthesize`` by default (memory stays bounded
+#: for any count). A convolution's float rounding depends on the batch it runs in (last bits), so
+#: an image drawn alone and in a batch may differ by one level of a pixel; ``batch_size=1`` draws
+#: each alone, the same whatever else is drawn (``gankit generate`` does).
 BATCH = 64
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
@@ -196,10 +199,10 @@ class TrainedGenerator:
                               f"alone); leave --noise-mode at const")
 
     def draw(self, z: torch.Tensor, labels: torch.Tensor | None = None, truncation_psi: float = 1.0,
-             noise_mode: str = "const") -> torch.Tensor:
+             noise_mode: str = "const", *, batch_size: int = BATCH) -> torch.Tensor:
         """Images ``[N, C, resolution, resolution]`` float32 on the CPU, in about [-1, 1], for
-        ``z[N, latent_dim]`` (and ``labels[N]`` int64 for a class-conditional G), ``BATCH`` at a
-        time, without gradients, on ``device``. StyleGAN2 (``supports_truncation``) runs its
+        ``z[N, latent_dim]`` (and ``labels[N]`` int64 for a class-conditional G), ``batch_size``
+        at a time, without gradients, on ``device``. StyleGAN2 (``supports_truncation``) runs its
         forward ``G(z, labels, truncation_psi=, noise_mode=)`` - what ``gankit sample`` and the
         exported files run; another ``StyleGenerator`` runs ``synthesis(mapping(z, labels,
         psi), noise_mode)``; any other G runs ``G(z)`` / ``G(z, labels)``. "random" noise draws
@@ -209,9 +212,9 @@ class TrainedGenerator:
         self._check_labels(labels, z.shape[0])
         chunks = []
         with torch.no_grad():
-            for i in range(0, z.shape[0], BATCH):
-                zi = z[i:i + BATCH].to(self.device, torch.float32)
-                li = labels[i:i + BATCH].to(self.device) if labels is not None else None
+            for i in range(0, z.shape[0], batch_size):
+                zi = z[i:i + batch_size].to(self.device, torch.float32)
+                li = labels[i:i + batch_size].to(self.device) if labels is not None else None
                 args = (zi,) if li is None else (zi, li)
                 if self.arch.supports_truncation:
                     out = self.G(*args, truncation_psi=truncation_psi, noise_mode=noise_mode)
@@ -222,23 +225,24 @@ class TrainedGenerator:
                 chunks.append(out.float().cpu())
         return torch.cat(chunks) if chunks else torch.empty(0, self.channels, self.resolution, self.resolution)
 
-    def styles(self, z: torch.Tensor, labels: torch.Tensor | None = None, truncation_psi: float = 1.0) -> torch.Tensor:
+    def styles(self, z: torch.Tensor, labels: torch.Tensor | None = None, truncation_psi: float = 1.0, *,
+               batch_size: int = BATCH) -> torch.Tensor:
         """``ws[N, num_ws, w_dim]`` float32 on the CPU (a tensor of its own, free to edit):
-        ``G.mapping(z, labels, truncation_psi)`` ``BATCH`` at a time, without gradients. Raises
+        ``G.mapping(z, labels, truncation_psi)`` ``batch_size`` at a time, without gradients. Raises
         ``GankitError`` for a G without per-layer styles, or labels it does not take or misses."""
         G = self.style_generator("drawing W")
         self._check_labels(labels, z.shape[0])
         chunks = []
         with torch.no_grad():
-            for i in range(0, z.shape[0], BATCH):
-                li = labels[i:i + BATCH].to(self.device) if labels is not None else None
-                ws = G.mapping(z[i:i + BATCH].to(self.device, torch.float32), li, truncation_psi=truncation_psi)
+            for i in range(0, z.shape[0], batch_size):
+                li = labels[i:i + batch_size].to(self.device) if labels is not None else None
+                ws = G.mapping(z[i:i + batch_size].to(self.device, torch.float32), li, truncation_psi=truncation_psi)
                 chunks.append(ws.float().cpu().contiguous())
         return torch.cat(chunks) if chunks else torch.empty(0, G.num_ws, G.w_dim)
 
-    def synthesize(self, ws: torch.Tensor, noise_mode: str = "const") -> torch.Tensor:
+    def synthesize(self, ws: torch.Tensor, noise_mode: str = "const", *, batch_size: int = BATCH) -> torch.Tensor:
         """Images ``[N, C, resolution, resolution]`` float32 on the CPU from ``ws[N, num_ws,
-        w_dim]``: ``G.synthesis(ws, noise_mode)`` ``BATCH`` at a time, without gradients. Raises
+        w_dim]``: ``G.synthesis(ws, noise_mode)`` ``batch_size`` at a time, without gradients. Raises
         ``GankitError`` for a G without per-layer styles, ws of another shape, or a noise mode
         ``check`` refuses."""
         G = self.style_generator("drawing from W")
@@ -248,8 +252,9 @@ class TrainedGenerator:
                               f"[N, {G.num_ws}, {G.w_dim}]")
         chunks = []
         with torch.no_grad():
-            for i in range(0, ws.shape[0], BATCH):
-                chunks.append(G.synthesis(ws[i:i + BATCH].to(self.device, torch.float32), noise_mode=noise_mode).float().cpu())
+            for i in range(0, ws.shape[0], batch_size):
+                wi = ws[i:i + batch_size].to(self.device, torch.float32)
+                chunks.append(G.synthesis(wi, noise_mode=noise_mode).float().cpu())
         return torch.cat(chunks) if chunks else torch.empty(0, self.channels, self.resolution, self.resolution)
 
     def _check_labels(self, labels: torch.Tensor | None, n: int) -> None:
