@@ -222,6 +222,8 @@ EXAMPLE_OVERRIDES: dict[str, list[str]] = {
                             'growth={name="static", batch_size=8}', 'architecture.spectral_norm="D"',
                             'init={name="normal"}'],
     "schedule_plugin.py": ['optim.lr={schedule="restarts", start=0.002, end=0.0002, period_kimg=0.012}'],
+    "style_plugin.py": ['architecture={name="style-mlp", latent_dim=8, w_dim=8, hidden=16, num_layers=3}',
+                        'growth={name="static", batch_size=8}'],
 }
 
 
@@ -308,6 +310,18 @@ def test_example_plugin_trains_two_steps(filename, tmp_path):
         # the second iteration (8 images shown) is 2/3 of the first 12-image period down the cosine
         assert run.schedule_values["optim.lr"] == pytest.approx(0.0002 + 0.0018 * 0.5 * (1 + math.cos(math.pi * 8 / 12)))
         assert run.recipe.schedules[0].options.period_kimg == 0.012
+    if filename == "style_plugin.py":
+        # G has per-layer styles; training moved w_avg; eval-mode G(z) with fixed noise is synthesis(mapping(z))
+        from gan_kit import StyleGenerator
+
+        G = run.G_ema.eval()
+        assert isinstance(G, StyleGenerator) and (G.num_ws, G.w_dim) == (3, 8) and G.w_avg.abs().sum() > 0
+        z = torch.randn(4, 8)
+        with torch.no_grad():
+            ws = G.mapping(z)
+            assert ws.shape == (4, 3, 8) and torch.equal(ws[:, 0], ws[:, 2])
+            assert G.synthesis(ws, noise_mode="const").shape == (4, 1, 8, 8)
+            assert torch.allclose(G.mapping(z, truncation_psi=0.0)[:, 0], G.w_avg.expand(4, -1))
     if filename == "lifecycle_plugin.py":
         log = run.stash[module.log_key]
         assert (log.steps, log.phases, log.ticks) == (2, [4], 1)

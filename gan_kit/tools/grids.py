@@ -1,5 +1,7 @@
 """Sample grids: images in [-1, 1] written as one PNG, each cell upscaled (nearest) to at least
-32 pixels a side so that small images and early phases stay visible."""
+32 pixels a side so that small images and early phases stay visible; one image as it is
+(``save_image``: lossless, no upscaling); and ``to_uint8``, the one mapping of those values to
+8-bit pixels (the grids' and ``gankit generate``'s PNGs alike)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,39 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-__all__ = ["save_grid", "MIN_CELL"]
+__all__ = ["save_grid", "save_image", "to_uint8", "MIN_CELL"]
 
 #: Smallest side of one grid cell in pixels.
 MIN_CELL = 32
+
+
+def to_uint8(images: torch.Tensor) -> torch.Tensor:
+    """``images`` (any shape, values in about [-1, 1]) as uint8 pixels on the CPU: clamped to
+    [-1, 1], mapped to [0, 255] and rounded half up - the arithmetic of torchvision's
+    ``save_image(normalize=True, value_range=(-1, 1))``, so a grid's cell and a PNG of the same
+    image hold the same pixels."""
+    x = images.detach().float().cpu().clamp(-1, 1)
+    return x.sub(-1).div(2).mul(255).add(0.5).clamp(0, 255).to(torch.uint8)
+
+
+#: PIL's mode for an image of 1 to 4 channels (gray, gray + alpha, RGB, RGBA).
+MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
+
+
+def save_image(image: torch.Tensor, path: str | Path) -> Path:
+    """Write ``image[C, H, W]`` (values in [-1, 1]) to ``path`` pixel for pixel (no upscaling;
+    a .png is lossless), in mode L for 1 channel and RGB for 3 (LA, RGBA for 2, 4); the folder is
+    created. Returns the path. Raises ValueError for another shape or channel count."""
+    from PIL import Image
+
+    if image.dim() != 3 or image.shape[0] not in MODES:
+        raise ValueError(f"save_image: expected image[C, H, W] with 1 to 4 channels, got {list(image.shape)}")
+    pixels = to_uint8(image).permute(1, 2, 0).numpy()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # PIL reads the mode from the array: [H, W] uint8 is L, [H, W, 2 | 3 | 4] is LA, RGB, RGBA
+    Image.fromarray(pixels[..., 0] if image.shape[0] == 1 else pixels).save(path)
+    return path
 
 
 def save_grid(images: torch.Tensor, path: str | Path, *, size: int | None = None, nrow: int | None = None) -> None:
