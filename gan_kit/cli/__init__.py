@@ -2,7 +2,7 @@
 
 One module per command family: ``group`` (the ``gankit`` group, ``--version``, ``--debug``),
 ``run``, ``plugins`` (list-plugins, plugins), ``recipe`` (recipe show / check), ``sample``,
-``evaluate`` (eval), ``export``, ``report`` and ``bench`` (``gankit sweep`` / ``compare`` come from the
+``project``, ``evaluate`` (eval), ``export``, ``report`` and ``bench`` (``gankit sweep`` / ``compare`` come from the
 gankit-sweep plugin, through ``register_commands``); the work itself is
 done by the modules below (``gan_kit.runs.engine``, ``gan_kit.tools.evaluate``, ...).
 
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import sys
 
-from gan_kit.cli import bench, evaluate, export, plugins, recipe, report, run, sample
+from gan_kit.cli import bench, evaluate, export, plugins, project, recipe, report, run, sample
 from gan_kit.cli.group import cli
 from gan_kit.base.errors import GankitError
 
 __all__ = ["cli", "main"]
 
 for _command in (run.run, plugins.list_plugins, plugins.plugins_command, recipe.recipe, sample.sample,
-                 evaluate.eval_command, report.report, bench.bench_entry, export.export):
+                 project.project_command, evaluate.eval_command, report.report, bench.bench_entry, export.export):
     cli.add_command(_command)
 
 
