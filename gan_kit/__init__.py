@@ -25,6 +25,7 @@ from gan_kit.plugin_api.components import (
     Loss,
     Metric,
     Penalty,
+    StyleGenerator,
     Tracker,
     UpdateStrategy,
     WeightedPenalty,
@@ -114,6 +115,8 @@ __all__ = [
     "WeightedPenalty",
     "Phase",
     "Growable",
+    # a G with per-layer styles (mapping, synthesis, num_ws, w_dim, w_avg): style mixing, W files
+    "StyleGenerator",
     "Run",
     "build_run",
     "Stash",

@@ -57,3 +57,48 @@ def _deterministic():
             logger.disabled = False
     yield
     torch.set_num_threads(1)  # a test whose recipe sets run.threads must not slow the ones after it
+
+
+#: A tiny StyleGAN2 (16 px digits, z and W of 8, num_ws 6) and a tiny growing PGGAN (at 4 px
+#: after 3 steps): the trained generators `gankit generate` / `style-mix` / `sample` read.
+TINY_SG2 = ["architecture={name='stylegan2', latent_dim=8, w_dim=8, mapping_layers=2, channel_base=32, channel_max=8}",
+            "growth={name='static', batch_size=8}", "data.resolution=16", "data.upscale='allow'", "penalty=[]"]
+
+
+def _trained(folder: Path, overrides: list[str], steps: int = 3) -> Path:
+    from gan_kit.runs.session import train
+    from gan_kit.testing import make_run
+
+    run = make_run(folder, overrides=overrides)
+    train(run, max_steps=steps)  # a few real steps: w_avg and the noise strengths have moved off zero
+    run.save_checkpoint("latest")
+    return run.out_dir
+
+
+@pytest.fixture(scope="session")
+def trained_sg2(tmp_path_factory):
+    """``(run_dir, checkpoint, export)`` of a tiny StyleGAN2 trained 3 steps and exported in every
+    format (read-only for the tests: they write elsewhere)."""
+    from gan_kit.tools.export import export_model
+
+    folder = tmp_path_factory.mktemp("sg2")
+    run_dir = _trained(folder, TINY_SG2)
+    export_model(run_dir / "checkpoints" / "latest.pt", folder / "export")
+    return run_dir, run_dir / "checkpoints" / "latest.pt", folder / "export"
+
+
+@pytest.fixture(scope="session")
+def trained_pggan(tmp_path_factory) -> Path:
+    """The checkpoint of the tiny growing PGGAN trained 3 steps (no mapping network, no noise)."""
+    return _trained(tmp_path_factory.mktemp("pggan"), []) / "checkpoints" / "latest.pt"
+
+
+@pytest.fixture(scope="session")
+def trained_style_mlp(tmp_path_factory) -> Path:
+    """The checkpoint of docs/examples/style_plugin.py's ``style-mlp`` (a plugin G with per-layer
+    styles, loaded through the recipe's ``plugins``, so the checkpoint reopens with it) trained 3
+    steps on 8 px digits: num_ws 3, W of 8."""
+    plugin = Path(__file__).resolve().parent.parent / "docs" / "examples" / "style_plugin.py"
+    return _trained(tmp_path_factory.mktemp("style-mlp"), [
+        f"plugins=['{plugin.as_posix()}']", "growth={name='static', batch_size=8}",
+        "architecture={name='style-mlp', latent_dim=8, w_dim=8, hidden=16, num_layers=3}"]) / "checkpoints" / "latest.pt"

@@ -226,6 +226,8 @@ EXAMPLE_OVERRIDES: dict[str, list[str]] = {
     "schedule_plugin.py": ['optim.lr={schedule="restarts", start=0.002, end=0.0002, period_kimg=0.012}'],
     # a distance is no part of training (gankit project builds it): the run trains with it loaded
     "distance_plugin.py": [],
+    "style_plugin.py": ['architecture={name="style-mlp", latent_dim=8, w_dim=8, hidden=16, num_layers=3}',
+                        'growth={name="static", batch_size=8}'],
 }
 
 
@@ -323,6 +325,18 @@ def test_example_plugin_trains_two_steps(filename, tmp_path):
         assert torch.allclose(shifted, torch.full((3,), 0.1 * 0.25))
         distance.distance(torch.roll(a, 1, dims=3), b).sum().backward()
         assert b.grad.abs().sum() > 0
+    if filename == "style_plugin.py":
+        # G has per-layer styles; training moved w_avg; eval-mode G(z) with fixed noise is synthesis(mapping(z))
+        from gan_kit import StyleGenerator
+
+        G = run.G_ema.eval()
+        assert isinstance(G, StyleGenerator) and (G.num_ws, G.w_dim) == (3, 8) and G.w_avg.abs().sum() > 0
+        z = torch.randn(4, 8)
+        with torch.no_grad():
+            ws = G.mapping(z)
+            assert ws.shape == (4, 3, 8) and torch.equal(ws[:, 0], ws[:, 2])
+            assert G.synthesis(ws, noise_mode="const").shape == (4, 1, 8, 8)
+            assert torch.allclose(G.mapping(z, truncation_psi=0.0)[:, 0], G.w_avg.expand(4, -1))
     if filename == "lifecycle_plugin.py":
         log = run.stash[module.log_key]
         assert (log.steps, log.phases, log.ticks) == (2, [4], 1)

@@ -191,8 +191,9 @@ def test_the_video_shows_target_and_projection_side_by_side_every_kth_step(sg2, 
     assert "compare.png, proj.mp4 in" in result.stdout and "(3 frames)" in result.stdout  # steps 4, 8 and the last, 9
     with imageio.get_reader(tmp_path / "proj.mp4") as reader:
         frames = [np.asarray(f) for f in reader]
-    assert len(frames) == 3 and frames[0].shape == (64, 2 * 32 + 3 + 1, 3)  # two 32 px cells, padding, even: 68
-    left = frames[-1][1:33, 1:33].astype(np.float64)  # the target's cell, grey in all three channels
+    # two 32 px cells and their padding, 34 x 67, upscaled x2 to reach 64 px and padded to even sides
+    assert len(frames) == 3 and frames[0].shape == (68, 134, 3)
+    left = frames[-1][2:66:2, 2:66:2].astype(np.float64)  # the target's cell, grey in all three channels
     expected = np.asarray(Image.open(tmp_path / "target.png").resize((32, 32), Image.NEAREST), dtype=np.float64)
     assert np.abs(left[..., 0] - expected).mean() < 4.0
 
@@ -216,7 +217,8 @@ def test_project_errors_are_one_line(sg2, tmp_path, monkeypatch):
          f"error: --target: {str(tmp_path / 'file')!r} is not an image Pillow can read (cannot identify image file "
          f"{str(tmp_path / 'file')!r})\n"),
         ([checkpoint, "--target", target, "--distance", "lpips"],
-         "error: --distance: unknown distance 'lpips'; available: lpips-vgg16, pixel-multiscale\n"),
+         "error: --distance: unknown distance 'lpips' (did you mean 'lpips-vgg16'?); available: lpips-vgg16, "
+         "pixel-multiscale\n"),
         ([checkpoint, "--target", target, "--set-distance", "pixel_weigth=2"],
          "error: --set-distance: pixel-multiscale.pixel_weigth: unknown option (did you mean 'pixel_weight'?)\n"),
         ([checkpoint, "--target", target, "--set-distance", "pixel_weight"],

@@ -34,7 +34,7 @@ _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lowe
 
 
 @click.command("eval")
-@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="Metric to compute (repeatable; default: the recipe's [[metric]] entries, else swd).")
 @click.option("--n", "num", type=click.IntRange(2), default=None,
@@ -48,7 +48,8 @@ _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lowe
 @user_errors
 def eval_command(checkpoint: Path, metrics: tuple[str, ...], num: int | None, baselines: bool,
                  overrides: tuple[str, ...], device: str | None, as_json: bool) -> None:
-    """Print the metrics of CHECKPOINT's G_ema against the recipe's data."""
+    """Print the metrics of CHECKPOINT's G_ema against the recipe's data. CHECKPOINT is a
+    checkpoint file or a run directory (its checkpoints/latest.pt)."""
     out = evaluate_checkpoint(checkpoint, metrics, num, overrides, device, baselines)
     if as_json:
         click.echo(json.dumps(out, indent=2))

@@ -14,7 +14,7 @@ __all__ = ["export"]
 
 
 @click.command("export")
-@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder to write (created; files in it are replaced): the Hub's model layout.")
 @click.option("--format", "formats", default=",".join(FORMATS), show_default=True,
@@ -26,7 +26,8 @@ __all__ = ["export"]
 def export(checkpoint: Path, out: Path, formats: str, psi: float) -> None:
     """Export CHECKPOINT's G_ema to a folder that runs without gankit: model.safetensors,
     config.json, README.md (a model card for the Hugging Face Hub), samples.png, model.ts and
-    model.onnx. `huggingface_hub.upload_folder` publishes the folder as it is."""
+    model.onnx. CHECKPOINT is a checkpoint file or a run directory (its checkpoints/latest.pt).
+    `huggingface_hub.upload_folder` publishes the folder as it is."""
     chosen = [f.strip() for f in formats.split(",") if f.strip()]
     config = export_model(checkpoint, out, chosen, psi)
     files = [name for name in config["files"].values() if name]

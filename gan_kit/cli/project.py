@@ -61,8 +61,9 @@ def project_command(checkpoint: Path, target: Path, outdir: Path, steps: int, sp
     progress = Progress(TextColumn("[bold cyan]project"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("distance {task.fields[dist]}"), TimeRemainingColumn(),
                         console=Console(stderr=True), transient=False)
-    task = progress.add_task("project", total=steps, dist="-")
+    task = progress.add_task("project", total=steps, dist="-", start=False)
     last = [0.0]
+    started = []  # the bar starts once everything is read: an error before it prints its one line alone
 
     def before(gen, goal) -> None:
         if goal.note:
@@ -71,6 +72,8 @@ def project_command(checkpoint: Path, target: Path, outdir: Path, steps: int, sp
         click.echo(f"projecting {target} into {space.upper()} of {gen.source} ({gen.architecture}, {gen.resolution}px, "
                    f"{G.num_ws} x {G.w_dim}) on {gen.device}: {steps} steps, distance {distance}")
         progress.start()
+        progress.start_task(task)
+        started.append(True)
 
     def on_step(state) -> None:
         now = time.perf_counter()
@@ -86,7 +89,8 @@ def project_command(checkpoint: Path, target: Path, outdir: Path, steps: int, sp
                              video_every=video_every, fps=fps, class_=class_, device=device, before=before,
                              on_step=on_step)
     finally:
-        progress.stop()
+        if started:
+            progress.stop()
     p = done.projection
     names = ", ".join(f.name for f in done.files[1:])
     frames = f" ({done.frames} frames)" if done.frames else ""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import click
 
@@ -17,7 +16,9 @@ __all__ = ["sample"]
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("-n", "--n", "num", type=click.IntRange(1), default=64, show_default=True,
               help="Number of images (with --interpolate: of rows).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the latents.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the latents; the first image's z is seed SEED's, the one gankit generate --seeds SEED "
+                   "draws.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("grid.png"),
               show_default=True, help="Image file for the grid (.gif or .mp4 with --interpolate: an animation).")
 @click.option("--truncation", "psi", type=float, default=1.0, show_default=True,
@@ -41,16 +42,19 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
            loop: bool, fps: float | None, class_: str | None) -> None:
     """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at
     least 32 px, like the run's own grids), or a latent interpolation strip, GIF or MP4. CHECKPOINT
-    is a checkpoint file or a folder written by `gankit export` (read without pickle). A
-    class-conditional G draws class K with --class K, else one row per class.
+    is a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder written by
+    `gankit export` (read without pickle). The first image is drawn from seed SEED's z, the one
+    `gankit generate --seeds SEED` draws. A class-conditional G draws class K with --class K, else
+    one row per class.
 
     An animation (--interpolate with --out walk.gif or walk.mp4) shows the N walks side by side; a
     GIF plays forth and back, an MP4 once, and --loop closes each walk so that both loop seamlessly."""
     import torch
 
-    from gan_kit.runs.checkpoint import load_generator
     from gan_kit.tools.grids import save_grid
     from gan_kit.tools.sampling import save_gif, walk_latents
+    from gan_kit.tools.seeds import latent_rows
+    from gan_kit.tools.trained import open_generator
     from gan_kit.tools.video import check_video_support, save_mp4
 
     suffix = out.suffix.lower()
@@ -66,28 +70,10 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
         raise GankitError(f"--fps: {str(out)!r} is a still image; --fps sets the speed of a .gif or .mp4")
     if suffix == ".mp4":
         check_video_support(f"--out {out}")
-    from gan_kit.runs import checkpoint as ckpt
-    from gan_kit.runs.exported import is_export_dir, load_exported_generator
-
-    if is_export_dir(checkpoint):
-        G_ema, _, recipe, arch, state = load_exported_generator(checkpoint)
-        phase = SimpleNamespace(resolution=state["resolution"], alpha=state["alpha"])
-    else:
-        if checkpoint.is_dir():
-            raise GankitError(f"{checkpoint}: a folder that gankit export did not write (no config.json with "
-                              f"format = 'gankit-export'); name a checkpoint file, e.g. {checkpoint}/checkpoints/latest.pt")
-        state = ckpt.load(checkpoint)  # once: the generator and the class names come from it
-        G_ema, phase, recipe, arch = load_generator(checkpoint, state=state)
-    if psi != 1.0 and not arch.supports_truncation:
-        raise GankitError(f"--truncation: architecture {recipe.architecture.name!r} has no mapping network to "
-                          f"truncate (use stylegan2, or leave --truncation at 1)")
-    classes = arch.context.num_classes
-    if class_ is not None and not classes:
-        raise GankitError(f"--class: {checkpoint} is not class-conditional (its recipe has no "
-                          f"architecture.conditional = true); leave --class out")
-    names = [str(n) for n in state.get("class_names") or []]
-    label = _class_index(class_, checkpoint, classes, names) if class_ is not None else None
-    gen = torch.Generator().manual_seed(seed)
+    trained = open_generator(checkpoint)
+    trained.check(psi)
+    classes = trained.num_classes
+    label = trained.class_label(class_) if class_ is not None else None
     nrow = None
     if classes and label is None and steps is None:
         per_row = max(1, num // classes)  # one row per class, like the run's own grids
@@ -95,21 +81,18 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
         labels = torch.arange(classes).repeat_interleave(per_row)
     elif classes:  # class K everywhere, or an interpolation row per class, cycling
         labels = torch.full((num,), label, dtype=torch.int64) if label is not None else torch.arange(num) % classes
-    if steps is None:
-        z = torch.randn(num, arch.latent_dim, generator=gen)
     else:
-        walks = walk_latents(torch.randn(num, points, arch.latent_dim, generator=gen), steps, loop=loop)
+        labels = None
+    if steps is None:
+        z = latent_rows(seed, num, trained.latent_dim)  # row 0: seed SEED's z, as generate draws it
+    else:
+        points_z = latent_rows(seed, points * num, trained.latent_dim).view(num, points, trained.latent_dim)
+        walks = walk_latents(points_z, steps, loop=loop)
         frames = nrow = walks.shape[1]  # a row per walk
         z = walks.flatten(0, 1)
-        if classes:
+        if labels is not None:
             labels = labels.repeat_interleave(frames)
-    kwargs = {"truncation_psi": psi, "noise_mode": "const"} if arch.supports_truncation else {}
-    with torch.no_grad():
-        chunks = []
-        for i in range(0, len(z), 64):
-            args = (z[i:i + 64],) if not classes else (z[i:i + 64], labels[i:i + 64])
-            chunks.append(G_ema(*args, **kwargs).float())
-        images = torch.cat(chunks)
+    images = trained.draw(z, labels, truncation_psi=psi, noise_mode="const")
     if suffix == ".gif":
         ms = 120 if fps is None else max(1, round(1000 / fps))
         save_gif(images.reshape(num, frames, *images.shape[1:]), out, ms_per_frame=ms, bounce=not loop)
@@ -120,19 +103,4 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
     what = f"{num} {'closed ' if loop else ''}interpolations of {frames} images" if steps else f"{num} images"
     if classes:
         what += f" of class {label}" if label is not None else f", {classes} classes"
-    click.echo(f"wrote {what} at {phase.resolution}px (alpha {phase.alpha:.2f}) to {out}")
-
-
-def _class_index(value: str, checkpoint: Path, classes: int, names: list[str]) -> int:
-    """``--class`` as a label: an index in ``[0, classes)`` or one of the checkpoint's class
-    ``names`` (image-folder's sub-folders, in label order)."""
-    if value in names:
-        return names.index(value)
-    try:
-        index = int(value)
-    except ValueError:
-        known = f"its classes: {', '.join(names)}" if names else "its classes are numbered, it has no names"
-        raise GankitError(f"--class: {value!r} is not a class of {checkpoint} ({known})") from None
-    if not 0 <= index < classes:
-        raise GankitError(f"--class: {index} is not a class of {checkpoint} (0 to {classes - 1})")
-    return index
+    click.echo(f"wrote {what} at {trained.resolution}px (alpha {trained.alpha:.2f}) to {out}")

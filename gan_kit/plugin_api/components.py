@@ -8,7 +8,7 @@ engine instantiates it as ``Factory(options, context)``.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Mapping, Protocol, runtime_checkable
 
 import attrs
 import torch
@@ -31,6 +31,8 @@ __all__ = [
     "GrowthScheduler",
     "Initializer",
     "Architecture",
+    "StyleGenerator",
+    "NOISE_MODES",
     "DatasetFactory",
     "Metric",
     "Augment",
@@ -430,6 +432,46 @@ class Architecture(ComponentBase):
         processes (checked for every phase before training, e.g. a minibatch-stddev group that
         does not divide it), or None."""
         return None
+
+
+#: What ``StyleGenerator.synthesis`` takes as ``noise_mode``: "const" (the noise maps fixed when G
+#: was built: the same ws give the same image), "random" (fresh noise from the global torch RNG)
+#: or "none" (no noise added). StyleGAN2's names (Karras et al. 2020, sec. 2; stylegan2-ada-pytorch's
+#: ``noise_mode``).
+NOISE_MODES = ("const", "random", "none")
+
+
+@runtime_checkable
+class StyleGenerator(Protocol):
+    """A G with per-layer styles (StyleGAN, Karras et al. 2019, sec. 2: a mapping network to W,
+    one W per synthesis layer): what ``gankit style-mix``, ``gankit generate --w`` and projection
+    into W need. A structural type: G implements the two methods and three attributes, it need
+    not derive from this class (``isinstance(G, StyleGenerator)`` checks that they exist).
+
+    - ``mapping(z[N, latent_dim], labels[N] int64 | None = None, truncation_psi=1.0) ->
+      ws[N, num_ws, w_dim]``: z through the mapping network, one W per layer (all equal, as
+      StyleGAN2 maps them); with ``truncation_psi`` != 1 each W is pulled toward ``w_avg``:
+      ``w_avg + psi * (w - w_avg)`` (the truncation trick, StyleGAN sec. 3.1 / appendix B).
+      ``labels`` only for a class-conditional G. No side effects: it never updates ``w_avg``.
+    - ``synthesis(ws[N, num_ws, w_dim], noise_mode="random") -> images[N, C, r, r]`` in about
+      [-1, 1]; ``noise_mode`` one of ``NOISE_MODES`` (a G without noise inputs ignores it).
+    - ``num_ws`` (int): the layers that take a W, numbered 0 (coarsest) to num_ws - 1;
+      ``w_dim`` (int): the size of W; ``w_avg`` (tensor ``[w_dim]``): the running average of
+      mapped W, the centre of truncation and the start of a projection.
+
+    ``G(z)`` must equal ``G.synthesis(G.mapping(z))`` in eval mode with the same noise. The
+    built-in stylegan2 G implements it (its ``mapping`` also takes the keyword ``update_w_avg``,
+    which training uses).
+    """
+
+    num_ws: int
+    w_dim: int
+    w_avg: torch.Tensor
+
+    def mapping(self, z: torch.Tensor, labels: torch.Tensor | None = None,
+                truncation_psi: float = 1.0) -> torch.Tensor: ...
+
+    def synthesis(self, ws: torch.Tensor, noise_mode: str = "random") -> torch.Tensor: ...
 
 
 class DatasetFactory(ComponentBase):

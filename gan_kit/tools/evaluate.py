@@ -170,7 +170,8 @@ def _metric(run, name: str, num: int | None):
 def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: int | None = None,
                         overrides: tuple[str, ...] = (), device: str | None = None,
                         baselines: bool = False) -> dict[str, Any]:
-    """Evaluate ``path``'s G_ema.
+    """Evaluate ``path``'s G_ema: a checkpoint file, or a run directory (its
+    ``checkpoints/latest.pt``).
 
     Returns ``{"checkpoint", "kimg", "phase": {...}, "dataset", "dataset_size", "results": {metric:
     {"trained": {...}, and with baselines "real": {...}, "untrained": {...}, "num_images": n}}}``
@@ -182,7 +183,9 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     from gan_kit.base.phase import Phase, fade_real
     from gan_kit.recipe import load_recipe
 
-    path = Path(path)
+    from gan_kit.tools.trained import checkpoint_file
+
+    path = checkpoint_file(path, "gankit eval")  # a run directory: its checkpoints/latest.pt
     state = ckpt.load(path, map_location="cpu")
     recipe, plugins = load_recipe(Path(f"{path}[recipe]"), list(overrides), text=state["recipe"])
     run_opts = attrs.evolve(recipe.run, progress=False, **({"device": device} if device else {}))

@@ -37,6 +37,7 @@ from gan_kit.base.errors import GankitError
 from gan_kit.runs.layout import CheckpointLayout
 from gan_kit.runs.exported import CONFIG_FILE, EXPORT_FORMAT, EXPORT_FORMAT_VERSION, WEIGHTS_FILE
 from gan_kit.tools.grids import save_grid
+from gan_kit.tools.trained import checkpoint_file
 from gan_kit.base.version import __version__
 
 __all__ = ["FORMATS", "ExportedGenerator", "export_model"]
@@ -64,7 +65,8 @@ class ExportedGenerator(nn.Module):
 
 def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str] = FORMATS,
                  truncation_psi: float = 1.0, *, seed: int = 0) -> dict:
-    """Write the export folder ``out`` from ``checkpoint``'s G_ema; return its ``config.json``.
+    """Write the export folder ``out`` from ``checkpoint``'s G_ema (a checkpoint file, or a run
+    directory: its ``checkpoints/latest.pt``); return its ``config.json``.
 
     ``formats``: any of ``FORMATS`` (config.json, README.md and samples.png are always written).
     ``truncation_psi`` is baked into the TorchScript and ONNX files and recorded in config.json;
@@ -77,7 +79,7 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise GankitError(f"--format: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)})")
-    checkpoint, out = Path(checkpoint), Path(out)
+    checkpoint, out = checkpoint_file(checkpoint, "gankit export"), Path(out)  # a run directory: its latest.pt
     state = load_checkpoint(checkpoint)
     G, phase, recipe, arch = load_generator(checkpoint, state=state)
     if truncation_psi != 1.0 and not arch.supports_truncation:

@@ -1,5 +1,6 @@
 """Sample grids: images in [-1, 1] written as one PNG, each cell upscaled (nearest) to at least
-32 pixels a side so that small images and early phases stay visible."""
+32 pixels a side so that small images and early phases stay visible; and ``to_uint8``, the one
+mapping of those values to 8-bit pixels (the grids' and ``gankit generate``'s PNGs alike)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-__all__ = ["save_grid", "grid_frame", "MIN_CELL"]
+__all__ = ["save_grid", "grid_frame", "to_uint8", "MIN_CELL"]
 
 #: Smallest side of one grid cell in pixels.
 MIN_CELL = 32
+
+
+def to_uint8(images: torch.Tensor) -> torch.Tensor:
+    """``images`` (any shape, values in about [-1, 1]) as uint8 pixels on the CPU: clamped to
+    [-1, 1], mapped to [0, 255] and rounded half up - the arithmetic of torchvision's
+    ``save_image(normalize=True, value_range=(-1, 1))``, so a grid's cell and a PNG of the same
+    image hold the same pixels."""
+    x = images.detach().float().cpu().clamp(-1, 1)
+    return x.sub(-1).div(2).mul(255).add(0.5).clamp(0, 255).to(torch.uint8)
 
 
 def save_grid(images: torch.Tensor, path: str | Path, *, size: int | None = None, nrow: int | None = None) -> None:
@@ -46,4 +56,4 @@ def grid_frame(images: torch.Tensor) -> torch.Tensor:
                             value_range=(-1, 1), padding=1)
     if images.shape[1] == 1:
         grid = grid[:1]  # make_grid repeats one channel to three
-    return grid.mul(255).round().to(torch.uint8).permute(1, 2, 0).contiguous()
+    return grid.mul(255).add(0.5).clamp(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous()  # as to_uint8

@@ -166,12 +166,13 @@ def load_projected_w(path: str | Path) -> torch.Tensor:
 
 
 def to_png(image: torch.Tensor, path: str | Path) -> None:
-    """``image[1, C, r, r]`` in [-1, 1] as an r x r PNG (grey, RGB or RGBA), each pixel
-    ``round((x + 1) * 127.5)`` clamped to 0..255: the exact pixels, not upscaled."""
+    """``image[1, C, r, r]`` in [-1, 1] as an r x r PNG (grey, RGB or RGBA), its pixels
+    ``gan_kit.tools.grids.to_uint8``'s (the grids' mapping): the exact pixels, not upscaled."""
     from PIL import Image
 
-    arr = image[0].detach().float().cpu().add(1).mul(127.5).round().clamp(0, 255).to(torch.uint8)
-    arr = arr.permute(1, 2, 0).numpy()
+    from gan_kit.tools.grids import to_uint8
+
+    arr = to_uint8(image[0]).permute(1, 2, 0).numpy()
     Image.fromarray(arr[..., 0] if arr.shape[-1] == 1 else arr).save(path)
 
 

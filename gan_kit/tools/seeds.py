@@ -1,0 +1,82 @@
+"""Seeds: lists of numbers as users write them (``0-7,42``), and the latent z of each seed.
+
+A seed names one latent on every machine: ``seed_latents([s], D)`` is ``torch.randn(1, D,
+generator=torch.Generator().manual_seed(s))``, drawn on the CPU (a CUDA generator draws other
+numbers), so ``gankit generate --seeds s`` gives the same image everywhere, as
+stylegan2-ada-pytorch's generate.py names images by seed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from gan_kit.base.errors import GankitError
+
+__all__ = ["MAX_COUNT", "SEED_LIMIT", "parse_numbers", "seed_latents", "latent_rows"]
+
+#: The most numbers one list may name (a range such as ``0-999999999`` is refused in one line
+#: instead of filling the memory).
+MAX_COUNT = 1_000_000
+
+#: Seeds are below this: the range of ``torch.Generator.manual_seed`` (64 bits).
+SEED_LIMIT = 2 ** 64
+
+_ITEM = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def parse_numbers(text: str, option: str = "--seeds", *, limit: int | None = None) -> list[int]:
+    """``"0-7,42"`` -> ``[0, 1, ..., 7, 42]``: comma-separated non-negative integers and
+    inclusive ranges ``a-b`` (a <= b), in the order written, repeats kept. ``limit``: every
+    number must be below it. Raises ``GankitError`` (one line naming ``option``, the text and a
+    fix) for an empty list or item, a reversed range, a negative number, anything not a number,
+    a number >= ``limit``, or more than ``MAX_COUNT`` numbers."""
+    example = f"e.g. {option} 0-7,42"
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip():
+        raise GankitError(f"{option}: {text!r} names nothing; give numbers and ranges, {example}")
+    out: list[int] = []
+    for item in items:
+        m = _ITEM.fullmatch(item)
+        if m is None:
+            if not item:
+                why = "has an empty item"
+            elif item.startswith("-") and item[1:].isdigit():
+                why = f"has a negative number {item}"
+            else:
+                why = f"has {item!r}, which is not a number or a range a-b"
+            raise GankitError(f"{option}: {text!r} {why}; give non-negative numbers and ranges, {example}")
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) is not None else first
+        if last < first:
+            raise GankitError(f"{option}: {text!r} has the reversed range {item}; write it from low to high, "
+                              f"{last}-{first}")
+        if limit is not None and last >= limit:
+            raise GankitError(f"{option}: {text!r} has {last}, which is not below {limit}")
+        if len(out) + last - first + 1 > MAX_COUNT:
+            raise GankitError(f"{option}: {text!r} names more than {MAX_COUNT} numbers; give fewer at once")
+        out.extend(range(first, last + 1))
+    return out
+
+
+def seed_latents(seeds: list[int], latent_dim: int) -> torch.Tensor:
+    """``z[len(seeds), latent_dim]`` float32 on the CPU: row i is
+    ``torch.randn(1, latent_dim, generator=torch.Generator().manual_seed(seeds[i]))``, whatever
+    the other seeds are."""
+    if not seeds:
+        return torch.empty(0, latent_dim)
+    return torch.cat([torch.randn(1, latent_dim, generator=torch.Generator().manual_seed(int(s))) for s in seeds])
+
+
+def latent_rows(seed: int, num: int, latent_dim: int) -> torch.Tensor:
+    """``z[num, latent_dim]`` float32 on the CPU from one generator seeded ``seed``, drawn a row
+    at a time, so row 0 is seed ``seed``'s latent (``seed_latents([seed], latent_dim)``) for
+    every ``latent_dim``. (One ``torch.randn(num, latent_dim)`` fills a large tensor 16 numbers
+    at a time, so its first row differs from a one-row draw when ``latent_dim`` is not a
+    multiple of 16; for multiples of 16 the two are the same numbers.) What ``gankit sample
+    --seed`` draws."""
+    gen = torch.Generator().manual_seed(int(seed))
+    if num <= 0:
+        return torch.empty(0, latent_dim)
+    return torch.cat([torch.randn(1, latent_dim, generator=gen) for _ in range(num)])
