@@ -1,10 +1,11 @@
 """``gankit project``: a tiny trained stylegan2 (16 px digits, a few steps) projects one of its
 own images back, closer than the average W's image by far; the projector's schedules and noise
-regularisation; projected_w.npz's layout; the target converted as the data pipeline reads an
-image (and the line that says so); the video; and the one-line errors."""
+regularisation; projected_w.npz's layout; the target converted as the image-folder data set reads
+an image (and the line that says so); the video; and the one-line errors."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import imageio.v2 as imageio
@@ -22,11 +23,6 @@ from gan_kit.tools.projection import (ProjectionSettings, learning_rate, noise_b
                                       w_noise_scale)
 from gan_kit.training.imageio import load_image
 
-SG2 = ["architecture={name='stylegan2', latent_dim=8, w_dim=8, mapping_layers=2, channel_base=64, channel_max=8}",
-       "growth={name='static', batch_size=8}", "penalty=[]", "data.resolution=16", "data.upscale='allow'",
-       "run.total_kimg=0.024"]
-
-
 @pytest.fixture(autouse=True)
 def _builtins_only(monkeypatch):
     monkeypatch.setenv("GANKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
@@ -34,21 +30,16 @@ def _builtins_only(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def sg2(tmp_path_factory):
-    """A tiny stylegan2 on 16 px digits after 3 training steps, and one of its images (seed 5,
-    constant noise) saved as a 16x16 grey PNG: a target G can reach exactly."""
-    from gan_kit.runs.session import train
-    from gan_kit.testing import make_run
-
-    folder = tmp_path_factory.mktemp("sg2")
-    torch.manual_seed(0)
-    train(make_run(folder, overrides=SG2))
-    checkpoint = folder / "run" / "checkpoints" / "latest.pt"
+def sg2(trained_sg2, tmp_path_factory):
+    """The tiny stylegan2 of conftest (16 px digits, 3 training steps, num_ws 6, W of 8) and one
+    of its images (seed 5, constant noise) saved as a 16x16 grey PNG: a target G can reach."""
+    checkpoint = trained_sg2[1]
     G, _, _, arch = load_generator(checkpoint)
     with torch.no_grad():
         image = G(torch.randn(1, arch.latent_dim, generator=torch.Generator().manual_seed(5)), noise_mode="const")
-    to_png(image, folder / "target.png")
-    return checkpoint, folder / "target.png"
+    target = tmp_path_factory.mktemp("target") / "target.png"
+    to_png(image, target)
+    return checkpoint, target
 
 
 def invoke(*args):
@@ -156,6 +147,47 @@ def test_w_plus_fits_one_w_per_layer(sg2, tmp_path):
     assert w.shape == (1, 6, 8) and not torch.equal(w[:, 0], w[:, 1])
 
 
+def test_an_export_folder_and_a_run_directory_project_as_their_checkpoint(sg2, trained_sg2, tmp_path):
+    """The same G read three ways gives the same projection (CPU, one seed)."""
+    checkpoint, target = sg2
+    run_dir, _, export = trained_sg2
+    ws = []
+    for i, source in enumerate([checkpoint, run_dir, export]):
+        result = invoke("project", source, "--target", target, "--outdir", tmp_path / str(i), "--steps", "5",
+                        "--device", "cpu")
+        assert result.exit_code == 0, result.output
+        ws.append(load_projected_w(tmp_path / str(i) / "projected_w.npz"))
+    assert torch.allclose(ws[0], ws[1]) and torch.allclose(ws[0], ws[2], atol=1e-5)
+
+
+def test_a_plugin_generator_with_styles_projects_too(trained_style_mlp, tmp_path):
+    """docs/examples/style_plugin.py's style-mlp implements gan_kit.StyleGenerator (and keeps
+    its constant noise in a noise_const buffer): gankit project works on it unchanged."""
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (8, 8), dtype=np.uint8), "L").save(tmp_path / "t.png")
+    result = invoke("project", trained_style_mlp, "--target", tmp_path / "t.png", "--outdir", tmp_path / "out",
+                    "--steps", "30", "--space", "w+", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "(style-mlp, 8px, 3 x 8)" in result.stdout
+    assert load_projected_w(tmp_path / "out" / "projected_w.npz").shape == (1, 3, 8)
+    start, end = (float(v) for v in re.findall(r"distance to the target \(pixel-multiscale\): (\S+), from (\S+)",
+                                                result.stdout)[0][::-1])
+    assert end < start
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_projection_on_cuda_matches_the_cpu(sg2, tmp_path):
+    """The latents and the noise are drawn on the CPU, so both devices fit the same W, up to
+    float rounding accumulated over the steps."""
+    checkpoint, target = sg2
+    for device in ("cpu", "cuda"):
+        result = invoke("project", checkpoint, "--target", target, "--outdir", tmp_path / device, "--steps", "20",
+                        "--device", device)
+        assert result.exit_code == 0, result.output
+        assert f"on {device}" in result.stdout.splitlines()[0]
+    cpu, cuda = (load_projected_w(tmp_path / d / "projected_w.npz") for d in ("cpu", "cuda"))
+    assert torch.allclose(cpu, cuda, atol=1e-2)
+
+
 def test_the_npz_round_trips_and_refuses_what_it_does_not_hold(tmp_path):
     w = torch.randn(1, 6, 4)
     save_projected_w(tmp_path / "w.npz", w)
@@ -175,8 +207,8 @@ def test_a_target_of_another_size_and_mode_is_converted_as_the_data_pipeline_and
                     "--steps", "2", "--device", "cpu")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0] == ("photo.png: 64x48 RGB -> 16x16 L (centre crop, resized with Pillow's "
-                                             "bicubic filter, antialiased, grey as ITU-R 601 luma), as the data "
-                                             "pipeline reads a training image")
+                                             "bicubic filter, antialiased, grey as ITU-R 601 luma), as "
+                                             "image-folder reads a training image")
     with Image.open(tmp_path / "out" / "target.png") as im:
         assert (im.size, im.mode) == ((16, 16), "L")
         seen = torch.from_numpy(np.asarray(im).copy())
@@ -198,17 +230,12 @@ def test_the_video_shows_target_and_projection_side_by_side_every_kth_step(sg2, 
     assert np.abs(left[..., 0] - expected).mean() < 4.0
 
 
-def test_project_errors_are_one_line(sg2, tmp_path, monkeypatch):
-    from gan_kit.runs.session import train
-    from gan_kit.testing import make_run
-
+def test_project_errors_are_one_line(sg2, trained_pggan, tmp_path, monkeypatch):
     checkpoint, target = sg2
-    pg = make_run(tmp_path / "pg", overrides=["run.total_kimg=0.008"])
-    train(pg)
     (tmp_path / "file").write_text("x")
     common = ["--outdir", tmp_path / "out", "--steps", "1", "--device", "cpu"]
     cases = [
-        ([tmp_path / "pg" / "run", "--target", target],
+        ([trained_pggan, "--target", target],
          "error: architecture 'pggan' has no per-layer styles (no mapping network); projecting an image into W needs "
          "one, e.g. stylegan2\n"),
         ([checkpoint, "--target", tmp_path / "none.png"],

@@ -20,26 +20,16 @@ from gan_kit.tools.sampling import interpolate_latents, slerp, walk_latents
 from gan_kit.tools.seeds import latent_rows
 from gan_kit.tools.video import codec_frame, save_mp4
 
-SG2 = ["architecture={name='stylegan2', latent_dim=8, w_dim=8, mapping_layers=2, channel_base=64, channel_max=8}",
-       "growth={name='static', batch_size=8}", "penalty=[]", "run.total_kimg=0.016"]
-
-
 @pytest.fixture(autouse=True)
 def _builtins_only(monkeypatch):
     monkeypatch.setenv("GANKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.delenv("GANKIT_DEBUG", raising=False)
 
 
-@pytest.fixture(scope="module")
-def sg2_checkpoint(tmp_path_factory):
-    """A tiny stylegan2 (8 px digits) after two training steps."""
-    from gan_kit.runs.session import train
-    from gan_kit.testing import make_run
-
-    folder = tmp_path_factory.mktemp("sg2")
-    torch.manual_seed(0)
-    train(make_run(folder, overrides=SG2))
-    return folder / "run" / "checkpoints" / "latest.pt"
+@pytest.fixture
+def sg2_checkpoint(trained_sg2):
+    """conftest's tiny stylegan2 (16 px digits, 3 training steps)."""
+    return trained_sg2[1]
 
 
 def invoke(*args):

@@ -17,7 +17,7 @@ __all__ = ["project_command"]
 @click.command("project")
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--target", "target", type=click.Path(path_type=Path), required=True,
-              help="Image file to project (any size and mode: converted as the data pipeline reads a training "
+              help="Image file to project (any size and mode: converted as the image-folder data set reads a training "
                    "image, and a line says how).")
 @click.option("--outdir", type=click.Path(path_type=Path), required=True,
               help="Folder for projected_w.npz, target.png, proj.png, compare.png (and proj.mp4); made when missing.")

@@ -1,7 +1,7 @@
 """What ``gankit project`` does: a real image into a trained style generator's W or W+.
 
 ``project_image`` opens the generator (``gan_kit.tools.trained.open_generator``), reads the
-target as the data pipeline reads a training image (``read_target``), builds the distance from
+target as image-folder reads a training image (``read_target``), builds the distance from
 its name and ``--set-distance`` items (``build_distance``), runs the optimisation
 (``gan_kit.tools.projection.project``) and writes, in the output folder:
 
@@ -62,7 +62,7 @@ def _framing(recipe: Any):
 
 
 def read_target(path: str | Path, resolution: int, channels: int, recipe: Any = None) -> Target:
-    """The image file at ``path`` as the data pipeline makes a training image of it
+    """The image file at ``path`` as the data pipeline (``image-folder``) makes a training image of it
     (``gan_kit.training.imageio.load_image``: EXIF orientation, mode conversion - grey as
     ITU-R 601 luma, transparency composited over the background -, then the centre square
     resized with Pillow's bicubic filter, antialiased when shrinking; or letterboxed when the
@@ -100,7 +100,7 @@ def read_target(path: str | Path, resolution: int, channels: int, recipe: Any = 
     note = None
     if steps or mode != target_mode:
         note = (f"{path.name}: {w}x{h} {mode} -> {resolution}x{resolution} {target_mode} ({', '.join(steps) or 'mode'}), "
-                f"as the data pipeline reads a training image")
+                f"as image-folder reads a training image")
     return Target(image, note)
 
 

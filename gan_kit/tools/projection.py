@@ -19,7 +19,9 @@ ws[N, num_ws, w_dim]`` and ``synthesis(ws, noise_mode) -> images``:
   level of its average-pooled pyramid down to 8 px, so the noise cannot learn the image's
   content. After every step each noise map is renormalised to mean 0 and variance 1.
 - Noise maps are the buffers named ``noise_const`` of G (stylegan2's, one ``[r, r]`` map per
-  synthesis layer, which ``noise_mode="const"`` adds); a G without them has only W optimised.
+  synthesis layer, which ``noise_mode="const"`` adds; the convention of stylegan2-ada-pytorch,
+  whose projector optimises its buffers of that name): each is optimised, regularised and
+  renormalised as a 2-D map. A G without them has only W optimised.
 
 The generator given is not changed: its copy holds the optimised noise maps.
 """
