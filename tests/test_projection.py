@@ -215,6 +215,26 @@ def test_a_target_of_another_size_and_mode_is_converted_as_the_data_pipeline_and
     assert torch.equal(seen, load_image(tmp_path / "photo.png", 16, 1)[0])  # the pipeline's own pixels
 
 
+def test_the_conversion_line_names_only_what_changed(tmp_path):
+    from gan_kit.tools.project import read_target
+
+    Image.new("L", (16, 16), 40).save(tmp_path / "same.png")
+    Image.new("L", (20, 16), 40).save(tmp_path / "wide.png")
+    Image.new("RGBA", (16, 16), (255, 0, 0, 0)).save(tmp_path / "clear.png")
+    Image.new("L", (8, 8), 40).save(tmp_path / "small.png")
+    assert read_target(tmp_path / "same.png", 16, 1).note is None
+    assert read_target(tmp_path / "wide.png", 16, 1).note == ("wide.png: 20x16 L -> 16x16 L (centre crop), as "
+                                                              "image-folder reads a training image")
+    clear = read_target(tmp_path / "clear.png", 16, 3)
+    assert clear.note == ("clear.png: 16x16 RGBA -> 16x16 RGB (transparency over [255, 255, 255]), as image-folder "
+                          "reads a training image")
+    assert torch.equal(clear.image, torch.ones(1, 3, 16, 16))  # fully transparent: the white background
+    small = read_target(tmp_path / "small.png", 16, 3)
+    assert small.note == ("small.png: 8x8 L -> 16x16 RGB (resized with Pillow's bicubic filter, grey repeated to "
+                          "RGB), as image-folder reads a training image")
+    assert small.image.shape == (1, 3, 16, 16)
+
+
 def test_the_video_shows_target_and_projection_side_by_side_every_kth_step(sg2, tmp_path):
     checkpoint, target = sg2
     result = invoke("project", checkpoint, "--target", target, "--outdir", tmp_path, "--steps", "9", "--video",

@@ -86,21 +86,26 @@ def read_target(path: str | Path, resolution: int, channels: int, recipe: Any = 
     (w, h), alpha = facts["size"], facts["alpha"]
     target_mode = _MODE_NAMES[channels]
     steps = []
+    pad = framing.fit == "pad"
+    side = max(w, h) if pad else min(w, h)  # the side that becomes the resolution
     if w != h:
-        steps.append("letterboxed" if framing.fit == "pad" else "centre crop")
-    if (w, h) != (resolution, resolution):
-        steps.append(f"resized with Pillow's bicubic filter{', antialiased' if max(w, h) > resolution else ''}")
+        steps.append("letterboxed" if pad else "centre crop")
+    if side != resolution:
+        steps.append(f"resized with Pillow's bicubic filter{', antialiased' if side > resolution else ''}")
     if alpha and channels != 4:
         steps.append(f"transparency over {list(framing.background)}")
-    grey = mode in ("1", "L", "LA", "La", "I", "F") or mode.startswith("I;16")
+    deep = mode in ("I", "F") or mode.startswith("I;16")
+    grey = deep or mode in ("1", "L", "LA", "La")
+    if deep:
+        steps.append("scaled to 8 bits")
     if channels == 1 and not grey:
         steps.append("grey as ITU-R 601 luma")
     elif channels >= 3 and grey:
         steps.append("grey repeated to RGB")
     note = None
     if steps or mode != target_mode:
-        note = (f"{path.name}: {w}x{h} {mode} -> {resolution}x{resolution} {target_mode} ({', '.join(steps) or 'mode'}), "
-                f"as image-folder reads a training image")
+        note = (f"{path.name}: {w}x{h} {mode} -> {resolution}x{resolution} {target_mode} "
+                f"({', '.join(steps) or 'converted'}), as image-folder reads a training image")
     return Target(image, note)
 
 
