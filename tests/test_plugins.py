@@ -338,6 +338,8 @@ def test_strategy_mistakes_are_named(tmp_path, capsys):
                        "follow a schedule (drop schedulable=True, or make it a float)"),
     ("dataset", "float", "option 'n' is declared schedulable, but a dataset is used only when the run is built "
                          "(drop schedulable=True)"),
+    ("distance", "float", "option 'n' is declared schedulable, but a distance is never part of training "
+                          "(drop schedulable=True)"),
 ])
 def test_a_schedulable_option_that_no_schedule_can_drive_is_refused_when_the_plugin_registers(kind, annotation,
                                                                                            expected):

@@ -2,7 +2,7 @@
 
 One module per command family: ``group`` (the ``gankit`` group, ``--version``, ``--debug``),
 ``run``, ``plugins`` (list-plugins, plugins), ``recipe`` (recipe show / check), ``sample``,
-``generate``, ``stylemix`` (style-mix), ``evaluate`` (eval), ``export``, ``report`` and ``bench`` (``gankit sweep`` / ``compare`` come from the
+``generate``, ``stylemix`` (style-mix), ``project``, ``evaluate`` (eval), ``export``, ``report`` and ``bench`` (``gankit sweep`` / ``compare`` come from the
 gankit-sweep plugin, through ``register_commands``); the work itself is
 done by the modules below (``gan_kit.runs.engine``, ``gan_kit.tools.evaluate``, ...).
 
@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import sys
 
-from gan_kit.cli import bench, evaluate, export, generate, plugins, recipe, report, run, sample, stylemix
+from gan_kit.cli import bench, evaluate, export, generate, plugins, project, recipe, report, run, sample, stylemix
 from gan_kit.cli.group import cli
 from gan_kit.base.errors import GankitError
 
 __all__ = ["cli", "main"]
 
 for _command in (run.run, plugins.list_plugins, plugins.plugins_command, recipe.recipe, sample.sample,
-                 generate.generate, stylemix.style_mix, evaluate.eval_command, report.report, bench.bench_entry, export.export):
+                 generate.generate, stylemix.style_mix, project.project_command, evaluate.eval_command, report.report,
+                 bench.bench_entry, export.export):
     cli.add_command(_command)
 
 

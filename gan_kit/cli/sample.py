@@ -1,4 +1,4 @@
-"""``gankit sample``: a grid, an interpolation strip or a GIF from a checkpoint's G_ema."""
+"""``gankit sample``: a grid, an interpolation strip, a GIF or an MP4 from a checkpoint's G_ema."""
 
 from __future__ import annotations
 
@@ -20,42 +20,61 @@ __all__ = ["sample"]
               help="Seed of the latents; the first image's z is seed SEED's, the one gankit generate --seeds SEED "
                    "draws.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("grid.png"),
-              show_default=True, help="Image file for the grid (.gif with --interpolate: an animation).")
+              show_default=True, help="Image file for the grid (.gif or .mp4 with --interpolate: an animation).")
 @click.option("--truncation", "psi", type=float, default=1.0, show_default=True,
               help="Truncation psi: W pulled toward its average (0 = the average image, 1 = none); "
                    "architectures with a mapping network (stylegan2).")
 @click.option("--interpolate", "steps", type=click.IntRange(2), default=None,
               help="Latent interpolation: each row walks from one z to another in STEPS images (spherical, "
                    "as for Gaussian latents; White 2016).")
+@click.option("--points", type=click.IntRange(2), default=2, show_default=True,
+              help="With --interpolate: latents each walk passes through, STEPS images from one to the next.")
+@click.option("--loop", is_flag=True,
+              help="With --interpolate: a closed walk, the last point back to the first (no frame twice at the "
+                   "seam), so a GIF or MP4 played in a loop has no jump.")
+@click.option("--fps", type=click.FloatRange(0, min_open=True), default=None,
+              help="Frames per second of a .gif or .mp4 (default: 24 for MP4, 1000/120 for GIF).")
 @click.option("--class", "class_", default=None, metavar="K",
               help="Class-conditional runs: every image of class K, an index or a class name (image-folder's "
                    "sub-folder); default: one row per class.")
 @user_errors
-def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: int | None,
-           class_: str | None) -> None:
+def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: int | None, points: int,
+           loop: bool, fps: float | None, class_: str | None) -> None:
     """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at
-    least 32 px, like the run's own grids), or a latent interpolation strip or GIF. CHECKPOINT is
-    a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder written by `gankit
-    export` (read without pickle). The first image is drawn from seed SEED's z, the one `gankit
-    generate --seeds SEED` draws. A class-conditional G draws class K with --class K, else one
-    row per class."""
+    least 32 px, like the run's own grids), or a latent interpolation strip, GIF or MP4. CHECKPOINT
+    is a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder written by
+    `gankit export` (read without pickle). The first image is drawn from seed SEED's z, the one
+    `gankit generate --seeds SEED` draws. A class-conditional G draws class K with --class K, else
+    one row per class.
+
+    An animation (--interpolate with --out walk.gif or walk.mp4) shows the N walks side by side; a
+    GIF plays forth and back, an MP4 once, and --loop closes each walk so that both loop seamlessly."""
     import torch
 
     from gan_kit.tools.grids import save_grid
-    from gan_kit.tools.sampling import interpolate_latents, save_gif
+    from gan_kit.tools.sampling import save_gif, walk_latents
     from gan_kit.tools.seeds import latent_rows
     from gan_kit.tools.trained import open_generator
+    from gan_kit.tools.video import check_video_support, save_mp4
 
     suffix = out.suffix.lower()
-    if suffix not in (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".gif"):
-        raise GankitError(f"--out: {str(out)!r} has no image extension (use .png or .jpg, or .gif with --interpolate)")
-    if suffix == ".gif" and steps is None:
-        raise GankitError("--out: a .gif needs --interpolate STEPS (a grid is written as .png or .jpg)")
+    if suffix not in (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".mp4"):
+        raise GankitError(f"--out: {str(out)!r} has no image extension (use .png or .jpg, or .gif / .mp4 with "
+                          f"--interpolate)")
+    animated = suffix in (".gif", ".mp4")
+    if animated and steps is None:
+        raise GankitError(f"--out: a {suffix} needs --interpolate STEPS (a grid is written as .png or .jpg)")
+    if steps is None and (loop or points != 2):
+        raise GankitError(f"{'--loop' if loop else '--points'}: shapes a latent walk; add --interpolate STEPS")
+    if fps is not None and not animated:
+        raise GankitError(f"--fps: {str(out)!r} is a still image; --fps sets the speed of a .gif or .mp4")
+    if suffix == ".mp4":
+        check_video_support(f"--out {out}")
     trained = open_generator(checkpoint)
     trained.check(psi)
     classes = trained.num_classes
     label = trained.class_label(class_) if class_ is not None else None
-    nrow = steps
+    nrow = None
     if classes and label is None and steps is None:
         per_row = max(1, num // classes)  # one row per class, like the run's own grids
         num, nrow = per_row * classes, per_row
@@ -67,16 +86,21 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
     if steps is None:
         z = latent_rows(seed, num, trained.latent_dim)  # row 0: seed SEED's z, as generate draws it
     else:
-        pairs = latent_rows(seed, 2 * num, trained.latent_dim).view(num, 2, trained.latent_dim)
-        z = interpolate_latents(pairs, steps).flatten(0, 1)
+        points_z = latent_rows(seed, points * num, trained.latent_dim).view(num, points, trained.latent_dim)
+        walks = walk_latents(points_z, steps, loop=loop)
+        frames = nrow = walks.shape[1]  # a row per walk
+        z = walks.flatten(0, 1)
         if labels is not None:
-            labels = labels.repeat_interleave(steps)
+            labels = labels.repeat_interleave(frames)
     images = trained.draw(z, labels, truncation_psi=psi, noise_mode="const")
     if suffix == ".gif":
-        save_gif(images.reshape(num, steps, *images.shape[1:]), out)
+        ms = 120 if fps is None else max(1, round(1000 / fps))
+        save_gif(images.reshape(num, frames, *images.shape[1:]), out, ms_per_frame=ms, bounce=not loop)
+    elif suffix == ".mp4":
+        save_mp4(images.reshape(num, frames, *images.shape[1:]), out, fps=24.0 if fps is None else fps)
     else:
         save_grid(images, out, nrow=nrow)
-    what = f"{num} interpolations of {steps} images" if steps else f"{num} images"
+    what = f"{num} {'closed ' if loop else ''}interpolations of {frames} images" if steps else f"{num} images"
     if classes:
         what += f" of class {label}" if label is not None else f", {classes} classes"
     click.echo(f"wrote {what} at {trained.resolution}px (alpha {trained.alpha:.2f}) to {out}")

@@ -37,6 +37,7 @@ __all__ = [
     "Metric",
     "Augment",
     "Tracker",
+    "Distance",
     "AugmentedD",
     "Growable",
     "set_phase",
@@ -548,4 +549,21 @@ class Metric(ComponentBase):
     seed: int = 0
 
     def compute(self, generate: Callable[[int], torch.Tensor], reals: torch.Tensor, device: torch.device) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class Distance(ComponentBase):
+    """How far apart two batches of images are, image by image (kind ``distance``): what
+    ``gankit project`` minimises between G's image and the target, and how it reports the fit.
+
+    ``distance(a[N,C,H,W], b[N,C,H,W]) -> Tensor[N]``: images in [-1, 1] of one shape (C = 1
+    or 3, any side), float32, on any device (a distance with weights of its own moves them to the
+    images' device); the result is float32, >= 0, zero for identical images, and differentiable
+    in both arguments (the projector backpropagates it into W). Built as ``factory(options,
+    BuildContext(resolution=r, channels=C))`` with the generator's resolution and channels, once
+    per projection; an option that cannot work (a missing weights file) raises ``GankitError``
+    there, in one line naming the option, the value and the fix.
+    """
+
+    def distance(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -175,6 +175,17 @@ def register_schedules(register: Register) -> None:
 
 
 @hookspec
+def register_distances(register: Register) -> None:
+    """Register image distances (kind ``distance``; ``gankit project --distance NAME``, options
+    with ``--set-distance KEY=VALUE``).
+
+    A ``gan_kit.Distance``'s ``distance(a[N,C,H,W], b[N,C,H,W]) -> Tensor[N]`` compares images
+    in [-1, 1] one by one: >= 0, zero for identical images, differentiable (the projector
+    minimises it over W). Example: ``register("pixel-multiscale", PixelMultiscale)``.
+    """
+
+
+@hookspec
 def register_commands(cli: "click.Group") -> None:
     """Add click commands to the ``gankit`` command group.
 

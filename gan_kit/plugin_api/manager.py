@@ -48,6 +48,8 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.augment.ada",
     "gan_kit.builtin.augment.apa",
     "gan_kit.builtin.schedules",
+    "gan_kit.builtin.distances",
+    "gan_kit.builtin.distances.lpips",
     "gan_kit.builtin.reporting",
     "gan_kit.builtin.reporting.tensorboard",
     "gan_kit.builtin.reporting.checkpointing",

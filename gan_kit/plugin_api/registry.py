@@ -24,12 +24,16 @@ KINDS: dict[str, str] = {
     "augment": "register_augmentations",
     "tracker": "register_trackers",
     "schedule": "register_schedules",
+    "distance": "register_distances",
 }
 
 
 #: Kinds whose components are used only when the run is built (or never in training): a schedule
 #: could not change their options mid-run (the recipe refuses one there too).
-BUILT_ONCE_KINDS = ("dataset", "init", "growth", "metric", "tracker", "schedule")
+BUILT_ONCE_KINDS = ("dataset", "init", "growth", "metric", "tracker", "schedule", "distance")
+
+#: Kinds no training run uses (``gankit project`` builds its distance).
+NOT_TRAINING_KINDS = ("distance",)
 
 
 def _schedulable_problem(kind: str, options: type) -> str | None:
@@ -43,8 +47,8 @@ def _schedulable_problem(kind: str, options: type) -> str | None:
         if not schedulable(f):
             continue
         if kind in BUILT_ONCE_KINDS:
-            return (f"option {f.name!r} is declared schedulable, but a {kind} is used only when the run is built "
-                    f"(drop schedulable=True)")
+            used = "is never part of training" if kind in NOT_TRAINING_KINDS else "is used only when the run is built"
+            return f"option {f.name!r} is declared schedulable, but a {kind} {used} (drop schedulable=True)"
         if not float_typed(f):
             shown = getattr(f.type, "__name__", None) or str(f.type)
             return (f"option {f.name!r} is declared schedulable but is not a float ({shown}); only float options "

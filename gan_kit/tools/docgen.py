@@ -127,6 +127,7 @@ def generate() -> str:
             out += [f"#### {kind} `{name}`", "", f"{comp.summary} (registered by `{comp.plugin}`)", ""]
             out += _options_table(comp.Options)
     out += _schedules(registry)
+    out += _distances(registry)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -157,6 +158,25 @@ def _schedules(registry) -> list[str]:
     for name in registry.names("schedule"):
         comp = registry.get("schedule", name)
         out += [f"#### schedule `{name}`", "", f"{comp.summary} (registered by `{comp.plugin}`)", ""]
+        out += _options_table(comp.Options)
+    return out
+
+
+DISTANCES_INTRO = """\
+## Distances
+
+Not a recipe table: `gankit project CKPT --target IMAGE --outdir DIR --distance NAME` chooses the
+image distance the projection minimises (default `pixel-multiscale`), and `--set-distance
+KEY=VALUE` (repeatable; TOML values, as `--set`) sets its options below.
+docs/using-a-trained-model.md, "Project a real image", shows them at work.
+"""
+
+
+def _distances(registry) -> list[str]:
+    out = [DISTANCES_INTRO]
+    for name in registry.names("distance"):
+        comp = registry.get("distance", name)
+        out += [f"#### distance `{name}`", "", f"{comp.summary} (registered by `{comp.plugin}`)", ""]
         out += _options_table(comp.Options)
     return out
 

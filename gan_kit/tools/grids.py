@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-__all__ = ["save_grid", "save_image", "to_uint8", "MIN_CELL"]
+__all__ = ["save_grid", "save_image", "grid_frame", "to_uint8", "MIN_CELL"]
 
 #: Smallest side of one grid cell in pixels.
 MIN_CELL = 32
@@ -59,3 +59,22 @@ def save_grid(images: torch.Tensor, path: str | Path, *, size: int | None = None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     vutils.save_image(images.clamp(-1, 1), path, nrow=nrow, normalize=True, value_range=(-1, 1), padding=1)
+
+
+def grid_frame(images: torch.Tensor) -> torch.Tensor:
+    """One animation frame: ``images[R,C,H,W]`` (values in [-1, 1]) laid out as a grid of
+    ceil(sqrt(R)) a row (64 walks make an 8 x 8 grid, not a 64-image strip), each cell upscaled
+    (nearest) to ``max(H, MIN_CELL)`` pixels, with the 1-pixel black padding of ``save_grid``.
+    Returns ``uint8 [H', W', C]`` on the CPU (H' = rows * (cell + 1) + 1), what GIF and MP4
+    writers take."""
+    import torchvision.utils as vutils
+
+    images = images.detach().float().cpu()
+    size = max(images.shape[-1], MIN_CELL)
+    if images.shape[-1] != size:
+        images = F.interpolate(images, size=size, mode="nearest")
+    grid = vutils.make_grid(images.clamp(-1, 1), nrow=math.ceil(math.sqrt(images.shape[0])), normalize=True,
+                            value_range=(-1, 1), padding=1)
+    if images.shape[1] == 1:
+        grid = grid[:1]  # make_grid repeats one channel to three
+    return grid.mul(255).add(0.5).clamp(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous()  # as to_uint8
