@@ -471,9 +471,9 @@ def test_old_ada_recipes_keep_their_meaning_or_get_one_line():
         "pipeline \"bgc\": add pipeline = \"gankit-subset\" to keep transforms = 'xflip,scale', or remove it"))]
     assert [k for k, _ in problems(translation_padding="wrap")] == ["translation_padding"]
     assert problems(pipeline="blit", hue_max=0.5) == [("hue_max", (
-        "has no effect: pipeline \"blit\" has no hue (xflip, rotate90, xint); remove it or use pipeline = \"bgc\""))]
+        "hue_max = 0.5 has no effect: pipeline \"blit\" has no hue (xflip, rotate90, xint); remove it or use pipeline = \"bgc\""))]
     assert problems(pipeline="gankit-subset", aniso_std=0.1) == [("aniso_std", (
-        "has no effect with pipeline = \"gankit-subset\" (it has no aniso); remove it or use pipeline = \"bgc\""))]
+        "aniso_std = 0.1 has no effect with pipeline = \"gankit-subset\" (it has no aniso); remove it or use pipeline = \"bgc\""))]
     with pytest.raises(GankitError, match=r"^augment\.pipeline: unknown pipeline 'bgcc' \(did you mean 'bgc'\?\); "
                                           r"available: blit, geom, color, cutout, bg, bgc, r3gan, gankit-subset$"):
         AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcc"))
@@ -499,22 +499,22 @@ def test_multipliers_and_cutout_size_are_refused_in_one_line_where_they_would_do
     every = ", ".join(OPS)
     assert problems(multipliers={"brightness": 0.5, "cutout": 0}, pipeline="r3gan") == []
     assert problems(multipliers={"brigthness": 0.5}) == [("multipliers.brigthness", (
-        f"unknown op 'brigthness' (did you mean 'brightness'?); available: {every}"))]
+        f"unknown op 'brigthness' (= 0.5) (did you mean 'brightness'?); available: {every}"))]
     assert problems(multipliers={"noise": 1.0}) == [("multipliers.noise", (
-        f"stylegan2-ada-pytorch's op 'noise' is not implemented in gankit; available: {every}"))]
+        f"stylegan2-ada-pytorch's op 'noise' (= 1) is not implemented in gankit; available: {every}"))]
     assert problems(pipeline="bg", multipliers={"hue": 0.5}) == [("multipliers.hue", (
-        "has no effect: pipeline \"bg\" has no hue (xflip, rotate90, xint, scale, rotate, aniso, xfrac); remove it "
+        "hue = 0.5 has no effect: pipeline \"bg\" has no hue (xflip, rotate90, xint, scale, rotate, aniso, xfrac); remove it "
         "or use pipeline = \"bgc\""))]
     assert problems(multipliers={"cutout": 1.0}) == [("multipliers.cutout", (
-        "has no effect: pipeline \"bgc\" has no cutout (" + ", ".join(GEOMETRIC + COLOUR) + "); remove it or use "
+        "cutout = 1 has no effect: pipeline \"bgc\" has no cutout (" + ", ".join(GEOMETRIC + COLOUR) + "); remove it or use "
         "pipeline = \"r3gan\""))]
     assert problems(pipeline="r3gan", multipliers={"hue": -0.5}) == [("multipliers.hue", (
         "must be >= 0, got -0.5 (the op runs with probability p * -0.5; 0 turns it off)"))]
     assert problems(pipeline="gankit-subset", multipliers={"xflip": 0.5}) == [("multipliers", (
-        "has no effect with pipeline = \"gankit-subset\" (its transforms all run with probability p); remove it or "
+        "{xflip = 0.5} has no effect with pipeline = \"gankit-subset\" (its transforms all run with probability p); remove it or "
         "use pipeline = \"bgc\""))]
     assert problems(pipeline="geom", cutout_size=0.25) == [("cutout_size", (
-        "has no effect: pipeline \"geom\" has no cutout (scale, rotate, aniso, xfrac); remove it or use pipeline = "
+        "cutout_size = 0.25 has no effect: pipeline \"geom\" has no cutout (scale, rotate, aniso, xfrac); remove it or use pipeline = "
         "\"r3gan\""))]
     assert [k for k, _ in problems(pipeline="gankit-subset", cutout_size=0.25)] == ["cutout_size"]
     with pytest.raises(GankitError, match=r"^augment\.cutout_size: must be in \[0, 1\], got 1\.5$"):
@@ -525,8 +525,8 @@ def test_multipliers_and_cutout_size_are_refused_in_one_line_where_they_would_do
 
 @pytest.mark.parametrize("table,message", [
     ("{name='ada', pipeline='r3gan', multipliers={saturaton=0.5}}",
-     "augment.multipliers.saturaton: unknown op 'saturaton' (did you mean 'saturation'?); available: xflip,"),
-    ("{name='ada', multipliers={cutout=1}}", "augment.multipliers.cutout: has no effect: pipeline \"bgc\" has no cutout"),
+     "augment.multipliers.saturaton: unknown op 'saturaton' (= 0.5) (did you mean 'saturation'?); available: xflip,"),
+    ("{name='ada', multipliers={cutout=1}}", "augment.multipliers.cutout: cutout = 1 has no effect: pipeline \"bgc\" has no cutout"),
     ("{name='ada', pipeline='r3gan', multipliers={hue='half'}}",
      "augment.multipliers.hue: expected float, got string \"half\""),
     ("{name='ada', pipeline='r3gan', multipliers={hue=-1}}", "augment.multipliers.hue: must be >= 0, got -1.0"),

@@ -20,9 +20,10 @@ def test_the_main_recipe_plans_what_docs_main_recipe_measured(tmp_path):
     out = result.output
     assert f"device cpu ({auto_precision('cpu', cpu_bf16=True)}); data digits: 1797 images 1x16x16" in out
     assert "loss wgan-gp; penalties gradient-penalty x10, drift x0.001; update d-then-g; init equalized-lr" in out
-    # phase, resolution, start kimg, fade kimg, batch, lr scale
-    rows = re.findall(r"│ (\d) +│ (\d+)px +│ ([\d.]+) +│ ([\d.]+) +│ (\d+) +│ ([\d.]+) +│", out)
-    assert rows == [("0", "4", "0", "0", "32", "1"), ("1", "8", "15", "15", "32", "1"), ("2", "16", "45", "15", "32", "1")]
+    # phase, resolution, start kimg, fade kimg, batch, batch_gpu, rounds per step, lr scale
+    rows = re.findall(r"│ (\d) +│ (\d+)px +│ ([\d.]+) +│ ([\d.]+) +│ (\d+) +│ (\w+) +│ (\d+) +│ ([\d.]+) +│", out)
+    assert rows == [("0", "4", "0", "0", "32", "none", "1", "1"), ("1", "8", "15", "15", "32", "none", "1", "1"),
+                    ("2", "16", "45", "15", "32", "none", "1", "1")]
     assert re.search(r"total 250 kimg or 9 minutes of training, whichever comes first -> .*r\b", out)
 
 

@@ -66,7 +66,8 @@ def _multiplier_problems(o) -> list[tuple[str, str]]:
     if not o.multipliers:
         return []
     if o.pipeline == SUBSET:
-        return [("multipliers", f"has no effect with pipeline = \"{SUBSET}\" (its transforms all run with "
+        given = ", ".join(f"{name} = {value:g}" for name, value in o.multipliers.items())
+        return [("multipliers", f"{{{given}}} has no effect with pipeline = \"{SUBSET}\" (its transforms all run with "
                                 f"probability p); remove it or use pipeline = \"bgc\"")]
     if o.pipeline not in PRESETS:  # refused by the pipeline's own check
         return []
@@ -75,14 +76,15 @@ def _multiplier_problems(o) -> list[tuple[str, str]]:
     for name, value in o.multipliers.items():
         key = f"multipliers.{name}"
         if name in _OPS_NOT_IMPLEMENTED:
-            out.append((key, f"stylegan2-ada-pytorch's op {name!r} is not implemented in gankit; available: "
+            out.append((key, f"stylegan2-ada-pytorch's op {name!r} (= {value:g}) is not implemented in gankit; available: "
                              f"{', '.join(OPS)}"))
         elif name not in OPS:
             close = difflib.get_close_matches(name, OPS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            out.append((key, f"unknown op {name!r}{hint}; available: {', '.join(OPS)}"))
+            out.append((key, f"unknown op {name!r} (= {value:g}){hint}; available: {', '.join(OPS)}"))
         elif name not in ops:
-            out.append((key, f"has no effect: pipeline \"{o.pipeline}\" has no {name} ({', '.join(ops)}); "
+            out.append((key, f"{name} = {value:g} has no effect: pipeline \"{o.pipeline}\" has no {name} "
+                             f"({', '.join(ops)}); "
                              f"remove it or use pipeline = \"{_with(name)}\""))
         elif not value >= 0:
             out.append((key, f"must be >= 0, got {value!r} (the op runs with probability p * {value!r}; "
@@ -191,7 +193,8 @@ class AdaptiveAugment(Augment):
                     yield "transforms", message
             for key in _NOT_IN_SUBSET:
                 if getattr(o, key) != _default(key):
-                    yield key, (f"has no effect with pipeline = \"{SUBSET}\" (it has no {_RANGE_OF[key]}); "
+                    yield key, (f"{key} = {getattr(o, key)!r} has no effect with pipeline = \"{SUBSET}\" "
+                                f"(it has no {_RANGE_OF[key]}); "
                                 f"remove it or use pipeline = \"{_with(_RANGE_OF[key])}\"")
         elif o.pipeline in PRESETS:
             for key in ("transforms", "translation_padding"):
@@ -201,7 +204,7 @@ class AdaptiveAugment(Augment):
                                 f"keep {key} = {getattr(o, key)!r}, or remove it")
             for key, op in _RANGE_OF.items():
                 if op not in PRESETS[o.pipeline] and getattr(o, key) != _default(key):
-                    yield key, (f"has no effect: pipeline \"{o.pipeline}\" has no {op} "
+                    yield key, (f"{key} = {getattr(o, key)!r} has no effect: pipeline \"{o.pipeline}\" has no {op} "
                                 f"({', '.join(PRESETS[o.pipeline])}); remove it or use pipeline = \"{_with(op)}\"")
         yield from _multiplier_problems(o)
         if o.p_max is not None and o.p_init > o.p_max:
