@@ -98,6 +98,16 @@ def test_set_values(tiny_recipe, plugins):
     assert r.optim.d_lr == 0.004
 
 
+def test_set_number_keys_a_table_the_recipe_left_out(plugins, tmp_path):
+    """A dotted --set whose last part is a number fills a table keyed by resolution (the option
+    the file did not write starts as a table, not an array), one stage at a time."""
+    r, _ = load_recipe(ROOT / "recipes" / "r3gan.toml", [
+        "architecture.width_by_resolution.4=56", "architecture.width_by_resolution.16=16",
+        "architecture.cardinality_by_resolution.16=2"], plugins=plugins)
+    assert r.architecture.options.width_by_resolution == {4: 56, 16: 16}
+    assert r.architecture.options.cardinality_by_resolution == {16: 2}
+
+
 @pytest.mark.parametrize("item, keys, value", [
     ("a.b=1", ["a", "b"], 1),
     ("a.b = 1.5", ["a", "b"], 1.5),

@@ -167,7 +167,9 @@ def _apply_set(raw: dict, keys: list, value: Any, item: str, problems: Problems)
         elif isinstance(node, dict):
             k = str(k)
             if not last and k not in node:
-                node[k] = [] if isinstance(keys[i + 1], int) else {}
+                # Only the top level holds arrays (of tables: penalty, metric, tracker); a number
+                # deeper down keys a table, e.g. architecture.width_by_resolution.8 = 64.
+                node[k] = [] if i == 0 and isinstance(keys[i + 1], int) else {}
                 created.append(tuple(keys[:i + 1]))
         else:
             problems.add("", f"--set {item!r}: {here} is {_describe(node)}, not a table or array "
