@@ -1,7 +1,7 @@
 """R3GAN against StyleGAN2 (and any other recipe), images per second side by side (run by hand,
 not a test).
 
-    python benchmarks/r3gan_speed.py [--rounds 7] [--iterations 16] [--threads 1] [CASE ...]
+    python benchmarks/r3gan_speed.py [--rounds 7] [--iterations 16] [--threads 1] [--profile N] [CASE ...]
 
 A CASE is ``label=recipe.toml[,key=value,...]`` (``--set`` overrides after the recipe); the
 default cases are the shipped ``stylegan2`` and ``r3gan`` recipes and ``r3gan`` with R1 + R2 at
@@ -12,12 +12,14 @@ G_ema), the cases in an order rotated by one each round, after a warm-up round; 
 is its mean time per iteration (16 iterations hold one lazy R1 / R1 + R2 step and four lazy
 path-length steps, so lazy costs are counted in proportion). Printed: the parameters of G and D,
 the multiply-adds of one G and one D forward per image, the median ms per iteration over the
-rounds, images/s, and each case's images/s over the first case's.
+rounds, images/s, and each case's images/s over the first case's; with ``--profile N``, then each
+case's N operators of most self CPU time in one more round (torch.profiler).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -65,7 +67,9 @@ def multiply_adds(fn) -> int:
 class Case:
     def __init__(self, spec: str):
         self.label, _, rest = spec.partition("=")
-        path, *sets = rest.split(",")
+        # A comma starts the next KEY=VALUE only where a dotted key follows it, so a value may hold
+        # commas: architecture.width_by_resolution={4=56, 8=24, 16=8}.
+        path, *sets = re.split(r",(?=[A-Za-z_][A-Za-z0-9_.]*=)", rest)
         if not path:
             raise SystemExit(f"case {spec!r}: expected label=recipe.toml[,key=value,...]")
         self.run, self.phase, rows, _ = prepare(ROOT / path if not Path(path).is_absolute() else path, "d-then-g",
@@ -106,6 +110,9 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=16, help="iterations per round (a multiple of 16 counts "
                                                                "lazy steps in proportion)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the timing, profile one round of each case (torch.profiler) and print its N "
+                         "operators of most self CPU time")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     cases = [Case(spec) for spec in args.cases]
@@ -130,7 +137,31 @@ def main(argv=None) -> int:
         print(f"| {case.label} | {case.params[0]:,} / {case.params[1]:,}{frozen} | {case.g_macs / 1e6:.2f} + "
               f"{case.d_macs / 1e6:.2f} | {case.phase.batch_size} | {ms:.1f} (min {min(case.times) * 1e3:.1f}) | "
               f"{ips:.0f} | {ips / base_ips:.2f} |")
+    for case in cases if args.profile else []:
+        print_profile(case, args.iterations, args.profile)
     return 0
+
+
+def print_profile(case: Case, iterations: int, top: int) -> None:
+    """One round of ``case`` under torch.profiler: its ``top`` operators by self CPU time, as a
+    share of the round (the double backward of R1 / R2 shows as the ``*_backward`` operators run
+    inside the penalty's autograd.grad)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batches = [case.batch(10_000 + k) for k in range(iterations)]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for reals in batches:
+            case.row.step(reals)
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
+    print(f"\n{case.label}: {iterations} iterations, {total / 1e3 / iterations:.1f} ms self CPU per iteration "
+          f"under the profiler")
+    print("| operator | calls / iteration | self CPU ms / iteration | share |")
+    print("|---|---|---|---|")
+    for e in events[:top]:
+        print(f"| {e.key} | {e.count / iterations:.0f} | {e.self_cpu_time_total / 1e3 / iterations:.2f} | "
+              f"{e.self_cpu_time_total / total:.0%} |")
 
 
 if __name__ == "__main__":
