@@ -85,7 +85,11 @@ def test_recipe_refuses_an_initializer_spectral_norm_and_bad_groups():
                                           r"spectral-norm form: its fix-up initialisation"):
         load_recipe(RECIPE, ["architecture.spectral_norm=D"])
     with pytest.raises(RecipeError, match=r"architecture\.cardinality: 5 groups do not divide the 64 middle"):
-        load_recipe(RECIPE, ["architecture.cardinality=5"])
+        load_recipe(RECIPE, ["architecture.cardinality=5", "architecture.width_by_resolution={}",
+                             "architecture.cardinality_by_resolution={}"])
+    with pytest.raises(RecipeError, match=r"architecture\.cardinality_by_resolution: 5 groups do not divide the "
+                                          r"112 middle channels of the 4 px stage"):
+        load_recipe(RECIPE, ["architecture.cardinality_by_resolution.4=5"])
     with pytest.raises(RecipeError, match=r"architecture\.width_by_resolution: names resolutions \[32\]"):
         load_recipe(RECIPE, ["architecture.width_by_resolution={32 = 8}"])
 
