@@ -45,6 +45,13 @@ def user_errors(fn):
             sys.exit(130)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
+        except OSError as e:  # a path the command cannot write or read: the path and the cause, in one line
+            if debug:
+                raise
+            where = e.filename if e.filename is not None else "a file"
+            click.echo(redact(f"error: {where}: {e.strerror or type(e).__name__} (check the path and its permissions, "
+                              f"or name another)"), err=True)
+            sys.exit(2)
         except Exception as e:  # an unexpected failure: one line, the traceback with --debug
             if debug:
                 raise

@@ -8,6 +8,7 @@ import click
 
 from gan_kit.cli.errors import user_errors
 from gan_kit.base.errors import GankitError
+from gan_kit.tools.seeds import SEED_LIMIT
 
 __all__ = ["sample"]
 
@@ -16,7 +17,7 @@ __all__ = ["sample"]
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("-n", "--n", "num", type=click.IntRange(1), default=64, show_default=True,
               help="Number of images (with --interpolate: of rows).")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(0, SEED_LIMIT - 1), default=0, show_default=True,
               help="Seed of the latents; the first image's z is seed SEED's, the one gankit generate --seeds SEED "
                    "draws.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("grid.png"),
@@ -100,7 +101,7 @@ def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: 
         save_mp4(images.reshape(num, frames, *images.shape[1:]), out, fps=24.0 if fps is None else fps)
     else:
         save_grid(images, out, nrow=nrow)
-    what = f"{num} {'closed ' if loop else ''}interpolations of {frames} images" if steps else f"{num} images"
+    what = f"{num} {'closed ' if loop else ''}interpolations of {frames} images" if steps else f"{num} image{'s' if num != 1 else ''}"
     if classes:
         what += f" of class {label}" if label is not None else f", {classes} classes"
     click.echo(f"wrote {what} at {trained.resolution}px (alpha {trained.alpha:.2f}) to {out}")

@@ -79,6 +79,10 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise GankitError(f"--format: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)})")
+    if "onnx" in formats:
+        _require_onnx()  # before anything is written: no half-written folder that reads as foreign
+    if not math.isfinite(truncation_psi):
+        raise GankitError(f"--truncation: {truncation_psi} is not a finite number (use a psi such as 0.7, or 1 for none)")
     checkpoint, out = checkpoint_file(checkpoint, "gankit export"), Path(out)  # a run directory: its latest.pt
     state = load_checkpoint(checkpoint)
     G, phase, recipe, arch = load_generator(checkpoint, state=state)
@@ -135,14 +139,20 @@ def _grid_rows(num_classes: int) -> int | None:
     return max(1, 64 // num_classes) if num_classes else None
 
 
-def _export_onnx(model: nn.Module, example: tuple, path: Path, conditional: bool) -> None:
-    """``model.onnx`` through torch.export (the exporter torch maintains; it needs ``onnxscript``:
-    ``pip install 'gankit[export]'``), the batch size left free."""
+def _require_onnx() -> None:
+    """Raise ``GankitError`` (what to install) unless torch.onnx's exporter can import its packages."""
     try:
+        import onnx  # noqa: F401
         import onnxscript  # noqa: F401  (torch.onnx's exporter imports it; say what to install)
     except ImportError:
         raise GankitError("--format onnx needs onnx and onnxscript: pip install 'gankit[export]' "
-                          "(or leave onnx out of --format)") from None
+                          "(or leave onnx out of --format, e.g. --format safetensors,torchscript)") from None
+
+
+def _export_onnx(model: nn.Module, example: tuple, path: Path, conditional: bool) -> None:
+    """``model.onnx`` through torch.export (the exporter torch maintains; it needs ``onnxscript``:
+    ``pip install 'gankit[export]'``), the batch size left free."""
+    _require_onnx()
     batch = torch.export.Dim("batch", min=1)
     names = ["z", "labels"] if conditional else ["z"]
     shapes = {name: {0: batch} for name in names}

@@ -19,6 +19,11 @@ from gan_kit.tools.trained import TrainedGenerator
 __all__ = ["check_styles", "mixed_styles", "style_mix_grid"]
 
 
+#: The most mixed cells one grid holds (a 64 x 64 grid): a typo such as ``--rows 0-2000`` would
+#: otherwise draw millions of images into one PNG no viewer opens.
+MAX_CELLS = 4096
+
+
 def check_styles(styles: list[int], num_ws: int) -> None:
     """Raise ``GankitError`` (one line naming ``num_ws``) when a layer of ``styles`` is not in
     ``[0, num_ws)``."""
@@ -48,6 +53,9 @@ def style_mix_grid(trained: TrainedGenerator, rows: list[int], cols: list[int], 
     line) for a G without per-layer styles, a layer outside ``[0, num_ws)``, and what
     ``trained.check`` refuses."""
     G = trained.style_generator("style mixing")
+    if len(rows) * len(cols) > MAX_CELLS:
+        raise GankitError(f"--rows / --cols: {len(rows)} x {len(cols)} = {len(rows) * len(cols)} mixed images is more "
+                          f"than {MAX_CELLS} for one grid (name fewer seeds, or make several grids)")
     check_styles(styles, G.num_ws)
     trained.check(truncation_psi, noise_mode)
     # Each seed mapped and drawn alone, as gankit generate draws it: the edges are its images.

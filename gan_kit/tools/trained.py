@@ -11,6 +11,8 @@ images from W, for a G with per-layer styles: ``gan_kit.StyleGenerator``).
 
 from __future__ import annotations
 
+import math
+
 import re
 from pathlib import Path
 from typing import Any
@@ -189,6 +191,9 @@ class TrainedGenerator:
         """Raise ``GankitError`` (one line) when G cannot draw with ``truncation_psi`` (no mapping
         network to truncate) or ``noise_mode`` (not one of ``NOISE_MODES``; anything but "const"
         for a G without noise inputs)."""
+        if not math.isfinite(truncation_psi):
+            raise GankitError(f"--truncation: {truncation_psi} is not a finite number (use a psi such as 0.7, or 1 "
+                              f"for none)")
         if truncation_psi != 1.0 and not self.truncates:
             raise GankitError(f"--truncation: architecture {self.architecture!r} has no mapping network to "
                               f"truncate (use stylegan2, or leave --truncation at 1)")
