@@ -174,13 +174,14 @@ def test_w_files_that_do_not_fit_are_one_line(tmp_path, trained_sg2, trained_pgg
         "no-w.npz": "no array 'w' (it has ws)",
         "ints.npz": "w is int64, not floats",
         "nan.npz": "w holds NaN or infinite values",
-        "text.npz": "not a readable .npz file",
+        "text.npz": "not an .npz file (give the projected_w.npz gankit project writes",
         "missing.npz": "file not found",
     }
     for name, message in cases.items():
         result = invoke("generate", checkpoint, "--w", tmp_path / name, "--outdir", tmp_path / "o")
         assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
         assert result.output.startswith(f"error: --w: {tmp_path / name}: {message}"), result.output
+        assert "pickle" not in result.output  # a W file never needs an unsafe load
     result = invoke("generate", trained_pggan, "--w", tmp_path / "good.npz", "--outdir", tmp_path / "o")
     assert result.output == ("error: architecture 'pggan' has no per-layer styles (no mapping network); drawing from "
                              "W (--w) needs one, e.g. stylegan2\n")

@@ -259,7 +259,7 @@ def test_project_errors_are_one_line(sg2, trained_pggan, tmp_path, monkeypatch):
          "error: architecture 'pggan' has no per-layer styles (no mapping network); projecting an image into W needs "
          "one, e.g. stylegan2\n"),
         ([checkpoint, "--target", tmp_path / "none.png"],
-         f"error: --target: no file {str(tmp_path / 'none.png')!r} (give an image file: .png, .jpg, ...)\n"),
+         f"error: --target: {str(tmp_path / 'none.png')!r} does not exist (give an image file: .png, .jpg, ...)\n"),
         ([checkpoint, "--target", tmp_path / "file"],
          f"error: --target: {str(tmp_path / 'file')!r} is not an image Pillow can read (cannot identify image file "
          f"{str(tmp_path / 'file')!r})\n"),

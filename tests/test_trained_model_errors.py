@@ -79,3 +79,18 @@ def test_an_onnx_export_without_its_packages_writes_nothing(tmp_path, trained_sg
     output = one_line_error(invoke("export", checkpoint, "--out", tmp_path / "export"))
     assert "pip install 'gankit[export]'" in output and "--format safetensors,torchscript" in output
     assert not (tmp_path / "export").exists(), "no half-written export folder"
+
+
+def test_a_bad_styles_list_suggests_layers_every_g_has(tmp_path, trained_sg2):
+    """The fix a --styles error suggests (0-1) is in range for any G with styles (num_ws >= 2)."""
+    _, checkpoint, _ = trained_sg2
+    output = one_line_error(invoke("style-mix", checkpoint, "--rows", "1", "--cols", "2", "--styles", "x",
+                                   "--out", tmp_path / "mix.png"))
+    assert output.startswith("error: --styles: ") and "e.g. --styles 0-1" in output
+
+
+def test_a_projection_target_that_is_a_folder_says_so(tmp_path, trained_sg2):
+    _, checkpoint, _ = trained_sg2
+    output = one_line_error(invoke("project", checkpoint, "--target", tmp_path, "--outdir", tmp_path / "out",
+                                   "--steps", "1", "--device", "cpu"))
+    assert output.startswith(f"error: --target: {str(tmp_path)!r} is a folder, not a file")

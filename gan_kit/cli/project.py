@@ -37,7 +37,7 @@ __all__ = ["project_command"]
               help="With --video: frames per second.")
 @click.option("--class", "class_", default=None, metavar="K",
               help="Class-conditional G: project into class K's W (an index or a class name).")
-@click.option("--device", default="auto", show_default=True, help='"auto" (CUDA when present), "cpu", "cuda", "cuda:N".')
+@click.option("--device", default="auto", show_default=True, metavar="DEVICE", help='"auto" (CUDA when present), "cpu", "cuda", "cuda:N".')
 @user_errors
 def project_command(checkpoint: Path, target: Path, outdir: Path, steps: int, space: str, distance: str,
                     distance_options: tuple[str, ...], seed: int, video: bool, video_every: int | None, fps: float,

@@ -16,7 +16,7 @@ __all__ = ["sample"]
 @click.command("sample")
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("-n", "--n", "num", type=click.IntRange(1), default=64, show_default=True,
-              help="Number of images (with --interpolate: of rows).")
+              help="Number of images (with --interpolate: of walks, laid out ceil(sqrt(N)) a row).")
 @click.option("--seed", type=click.IntRange(0, SEED_LIMIT - 1), default=0, show_default=True,
               help="Seed of the latents; the first image's z is seed SEED's, the one gankit generate --seeds SEED "
                    "draws.")

@@ -18,8 +18,8 @@ __all__ = ["style_mix"]
 @click.option("--rows", required=True, metavar="LIST", help="Row seeds, e.g. 85,100,75: the layers --styles come from them.")
 @click.option("--cols", required=True, metavar="LIST", help="Column seeds, e.g. 55,821,1789: the rest of each image.")
 @click.option("--styles", required=True, metavar="LIST",
-              help="Layers taken from the row seed, 0 (coarsest) to num_ws - 1, e.g. 0-6 (coarse: pose, shape) "
-                   "or 8-13 (fine: colour, texture).")
+              help="Layers taken from the row seed, 0 (coarsest) to num_ws - 1, the first third (coarse: pose, shape) "
+                   "or the last (fine: colour, texture); a 16 px G has num_ws = 6, a 1024 px one 18.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The grid's .png file.")
 @click.option("--truncation", "psi", type=float, default=1.0, show_default=True,
               help="Truncation psi of every seed's W (0 = the average image, 1 = none).")
@@ -45,7 +45,7 @@ def style_mix(checkpoint: Path, rows: str, cols: str, styles: str, out: Path, ps
         raise GankitError(f"--out: {str(out)!r} is not a .png (the grid is written lossless, pixel for pixel)")
     row_seeds = parse_numbers(rows, "--rows", limit=SEED_LIMIT)
     col_seeds = parse_numbers(cols, "--cols", limit=SEED_LIMIT)
-    layers = parse_numbers(styles, "--styles")
+    layers = parse_numbers(styles, "--styles", example="0-1")
     trained = open_generator(checkpoint, device=device)
     trained.style_generator("style mixing")  # before anything else is checked: the reason it cannot work
     label = trained.class_label(class_) if class_ is not None else None

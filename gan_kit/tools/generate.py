@@ -53,9 +53,10 @@ def load_ws(path: str | Path, trained: TrainedGenerator) -> torch.Tensor:
         raise GankitError(f"{where}: file not found (the .npz that gankit project writes)")
     try:
         data = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise GankitError(f"{where}: not a readable .npz file ({first})") from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+        # numpy's own text for a foreign file suggests loading it with pickle, which a W file never needs
+        raise GankitError(f"{where}: not an .npz file (give the projected_w.npz gankit project writes, or one "
+                          f"written with np.savez(path, w=ws))") from None
     if not isinstance(data, np.lib.npyio.NpzFile):
         raise GankitError(f"{where}: a single array, not an .npz with key 'w' (write it with np.savez(path, w=ws))")
     with data:

@@ -73,7 +73,8 @@ def read_target(path: str | Path, resolution: int, channels: int, recipe: Any = 
 
     path = Path(path)
     if not path.is_file():
-        raise GankitError(f"--target: no file {str(path)!r} (give an image file: .png, .jpg, ...)")
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise GankitError(f"--target: {str(path)!r} {what} (give an image file: .png, .jpg, ...)")
     framing = _framing(recipe)
     facts: dict = {}
     try:
