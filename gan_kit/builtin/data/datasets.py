@@ -144,7 +144,8 @@ class Digits(DatasetFactory):
         chosen = recipe is not None and "interpolation" in ((getattr(recipe, "raw", None) or {}).get("data") or {})
         if not chosen:
             mode = self.options.interpolation
-            warn_upscaled(8, resolution, "the digits' 8x8 images", f'or name data.interpolation (e.g. "{mode}")',
+            warn_upscaled(8, resolution, "the digits' 8x8 images",
+                          f'or write data.interpolation = "{mode}" in the recipe to say the upscaling is meant',
                           interpolation=f"{mode} interpolation (data.interpolation)", recipe=recipe)
         if resolution != 8:
             mode = self.options.interpolation
