@@ -37,7 +37,7 @@ from gan_kit.base.errors import GankitError
 from gan_kit.runs.layout import CheckpointLayout
 from gan_kit.runs.exported import CONFIG_FILE, EXPORT_FORMAT, EXPORT_FORMAT_VERSION, WEIGHTS_FILE
 from gan_kit.tools.grids import save_grid
-from gan_kit.tools.trained import checkpoint_file
+from gan_kit.tools.trained import check_finite_psi, checkpoint_file
 from gan_kit.base.version import __version__
 
 __all__ = ["FORMATS", "ExportedGenerator", "export_model"]
@@ -81,8 +81,7 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
         raise GankitError(f"--format: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)})")
     if "onnx" in formats:
         _require_onnx()  # before anything is written: no half-written folder that reads as foreign
-    if not math.isfinite(truncation_psi):
-        raise GankitError(f"--truncation: {truncation_psi} is not a finite number (use a psi such as 0.7, or 1 for none)")
+    check_finite_psi(truncation_psi)
     checkpoint, out = checkpoint_file(checkpoint, "gankit export"), Path(out)  # a run directory: its latest.pt
     state = load_checkpoint(checkpoint)
     G, phase, recipe, arch = load_generator(checkpoint, state=state)
@@ -151,8 +150,8 @@ def _require_onnx() -> None:
 
 def _export_onnx(model: nn.Module, example: tuple, path: Path, conditional: bool) -> None:
     """``model.onnx`` through torch.export (the exporter torch maintains; it needs ``onnxscript``:
-    ``pip install 'gankit[export]'``), the batch size left free."""
-    _require_onnx()
+    ``pip install 'gankit[export]'``; ``export_model`` checks for it before writing anything), the
+    batch size left free."""
     batch = torch.export.Dim("batch", min=1)
     names = ["z", "labels"] if conditional else ["z"]
     shapes = {name: {0: batch} for name in names}

@@ -29,8 +29,8 @@ _ITEM = re.compile(r"(\d+)(?:-(\d+))?")
 def parse_numbers(text: str, option: str = "--seeds", *, limit: int | None = None, example: str = "0-7,42") -> list[int]:
     """``"0-7,42"`` -> ``[0, 1, ..., 7, 42]``: comma-separated non-negative integers and
     inclusive ranges ``a-b`` (a <= b), in the order written, repeats kept. ``limit``: every
-    number must be below it; ``example``: the list the fixes suggest. Raises ``GankitError`` (one line naming ``option``, the text and a
-    fix) for an empty list or item, a reversed range, a negative number, anything not a number,
+    number must be below it; ``example``: the list the fixes suggest. Raises ``GankitError``
+    (one line naming ``option``, the text and a fix) for an empty list or item, a reversed range, a negative number, anything not a number,
     a number >= ``limit``, or more than ``MAX_COUNT`` numbers."""
     example = f"e.g. {option} {example}"
     items = [item.strip() for item in text.split(",")]

@@ -12,7 +12,6 @@ images from W, for a G with per-layer styles: ``gan_kit.StyleGenerator``).
 from __future__ import annotations
 
 import math
-
 import re
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from gan_kit.runs.exported import is_export_dir, load_exported_generator
 from gan_kit.runs.layout import CheckpointLayout
 from gan_kit.runs.rundir import RUN_FILES
 
-__all__ = ["TrainedGenerator", "open_generator", "checkpoint_file", "generator_device", "BATCH"]
+__all__ = ["TrainedGenerator", "open_generator", "checkpoint_file", "check_finite_psi", "generator_device", "BATCH"]
 
 #: Images per forward of ``draw`` / ``styles`` / ``synthesize`` by default (memory stays bounded
 #: for any count). A convolution's float rounding depends on the batch it runs in (last bits), so
@@ -95,6 +94,14 @@ def checkpoint_file(path: str | Path, command: str = "this command") -> Path:
     directory without a checkpoint, an export folder (it holds no D, no data, no counters) or
     another folder. Nothing is read but the names (and an export's config.json)."""
     return _source(Path(path), False, command)[0]
+
+
+def check_finite_psi(truncation_psi: float) -> None:
+    """Raise ``GankitError`` (one line naming ``--truncation``) for a NaN or infinite psi, which
+    would draw every pixel NaN (black)."""
+    if not math.isfinite(truncation_psi):
+        raise GankitError(f"--truncation: {truncation_psi} is not a finite number (use a psi such as 0.7, or 1 "
+                          f"for none)")
 
 
 @attrs.frozen(eq=False)
@@ -191,9 +198,7 @@ class TrainedGenerator:
         """Raise ``GankitError`` (one line) when G cannot draw with ``truncation_psi`` (no mapping
         network to truncate) or ``noise_mode`` (not one of ``NOISE_MODES``; anything but "const"
         for a G without noise inputs)."""
-        if not math.isfinite(truncation_psi):
-            raise GankitError(f"--truncation: {truncation_psi} is not a finite number (use a psi such as 0.7, or 1 "
-                              f"for none)")
+        check_finite_psi(truncation_psi)
         if truncation_psi != 1.0 and not self.truncates:
             raise GankitError(f"--truncation: architecture {self.architecture!r} has no mapping network to "
                               f"truncate (use stylegan2, or leave --truncation at 1)")
