@@ -21,6 +21,7 @@ from gan_kit.plugin_api.components import (
     GInputs,
     Growable,
     GrowthScheduler,
+    Importer,
     Initializer,
     Loss,
     Metric,
@@ -33,6 +34,8 @@ from gan_kit.plugin_api.components import (
 from gan_kit.base.errors import (CheckpointError, GankitError, Interrupted, PluginError, RecipeError, TrainingError,
                                  keep_secret, redact)
 from gan_kit.plugin_api.hookspecs import Register, hookimpl
+from gan_kit.plugin_api.foreign import ForeignFile, ImportedModel
+from gan_kit.plugin_api.pickles import PickledModule, PickledTFNetwork, UnsafePickleError, read_pickle
 from gan_kit.training.imagesets import ImageBatches
 from gan_kit.base.layers import fan_in, init_gain, set_init_gain, weight_layers
 from gan_kit.base.options import option, toml_value
@@ -98,6 +101,7 @@ __all__ = [
     "DatasetFactory",
     "Distance",
     "GrowthScheduler",
+    "Importer",
     "Initializer",
     "Loss",
     "Metric",
@@ -138,6 +142,13 @@ __all__ = [
     "batch_randint",
     # a statistic of the global batch (identity with one process)
     "mean_over_processes",
+    # model files of other codebases: what an importer reads and returns, the safe pickle reader
+    "ForeignFile",
+    "ImportedModel",
+    "read_pickle",
+    "PickledModule",
+    "PickledTFNetwork",
+    "UnsafePickleError",
     # errors
     "GankitError",
     "Interrupted",

@@ -38,6 +38,7 @@ __all__ = [
     "Augment",
     "Tracker",
     "Distance",
+    "Importer",
     "AugmentedD",
     "Growable",
     "set_phase",
@@ -566,4 +567,22 @@ class Distance(ComponentBase):
     """
 
     def distance(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class Importer(ComponentBase):
+    """A reader of another codebase's trained-model files (kind ``importer``): NVIDIA's
+    network-snapshot pickles, R3GAN's, a third party's.
+
+    ``read(source) -> ImportedModel | None``: ``source`` is a ``gan_kit.ForeignFile`` (its
+    ``path``, first bytes ``head``, ``sha256``, and ``pickle()``, the file read by the
+    restricted unpickler ``gan_kit.read_pickle``, once for all importers). Return a
+    ``gan_kit.ImportedModel`` for a file of this importer's format, None for any other file.
+    Raise ``GankitError`` (one line naming the file, the setting and its value) for a file of
+    this format that gankit cannot build (an unknown network configuration). Never run code the
+    file holds: no ``pickle.load``, no ``torch.load(weights_only=False)``. Built as
+    ``factory(options, BuildContext(resolution=0, channels=0))``.
+    """
+
+    def read(self, source: Any) -> Any:
         raise NotImplementedError

@@ -186,6 +186,20 @@ def register_distances(register: Register) -> None:
 
 
 @hookspec
+def register_importers(register: Register) -> None:
+    """Register readers of other codebases' trained-model files (kind ``importer``; ``gankit
+    import FILE``, and every command that takes a checkpoint takes such a file too).
+
+    A ``gan_kit.Importer``'s ``read(source: gan_kit.ForeignFile) -> gan_kit.ImportedModel |
+    None`` turns a file it recognises into gankit networks (state dicts in gankit's names and
+    the recipe that builds them) and returns None for a file that is not its format; it never
+    runs code the file holds (``source.pickle()`` reads a pickle safely). Importers are asked in
+    the order registered; the first answer wins. Example: ``register("stylegan2-ada-pytorch",
+    StyleGAN2ADAImporter)``.
+    """
+
+
+@hookspec
 def register_commands(cli: "click.Group") -> None:
     """Add click commands to the ``gankit`` command group.
 

@@ -25,15 +25,17 @@ KINDS: dict[str, str] = {
     "tracker": "register_trackers",
     "schedule": "register_schedules",
     "distance": "register_distances",
+    "importer": "register_importers",
 }
 
 
 #: Kinds whose components are used only when the run is built (or never in training): a schedule
 #: could not change their options mid-run (the recipe refuses one there too).
-BUILT_ONCE_KINDS = ("dataset", "init", "growth", "metric", "tracker", "schedule", "distance")
+BUILT_ONCE_KINDS = ("dataset", "init", "growth", "metric", "tracker", "schedule", "distance", "importer")
 
-#: Kinds no training run uses (``gankit project`` builds its distance).
-NOT_TRAINING_KINDS = ("distance",)
+#: Kinds no training run uses (``gankit project`` builds its distance; a model file of another
+#: codebase is read by its importer before any run exists).
+NOT_TRAINING_KINDS = ("distance", "importer")
 
 
 def _schedulable_problem(kind: str, options: type) -> str | None:
@@ -115,6 +117,10 @@ class Registry:
         if problem:
             raise PluginError(f"plugin {plugin}: {kind} {name!r}: {problem}")
         self._components[key] = Component(kind, name, factory, options, plugin)
+
+    def registered(self, kind: str) -> list[Component]:
+        """The components of ``kind`` in the order they were registered (built-ins first)."""
+        return [c for (k, _), c in self._components.items() if k == kind]
 
     def names(self, kind: str) -> list[str]:
         return sorted(n for k, n in self._components if k == kind)

@@ -67,12 +67,22 @@ def save_atomic(state: dict, path: str | Path) -> Path:
 def load(path: str | Path, map_location: Any = "cpu") -> dict:
     """Load a gankit checkpoint safely (``weights_only=True``).
 
+    A model file of another codebase (a pickle: NVIDIA's network snapshots, R3GAN's) is read by
+    the registered importers (``gan_kit.plugin_api.foreign.import_file``) into the same dict,
+    with an ``imported`` entry saying what it came from; nothing in it is run.
+
     Raises ``CheckpointError`` with one line for a missing, truncated, foreign or newer-format
     file.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found (list the run's checkpoints/ folder)")
+    if is_foreign(path):
+        from gan_kit.plugin_api.foreign import import_file
+        from gan_kit.plugin_api.manager import build_plugins
+
+        state, _ = import_file(path, build_plugins().registry)
+        return _mapped(state, map_location)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError, OSError) as e:
@@ -86,6 +96,29 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict:
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(
             f"{path}: checkpoint format {version} is newer than this gankit reads ({FORMAT_VERSION}); upgrade gankit")
+    return state
+
+
+def is_foreign(path: str | Path) -> bool:
+    """True when ``path`` is a file that is not a gankit checkpoint (a zip archive, as
+    ``torch.save`` writes) but a plain pickle, as other codebases' network snapshots are."""
+    from gan_kit.plugin_api.pickles import is_pickle
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    return is_pickle(head)
+
+
+def _mapped(state: dict, map_location: Any) -> dict:
+    """An imported checkpoint's networks moved to ``map_location`` (they are read to the CPU)."""
+    if map_location in (None, "cpu") or callable(map_location) or isinstance(map_location, dict):
+        return state
+    for key in ("G", "D", "G_ema"):
+        if state.get(key) is not None:
+            state[key] = {k: v.to(map_location) for k, v in state[key].items()}
     return state
 
 
