@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import sys
 
-from gan_kit.cli import bench, evaluate, export, generate, plugins, project, recipe, report, run, sample, stylemix
+from gan_kit.cli import (bench, evaluate, export, generate, importing, plugins, project, recipe, report, run, sample,
+                         stylemix)
 from gan_kit.cli.group import cli
 from gan_kit.base.errors import GankitError
 
@@ -23,7 +24,7 @@ __all__ = ["cli", "main"]
 
 for _command in (run.run, plugins.list_plugins, plugins.plugins_command, recipe.recipe, sample.sample,
                  generate.generate, stylemix.style_mix, project.project_command, evaluate.eval_command, report.report,
-                 bench.bench_entry, export.export):
+                 bench.bench_entry, export.export, importing.import_command):
     cli.add_command(_command)
 
 

@@ -146,6 +146,10 @@ def prepare_run(recipe_path: Path | None, out_dir: Path | None, overrides: tuple
         if not checkpoint.is_file():
             raise GankitError(no_checkpoint_problem(run_dir))
     state = ckpt.load(checkpoint, map_location="cpu")  # the only read of the checkpoint on the way to training
+    if state.get("imported"):
+        raise GankitError(f"--resume: {checkpoint} is a model imported from {state['imported'].get('format')} (gankit "
+                          f"import): it holds no optimizer state or counters to continue; start a run from its "
+                          f"weights with gankit run RECIPE --init-from {checkpoint}")
     saved = state["recipe"]
     refused_override(overrides, run_dir, saved)
     if recipe_path is not None:

@@ -25,6 +25,7 @@ from gan_kit.runs.exported import is_export_dir, load_weights, read_config
 from gan_kit.plugin_api.ownership import load_without_frozen
 from gan_kit.base.options import toml_value
 from gan_kit.recipe import Recipe, recipe_to_toml
+from gan_kit.runs.hub import resolve_source
 from gan_kit.runs.layout import CheckpointLayout
 
 __all__ = ["MUTABLE", "ResumePoint", "SAME_DATA", "data_problem", "finished_problem", "mutable", "recipe_changes", "refused_override", "resume_run", "saved_recipe_text",
@@ -287,8 +288,9 @@ def classes_problem(state: dict, run: Any) -> str | None:
 
 def init_source(value: str | Path) -> Path:
     """What ``--init-from`` names: a checkpoint file, a run folder (its latest checkpoint) or a
-    folder written by ``gankit export`` (the folder itself)."""
-    path = Path(value)
+    folder written by ``gankit export`` (the folder itself); an ``hf://`` name is resolved
+    through huggingface_hub's cache first (``gan_kit.runs.hub``)."""
+    path = resolve_source(value)
     if path.is_dir() and not is_export_dir(path):
         latest = CheckpointLayout(path).latest
         if not latest.is_file():
@@ -346,7 +348,9 @@ def init_from(run: Any, value: str | Path) -> Path:
 
     ``value``: a checkpoint file, a run folder (its ``latest.pt``) or a folder written by
     ``gankit export`` (its ``model.safetensors`` starts both G and G_ema, read without pickle; D
-    stays as the recipe initialised it, since an export carries no D). Raises
+    stays as the recipe initialised it, since an export carries no D), or a model file of
+    another codebase (a network-snapshot pickle, read by its importer: G, D and G_ema, and ADA's
+    p when the file holds its augmentation pipe and the recipe uses ADA). Raises
     ``CheckpointError`` in one line when the file is unreadable or its networks do not fit the
     recipe's (another architecture, its options, resolution or channels). Returns the path.
     """
@@ -360,8 +364,9 @@ def init_from(run: Any, value: str | Path) -> Path:
             weights["G"] = weights["G_ema"]
         else:
             weights = state
+        names = ("G", "G_ema") if exported else tuple(n for n in ("G", "D", "G_ema") if weights.get(n) is not None)
         try:
-            for name in ("G", "G_ema") if exported else ("G", "D", "G_ema"):
+            for name in names:
                 load_without_frozen(getattr(run, name), weights[name])  # frozen sub-networks come from their files
         except (RuntimeError, KeyError, ValueError) as e:
             text = " ".join(str(e).split()).replace("Error(s) in loading state_dict for ", "")
@@ -369,5 +374,21 @@ def init_from(run: Any, value: str | Path) -> Path:
                        f"{'exported model' if exported else 'checkpoint'}'s run: {text[:500]})")
     if problem:
         raise CheckpointError(f"--init-from {path}: {problem}")
+    if state.get("imported"):
+        _start_components(run, state.get("components") or {})
     run.initialized_from = path
     return path
+
+
+def _start_components(run: Any, saved: dict) -> None:
+    """An imported model's component states (ADA's p from the snapshot's augment pipe) given to
+    the run's components of the same key, so a fine-tune continues with the file's
+    augmentation strength; keys the recipe has no component for are left out."""
+    augment = getattr(run, "augment", None)
+    if "augment" in saved and augment is not None and hasattr(augment, "load_state_dict"):
+        try:
+            augment.load_state_dict(saved["augment"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"--init-from: the imported augmentation state does not fit the recipe's [augment] "
+                                  f"{run.recipe.augment.name!r} ({type(e).__name__}: {e}); use the [augment] table "
+                                  f"gankit import wrote") from None

@@ -200,6 +200,8 @@ def _config(state: dict, recipe: Any, arch: Any, phase: Any, psi: float, formats
         "source_checkpoint": str(checkpoint.resolve()),
         "versions": {"gankit": __version__, "torch": torch.__version__, "checkpoint_gankit": state.get("gankit_version")},
         "recipe": state["recipe"],
+        # a model imported from another codebase: its format, file name, SHA-256, licence and seed rule
+        "imported": state.get("imported"),
     }
 
 
@@ -252,6 +254,14 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
              f"| truncation psi (of the traced model.ts / model.onnx) | {config['truncation_psi']} |"
              if config["files"]["torchscript"] or config["files"]["onnx"] else
              f"| truncation psi | {config['truncation_psi']} |", ""]
+    imported = config.get("imported")
+    if imported:
+        lines += ["## Source", "",
+                  f"Imported by `gankit import` from `{imported.get('file')}` ({imported.get('format')}), SHA-256 "
+                  f"`{imported.get('sha256')}`. Licence of the original: {imported.get('license') or 'not stated'}.",
+                  "", *imported.get("notes", ()), "",
+                  "Seed S draws `z = np.random.RandomState(S).randn(1, z_dim)`, as the original codebase's generate "
+                  "script does." if imported.get("seeds") == "numpy" else "", ""]
     metrics = dict(metrics)
     at = metrics.pop("at kimg", None)
     if metrics:

@@ -19,7 +19,6 @@ import torch
 
 from gan_kit.base.errors import GankitError
 from gan_kit.tools.grids import MODES, save_image
-from gan_kit.tools.seeds import seed_latents
 from gan_kit.tools.trained import BATCH, TrainedGenerator
 
 __all__ = ["seed_name", "w_name", "load_ws", "generate_seeds", "generate_from_w"]
@@ -98,7 +97,7 @@ def generate_seeds(trained: TrainedGenerator, seeds: list[int], outdir: str | Pa
     written = []
     for i in range(0, len(seeds), BATCH):
         chunk = seeds[i:i + BATCH]
-        images = trained.draw(seed_latents(chunk, trained.latent_dim), trained.labels(label, len(chunk)),
+        images = trained.draw(trained.seed_latents(chunk), trained.labels(label, len(chunk)),
                               truncation_psi=truncation_psi, noise_mode=noise_mode, batch_size=1)
         written += [save_image(image, outdir / seed_name(seed)) for seed, image in zip(chunk, images)]
     return written

@@ -3,13 +3,16 @@
 A seed names one latent on every machine: ``seed_latents([s], D)`` is ``torch.randn(1, D,
 generator=torch.Generator().manual_seed(s))``, drawn on the CPU (a CUDA generator draws other
 numbers), so ``gankit generate --seeds s`` gives the same image everywhere, as
-stylegan2-ada-pytorch's generate.py names images by seed.
+stylegan2-ada-pytorch's generate.py names images by seed. A model imported from another
+codebase keeps that codebase's rule (``rule="numpy"``: ``np.random.RandomState(s)``), so seed s
+draws the image its own generate script draws.
 """
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import torch
 
 from gan_kit.base.errors import GankitError
@@ -61,12 +64,23 @@ def parse_numbers(text: str, option: str = "--seeds", *, limit: int | None = Non
     return out
 
 
-def seed_latents(seeds: list[int], latent_dim: int) -> torch.Tensor:
-    """``z[len(seeds), latent_dim]`` float32 on the CPU: row i is
-    ``torch.randn(1, latent_dim, generator=torch.Generator().manual_seed(seeds[i]))``, whatever
-    the other seeds are."""
+def seed_latents(seeds: list[int], latent_dim: int, rule: str = "torch") -> torch.Tensor:
+    """``z[len(seeds), latent_dim]`` float32 on the CPU, row i seed ``seeds[i]``'s z whatever
+    the other seeds are. ``rule="torch"`` (gankit's own models): ``torch.randn(1, latent_dim,
+    generator=torch.Generator().manual_seed(s))``. ``rule="numpy"`` (models imported from
+    stylegan2-ada-pytorch, StyleGAN3 or R3GAN): ``np.random.RandomState(s).randn(1,
+    latent_dim)``, as their generate.py / gen_images.py draw it, so a seed names the same image
+    in gankit as there (RandomState takes seeds below 2**32; ValueError otherwise)."""
     if not seeds:
         return torch.empty(0, latent_dim)
+    if rule == "numpy":
+        if any(not 0 <= int(s) < 2 ** 32 for s in seeds):
+            raise GankitError(f"--seeds: numpy's RandomState, which this model's codebase draws z with, takes seeds "
+                              f"from 0 to {2 ** 32 - 1}; got {max(seeds)}")
+        return torch.cat([torch.from_numpy(np.random.RandomState(int(s)).randn(1, latent_dim)).float()
+                          for s in seeds])
+    if rule != "torch":
+        raise ValueError(f"seed_latents: rule must be 'torch' or 'numpy', got {rule!r}")
     return torch.cat([torch.randn(1, latent_dim, generator=torch.Generator().manual_seed(int(s))) for s in seeds])
 
 

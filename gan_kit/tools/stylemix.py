@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from gan_kit.base.errors import GankitError
-from gan_kit.tools.seeds import seed_latents
 from gan_kit.tools.trained import TrainedGenerator
 
 __all__ = ["check_styles", "mixed_styles", "style_mix_grid"]
@@ -59,9 +58,9 @@ def style_mix_grid(trained: TrainedGenerator, rows: list[int], cols: list[int], 
     check_styles(styles, G.num_ws)
     trained.check(truncation_psi, noise_mode)
     # Each seed mapped and drawn alone, as gankit generate draws it: the edges are its images.
-    row_ws = trained.styles(seed_latents(rows, trained.latent_dim), trained.labels(label, len(rows)), truncation_psi,
+    row_ws = trained.styles(trained.seed_latents(rows), trained.labels(label, len(rows)), truncation_psi,
                             batch_size=1)
-    col_ws = trained.styles(seed_latents(cols, trained.latent_dim), trained.labels(label, len(cols)), truncation_psi,
+    col_ws = trained.styles(trained.seed_latents(cols), trained.labels(label, len(cols)), truncation_psi,
                             batch_size=1)
     row_images = trained.synthesize(row_ws, noise_mode, batch_size=1)
     col_images = trained.synthesize(col_ws, noise_mode, batch_size=1)

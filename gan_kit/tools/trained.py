@@ -24,6 +24,7 @@ from gan_kit.base.errors import CheckpointError, GankitError
 from gan_kit.plugin_api.components import NOISE_MODES, StyleGenerator
 from gan_kit.runs import checkpoint as ckpt
 from gan_kit.runs.exported import is_export_dir, load_exported_generator
+from gan_kit.runs.hub import HUB_PREFIX, resolve_source
 from gan_kit.runs.layout import CheckpointLayout
 from gan_kit.runs.rundir import RUN_FILES
 
@@ -93,7 +94,7 @@ def checkpoint_file(path: str | Path, command: str = "this command") -> Path:
     ``export``; ``command`` names it in errors). Raises ``CheckpointError`` (one line) for a run
     directory without a checkpoint, an export folder (it holds no D, no data, no counters) or
     another folder. Nothing is read but the names (and an export's config.json)."""
-    return _source(Path(path), False, command)[0]
+    return _source(resolve_source(path), False, command)[0]
 
 
 def check_finite_psi(truncation_psi: float) -> None:
@@ -128,10 +129,20 @@ class TrainedGenerator:
     num_classes: int
     class_names: tuple[str, ...]
     kimg: float
-    source: Path
+    source: Path | str
     file: Path
     exported: bool
     device: torch.device
+    seeds: str = "torch"
+    imported: dict | None = None
+
+    def seed_latents(self, seeds: list[int]) -> torch.Tensor:
+        """``z[len(seeds), latent_dim]`` for these seeds by this model's rule (``seeds``:
+        "torch", gankit's; "numpy", ``np.random.RandomState(s).randn(1, z_dim)`` for a model
+        imported from stylegan2-ada-pytorch, StyleGAN3 or R3GAN, as their scripts draw it)."""
+        from gan_kit.tools.seeds import seed_latents
+
+        return seed_latents(seeds, self.latent_dim, self.seeds)
 
     @property
     def architecture(self) -> str:
@@ -288,20 +299,23 @@ def open_generator(path: str | Path, device: str | torch.device = "cpu") -> Trai
     ``RecipeError`` (the recipe names a component no installed plugin registers) or
     ``GankitError`` (a device this machine has not), each one line.
     """
-    source = Path(path)
+    source = Path(path) if not str(path).startswith(HUB_PREFIX) else path
     dev = generator_device(device)
-    file, exported = _source(source, True, "it")
+    file, exported = _source(resolve_source(path), True, "it")
     if exported:
         G, _, recipe, arch, config = load_exported_generator(file, device=dev)
         resolution, alpha = int(config["resolution"]), float(config["alpha"])
         channels, names, kimg = int(config["channels"]), config.get("class_names") or [], float(config.get("kimg", 0))
+        imported = config.get("imported")
     else:
         state = ckpt.load(file)  # once, on the CPU: the generator and the class names come from it
         G, phase, recipe, arch = ckpt.load_generator(file, device=dev, state=state)
         resolution, alpha = int(phase.resolution), float(phase.alpha)
         channels, names = int(state["channels"]), state.get("class_names") or []
         kimg = int(state.get("cur_nimg", 0)) / 1000
+        imported = state.get("imported")
     return TrainedGenerator(G=G, recipe=recipe, arch=arch, resolution=resolution, alpha=alpha, channels=channels,
                             latent_dim=int(arch.latent_dim), num_classes=int(arch.context.num_classes),
                             class_names=tuple(str(n) for n in names), kimg=kimg, source=source, file=file,
-                            exported=exported, device=dev)
+                            exported=exported, device=dev, seeds=(imported or {}).get("seeds", "torch"),
+                            imported=imported)

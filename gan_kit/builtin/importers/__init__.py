@@ -1,0 +1,1 @@
+"""Built-in importers of other codebases' trained models (kind ``importer``)."""

@@ -1,0 +1,99 @@
+"""``gankit import``: a model file of another codebase (NVIDIA's network-snapshot pickles, R3GAN's,
+anything a plugin's importer reads) written as a gankit model folder.
+
+The folder has the layout of a run directory, so every command reads it as one::
+
+    DIR/checkpoints/latest.pt   the networks in gankit's layout (G, D, G_ema, ADA's p) and the
+                                record of where they came from (format, file name, SHA-256,
+                                licence, seed rule)
+    DIR/recipe.toml             a recipe that builds these networks; point data.path at your
+                                images and ``gankit run DIR/recipe.toml --init-from DIR``
+
+Nothing the file holds is run (``gan_kit.read_pickle``). The destination is checked before the
+file is read, and both files are written under temporary names and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from pathlib import Path
+
+from gan_kit.base.errors import CheckpointError, GankitError
+from gan_kit.plugin_api.foreign import import_file
+from gan_kit.plugin_api.manager import build_plugins
+from gan_kit.runs import checkpoint as ckpt
+from gan_kit.runs.hub import resolve_source
+from gan_kit.runs.layout import CheckpointLayout
+
+__all__ = ["import_model", "check_destination", "describe"]
+
+
+def check_destination(out: Path) -> None:
+    """Refuse (``GankitError``, one line) an ``out`` that is a file, that holds anything but an
+    earlier import (a training run's files, other files), or that cannot be written; create it
+    otherwise. Called before the source is read."""
+    if out.exists() and not out.is_dir():
+        raise GankitError(f"--out {out}: a file, not a folder; name a new folder for the imported model")
+    if out.is_dir():
+        entries = {p.name for p in out.iterdir()}
+        latest = CheckpointLayout(out).latest
+        ours = entries <= {"checkpoints", "recipe.toml"} and (not entries or _is_import(latest))
+        if not ours:
+            raise GankitError(f"--out {out}: the folder holds other files ({', '.join(sorted(entries)[:4])}); gankit "
+                              f"import writes a new folder (or replaces an earlier import): name an empty or new one")
+    try:
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".gankit-import.", dir=out / "checkpoints")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise GankitError(f"--out {out}: cannot write there ({e.strerror or type(e).__name__}); choose a folder you "
+                          f"can write") from None
+
+
+def _is_import(latest: Path) -> bool:
+    if not latest.is_file():
+        return False
+    try:
+        return bool(ckpt.load(latest).get("imported"))
+    except CheckpointError:
+        return False
+
+
+def import_model(source: str | Path, out: str | Path) -> tuple[dict, str]:
+    """Read ``source`` (a path or ``hf://OWNER/REPO/FILE``) with the installed importers and write
+    the model folder ``out``. Returns ``(checkpoint dict, importer name)``.
+
+    The converted G_ema is built from the recipe and loaded strictly before anything is written,
+    so a conversion that does not fit is refused, not saved. Raises ``GankitError`` (the
+    destination), ``CheckpointError`` (an unreadable file, one no importer recognises, a
+    refused pickle: ``UnsafePickleError``) or an importer's ``GankitError`` (a configuration
+    gankit cannot build), each one line.
+    """
+    out = Path(out)
+    path = resolve_source(source)
+    if not path.is_file():
+        raise CheckpointError(f"{source}: no such file (name a network-snapshot .pkl or another model file)")
+    check_destination(out)
+    state, name = import_file(path, build_plugins().registry)
+    try:
+        ckpt.load_generator(path, state=state)
+    except (RuntimeError, KeyError, ValueError) as e:
+        first = " ".join(str(e).split()) or type(e).__name__
+        raise CheckpointError(f"{source}: importer {name!r} made networks that do not fit its own recipe ({first}); "
+                              f"please report this with the file's format") from None
+    body = {k: v for k, v in state.items() if k not in ("magic", "format_version")}
+    ckpt.save_atomic(body, CheckpointLayout(out).latest)
+    ckpt.write_atomic(out / "recipe.toml", lambda f: f.write(state["recipe"].encode("utf-8")))
+    return state, name
+
+
+def describe(state: dict) -> str:
+    """One line on an imported model: format, resolution, channels, classes, z size."""
+    arch = tomllib.loads(state["recipe"]).get("architecture", {})
+    classes = f", {state['num_classes']} classes" if state.get("num_classes") else ""
+    z = arch.get("latent_dim")
+    return (f"{arch.get('name', '?')} from {state['imported']['format']}, {state['phase']['resolution']} px, "
+            f"{state['channels']} channel{'s' if state['channels'] != 1 else ''}{classes}" + (f", z {z}" if z else ""))
