@@ -139,6 +139,8 @@ def import_file(path: str | Path, registry: Any) -> tuple[dict, str]:
     from gan_kit.plugin_api.components import BuildContext
 
     source = ForeignFile(path)
+    if source.is_pickle:
+        source.pickle()  # read (safely) before any importer: a refused pickle says what it asked for
     names = [c.name for c in registry.registered("importer")]
     for component in registry.registered("importer"):
         name = component.name
