@@ -4,7 +4,6 @@ real and the untrained G_ema beside it); ``gan_kit.tools.evaluate`` computes the
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -34,7 +33,7 @@ _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lowe
 
 
 @click.command("eval")
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=str))  # str: hf:// names stay whole
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="Metric to compute (repeatable; default: the recipe's [[metric]] entries, else swd).")
 @click.option("--n", "num", type=click.IntRange(2), default=None,
@@ -46,7 +45,7 @@ _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lowe
 @click.option("--device", default=None, help='Device ("cpu", "cuda"); default: the recipe\'s run.device.')
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @user_errors
-def eval_command(checkpoint: Path, metrics: tuple[str, ...], num: int | None, baselines: bool,
+def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, baselines: bool,
                  overrides: tuple[str, ...], device: str | None, as_json: bool) -> None:
     """Print the metrics of CHECKPOINT's G_ema against the recipe's data. CHECKPOINT is a
     checkpoint file or a run directory (its checkpoints/latest.pt)."""

@@ -14,7 +14,7 @@ __all__ = ["export"]
 
 
 @click.command("export")
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=str))  # str: hf:// names stay whole
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder to write (created; files in it are replaced): the Hub's model layout.")
 @click.option("--format", "formats", default=",".join(FORMATS), show_default=True,
@@ -23,7 +23,7 @@ __all__ = ["export"]
 @click.option("--truncation", "psi", type=float, default=1.0, show_default=True,
               help="Truncation psi baked into model.ts / model.onnx (architectures with a mapping network).")
 @user_errors
-def export(checkpoint: Path, out: Path, formats: str, psi: float) -> None:
+def export(checkpoint: str, out: Path, formats: str, psi: float) -> None:
     """Export CHECKPOINT's G_ema to a folder that runs without gankit: model.safetensors,
     config.json, README.md (a model card for the Hugging Face Hub), samples.png, model.ts and
     model.onnx. CHECKPOINT is a checkpoint file or a run directory (its checkpoints/latest.pt).

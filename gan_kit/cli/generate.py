@@ -13,7 +13,7 @@ __all__ = ["generate"]
 
 
 @click.command("generate")
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=str))  # str: hf:// names stay whole
 @click.option("--seeds", default=None, metavar="LIST",
               help="Seeds to draw: numbers and inclusive ranges, e.g. 0-7,42; one PNG each, seedNNNN.png.")
 @click.option("--outdir", type=click.Path(file_okay=False, path_type=Path), required=True,
@@ -31,7 +31,7 @@ __all__ = ["generate"]
                    "[N, num_ws, w_dim]); one PNG each, projNN.png.")
 @click.option("--device", default="auto", show_default=True, metavar="DEVICE", help="auto (CUDA when present), cpu, cuda or cuda:N.")
 @user_errors
-def generate(checkpoint: Path, seeds: str | None, outdir: Path, psi: float, class_: str | None, noise_mode: str,
+def generate(checkpoint: str, seeds: str | None, outdir: Path, psi: float, class_: str | None, noise_mode: str,
              w_path: Path | None, device: str) -> None:
     """Write one PNG per seed, seedNNNN.png (or per W vector of --w FILE.npz, projNN.png), from
     CHECKPOINT's G_ema at its resolution, lossless. Seed N's image is the one `gankit sample

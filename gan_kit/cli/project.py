@@ -15,7 +15,7 @@ __all__ = ["project_command"]
 
 
 @click.command("project")
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=str))  # str: hf:// names stay whole
 @click.option("--target", "target", type=click.Path(path_type=Path), required=True,
               help="Image file to project (any size and mode: converted as the image-folder data set reads a training "
                    "image, and a line says how).")
@@ -39,7 +39,7 @@ __all__ = ["project_command"]
               help="Class-conditional G: project into class K's W (an index or a class name).")
 @click.option("--device", default="auto", show_default=True, metavar="DEVICE", help='"auto" (CUDA when present), "cpu", "cuda", "cuda:N".')
 @user_errors
-def project_command(checkpoint: Path, target: Path, outdir: Path, steps: int, space: str, distance: str,
+def project_command(checkpoint: str, target: Path, outdir: Path, steps: int, space: str, distance: str,
                     distance_options: tuple[str, ...], seed: int, video: bool, video_every: int | None, fps: float,
                     class_: str | None, device: str) -> None:
     """Find the W (or W+) whose image is closest to a real image, as stylegan2-ada-pytorch's

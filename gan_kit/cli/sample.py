@@ -14,7 +14,7 @@ __all__ = ["sample"]
 
 
 @click.command("sample")
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=str))  # str: hf:// names stay whole
 @click.option("-n", "--n", "num", type=click.IntRange(1), default=64, show_default=True,
               help="Number of images (with --interpolate: of walks, laid out ceil(sqrt(N)) a row).")
 @click.option("--seed", type=click.IntRange(0, SEED_LIMIT - 1), default=0, show_default=True,
@@ -39,7 +39,7 @@ __all__ = ["sample"]
               help="Class-conditional runs: every image of class K, an index or a class name (image-folder's "
                    "sub-folder); default: one row per class.")
 @user_errors
-def sample(checkpoint: Path, num: int, seed: int, out: Path, psi: float, steps: int | None, points: int,
+def sample(checkpoint: str, num: int, seed: int, out: Path, psi: float, steps: int | None, points: int,
            loop: bool, fps: float | None, class_: str | None) -> None:
     """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at
     least 32 px, like the run's own grids), or a latent interpolation strip, GIF or MP4. CHECKPOINT

@@ -14,7 +14,7 @@ __all__ = ["style_mix"]
 
 
 @click.command("style-mix")
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=str))  # str: hf:// names stay whole
 @click.option("--rows", required=True, metavar="LIST", help="Row seeds, e.g. 85,100,75: the layers --styles come from them.")
 @click.option("--cols", required=True, metavar="LIST", help="Column seeds, e.g. 55,821,1789: the rest of each image.")
 @click.option("--styles", required=True, metavar="LIST",
@@ -29,7 +29,7 @@ __all__ = ["style_mix"]
               help="Synthesis noise: const (the same grid every time), random or none.")
 @click.option("--device", default="auto", show_default=True, metavar="DEVICE", help="auto (CUDA when present), cpu, cuda or cuda:N.")
 @user_errors
-def style_mix(checkpoint: Path, rows: str, cols: str, styles: str, out: Path, psi: float, class_: str | None,
+def style_mix(checkpoint: str, rows: str, cols: str, styles: str, out: Path, psi: float, class_: str | None,
               noise_mode: str, device: str) -> None:
     """Write a style-mixing grid from CHECKPOINT's G_ema (a G with per-layer styles, e.g.
     stylegan2): cell (row, col) is the column seed's image with layers --styles taken from the
