@@ -160,10 +160,13 @@ class _PlainModule(PickledModule):
     _class_name = "?"
 
     def __new__(cls, *args: Any, **kwargs: Any):
-        return object.__new__(cls)
+        # NEWOBJ calls __new__ alone (then BUILD fills the state): the stub is complete here.
+        obj = object.__new__(cls)
+        PickledModule.__init__(obj, cls._class_name)
+        return obj
 
-    def __init__(self, *args: Any, **kwargs: Any):  # a REDUCE call with arguments builds the stub alone
-        super().__init__(type(self)._class_name)
+    def __init__(self, *args: Any, **kwargs: Any):  # a REDUCE call with arguments: nothing more to do
+        pass
 
 
 class PickledTFNetwork:
