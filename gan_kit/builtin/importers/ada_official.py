@@ -49,8 +49,8 @@ def _number(value: Any, where: str, key: str) -> float:
 
 def _preset(multipliers: dict[str, float]) -> tuple[str, dict[str, float]]:
     """``(pipeline, multipliers over it)``: the preset whose ops hold every op switched on and
-    that needs the fewest multipliers to match (the preset itself when none is needed; ties go
-    to the smaller preset, then to ``train.py``'s order)."""
+    that needs the fewest multipliers to match (the preset itself when none is needed). A larger
+    preset never ties with a smaller one: each op it adds is off here and needs a 0."""
     on = {op for op, m in multipliers.items() if m > 0}
     best = None
     for name, ops in PRESETS.items():
@@ -58,11 +58,10 @@ def _preset(multipliers: dict[str, float]) -> tuple[str, dict[str, float]]:
             continue
         own = {op: PRESET_MULTIPLIERS.get(name, {}).get(op, 1.0) for op in ops}
         needed = {op: multipliers.get(op, 0.0) for op in ops if multipliers.get(op, 0.0) != own[op]}
-        cost = (len(needed), len(ops))
-        if best is None or cost < best[0]:
-            best = (cost, name, needed)
+        if best is None or len(needed) < len(best[1]):
+            best = (name, needed)
     assert best is not None  # 'bgcfnc' holds every op
-    return best[1], best[2]
+    return best
 
 
 def ada_options_from_official(init_kwargs: Mapping[str, Any], p: Any, *, where: str = "augment_pipe") -> dict:
