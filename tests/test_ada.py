@@ -1,5 +1,5 @@
 """ADA's full pipeline as the paper runs it: every op of stylegan2-ada-pytorch's
-'bgc' (and its presets, and R3GAN's 'r3gan' with its cutout and per-op probability multipliers)
+'bgcfnc' (and its presets, and R3GAN's 'r3gan' with its cutout and per-op probability multipliers)
 equals the reference's formulas on the same draws, the ops are applied with the reference's
 probabilities, p moves by the reference's rule, and old 'ada' recipes either keep their meaning
 or get a one-line error.
@@ -9,7 +9,12 @@ stylegan2-ada-pytorch's ``training/augment.py`` / ``training/training_loop.py``,
 gankit's code: the draws are replayed from torch's RNG in the reference's order, every matrix is
 built entry by entry in float64 NumPy, the upsampling is ``scipy.signal.upfirdn``, the bilinear
 sampler and the downsampling are explicit loops over taps, and the hue rotation is SciPy's
-rotation about the luma axis; cutout's mask is computed from the drawn centres in float64. Tolerance: 1e-9 in float64 (the identity resampling the reference
+rotation about the luma axis; the image-space filter bank is built by the reference's recursion
+(upsample, convolve with the half-band low-pass, add the half-band high-pass), its gains
+renormalised band by band, and applied tap by tap over the reflect-padded image; the noise is
+added from its replayed draws; cutout's mask is computed from the drawn centres in float64.
+(``tests/test_ada_official.py`` compares with outputs recorded from the official code itself.)
+Tolerance: 1e-9 in float64 (the identity resampling the reference
 applies to untouched samples reproduces them to ~4e-12, the precision of the 16-digit sym6 table).
 """
 
@@ -25,7 +30,7 @@ from scipy.spatial.transform import Rotation
 
 from gan_kit import GankitError
 from gan_kit.builtin.augment.ada import AdaptiveAugment
-from gan_kit.builtin.augment.ada_pipeline import COLOUR, GEOMETRIC, OPS, PRESETS, SYM6, OfficialPipeline
+from gan_kit.builtin.augment.ada_pipeline import COLOUR, FILTER_BANK, GEOMETRIC, OPS, PRESETS, SYM2, SYM6, OfficialPipeline
 
 OPTIONS = AdaptiveAugment.Options()  # the official ranges
 TOL = 1e-9
@@ -207,6 +212,57 @@ def reference_colour(x, C):
     return y.reshape(n, c, h, w)
 
 
+def reference_bank(wavelet=SYM2, bands=4):
+    """The image-space filter bank by the reference's recursion: start from a unit impulse in
+    band 0; per level, upsample every band by 2 (zero insertion), convolve it with the half-band
+    low-pass ``H(z) H(1/z) / 2``, and add the half-band high-pass ``H(-z) H(-1/z) / 2``, centred,
+    to the next band."""
+    lo = np.array(wavelet)
+    hi = lo * (-1.0) ** np.arange(lo.size)
+    lo2, hi2 = np.convolve(lo, lo[::-1]) / 2, np.convolve(hi, hi[::-1]) / 2
+    bank = np.zeros((bands, 1))
+    bank[0, 0] = 1
+    for i in range(1, bands):
+        up = np.zeros((bands, 2 * bank.shape[1] - 1))
+        up[:, ::2] = bank
+        bank = np.stack([np.convolve(row, lo2) for row in up])
+        start = (bank.shape[1] - hi2.size) // 2
+        bank[i, start:start + hi2.size] += hi2
+    return bank
+
+
+def reference_filter(x, p, mult=1, bands=OPTIONS.imgfilter_bands, std=OPTIONS.imgfilter_std):
+    """AugmentPipe's image-space filtering from torch's RNG: per band, a gain 2^N(0, std) applied
+    with probability p * mult * bands[i], the gain vector renormalised to expected power
+    (10, 1, 1, 1) / 13 after each band; then the per-sample filter gains @ bank, applied along x
+    then y over the image reflect-padded by half its taps."""
+    n, c, h, w = x.shape
+    bank = reference_bank()
+    power = np.array([10, 1, 1, 1]) / 13
+    g = np.ones((n, 4))
+    for i, strength in enumerate(bands):
+        t_i = np.exp2(torch.randn(n).double().numpy() * std)
+        t_i = np.where(torch.rand(n).double().numpy() < p * mult * strength, t_i, 1)
+        t = np.ones((n, 4))
+        t[:, i] = t_i
+        g = g * t / np.sqrt((power * t ** 2).sum(axis=1, keepdims=True))
+    taps = g @ bank  # [n, 43]
+    k = taps.shape[1]
+    pad = k // 2
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="reflect")
+    y = sum(taps[:, None, None, None, j] * xp[..., j:j + w] for j in range(k))
+    return sum(taps[:, None, None, None, j] * y[:, :, j:j + h, :] for j in range(k))
+
+
+def reference_noise(x, p, mult=1, std=OPTIONS.noise_std):
+    """AugmentPipe's additive RGB noise from torch's RNG: sigma = |N(0, 1)| * std per sample,
+    kept with probability p * mult, then N(0, 1) noise for every pixel times sigma."""
+    n = x.shape[0]
+    sigma = np.abs(torch.randn(n, 1, 1, 1).double().numpy()) * std
+    sigma = np.where(torch.rand(n, 1, 1, 1).double().numpy() < p * mult, sigma, 0)
+    return x + torch.randn(*x.shape).double().numpy() * sigma
+
+
 def reference(ops, x, p, mult=None):
     """The reference's output for ``x`` (torch, float64) from torch's current RNG state."""
     n, c, h, w = x.shape
@@ -218,6 +274,10 @@ def reference(ops, x, p, mult=None):
         y = reference_resample(y, G)
     if any(op in on for op in COLOUR):
         y = reference_colour(y, C)
+    if "imgfilter" in on:
+        y = reference_filter(y, p, mult.get("imgfilter", 1))
+    if "noise" in on:
+        y = reference_noise(y, p, mult.get("noise", 1))
     if "cutout" in on:
         y = reference_cutout(y, p, mult.get("cutout", 1))
     return torch.from_numpy(np.ascontiguousarray(y)), G
@@ -238,8 +298,28 @@ def test_sym6_is_the_orthonormal_wavelet_low_pass():
         assert abs(np.dot(f[:-2 * shift], f[2 * shift:])) < 1e-11
 
 
-CASES = [(op, 3, 8, 12) for op in OPS] + [(op, 1, 8, 8) for op in OPS]
-CASES += [(name, c, 8, 12) for name in PRESETS for c in (1, 3)]
+def test_the_filter_bank_is_the_references_four_bands_summing_to_the_identity():
+    """gankit's closed form (band products of dilated half-band filters) equals the reference's
+    recursion; the bands are symmetric and add up to a unit impulse (no filtering at unit gains)."""
+    bank = np.array(FILTER_BANK)
+    assert bank.shape == (4, 43)
+    np.testing.assert_allclose(bank, reference_bank(), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(bank, bank[:, ::-1], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(bank.sum(0), np.eye(43)[21], rtol=0, atol=1e-11)  # the 16-digit sym2 table
+    # Band k passes its octave: the response at the band's centre frequency dominates the others.
+    freqs = np.array([np.pi / 16, 3 * np.pi / 16, 3 * np.pi / 8, 3 * np.pi / 4])
+    response = np.abs(bank @ np.exp(-1j * np.outer(np.arange(43) - 21, freqs)))  # [band, freq]
+    assert (response.argmax(axis=0) == np.arange(4)).all()
+
+
+#: Image sizes per case: the filter reflect-pads by 21, so its cases need 22 pixels a side.
+def _size(op, c):
+    filtered = op == "imgfilter" or "imgfilter" in PRESETS.get(op, ())
+    return ((24, 28) if c == 3 else (22, 22)) if filtered else ((8, 12) if c == 3 else (8, 8))
+
+
+CASES = [(op, c, *_size(op, c)) for c in (3, 1) for op in OPS]
+CASES += [(name, c, *_size(name, c)) for name in PRESETS for c in (1, 3)]
 
 
 @pytest.mark.parametrize("op,c,h,w", CASES, ids=[f"{o}-c{c}-{h}x{w}" for o, c, h, w in CASES])
@@ -266,7 +346,7 @@ def test_every_op_equals_the_reference_on_the_same_draws(op, c, h, w):
         assert torch.equal(cut, y != x) and (cut.flatten(1).sum(1) <= c * h * w // 4).all()
     if op in ("hue", "saturation") and c == 1:
         assert torch.equal(y, x)  # no chroma to turn or scale: skipped, as the reference does
-    elif op in PRESETS:
+    elif op in PRESETS or op == "imgfilter":  # imgfilter: 4 bands at p = 0.5 leave 1 sample in 16
         assert changed.any()
     else:
         assert changed.any() and not changed.all()  # p = 0.5: some samples transformed, some not
@@ -370,6 +450,16 @@ def test_op_probabilities_are_the_reference_ones(p, mult):
         pipe = OfficialPipeline((op,), OPTIONS, op, {op: mult})
         _, touched = pipe.colour_matrix(n, 3, "cpu", torch.float64, p.double())
         assert touched.float().mean().item() == pytest.approx(expected, abs=0.03), op
+    for band in range(4):  # each band on its own: p * multiplier * imgfilter_bands[band]
+        bands = tuple(1.0 if b == band else 0.0 for b in range(4))
+        pipe = OfficialPipeline(("imgfilter",), AdaptiveAugment.Options(imgfilter_bands=bands, pipeline="filter"),
+                                "filter", {"imgfilter": mult})
+        gains, touched = pipe.filter_gains(n, "cpu", torch.float64, p.double())
+        assert touched.float().mean().item() == pytest.approx(expected, abs=0.03), band
+        assert torch.equal(gains != 1, touched[:, None].expand(n, 4))  # renormalised: all four gains move
+    x = torch.zeros(n, 1, 2, 2, dtype=torch.float64)
+    noisy = OfficialPipeline(("noise",), OPTIONS, "noise", {"noise": mult}).add_noise(x, p.double(), torch.float64)
+    assert (noisy != 0).flatten(1).any(1).float().mean().item() == pytest.approx(expected, abs=0.03)
     mask = OfficialPipeline(("cutout",), OPTIONS, "cutout", {"cutout": mult}).cutout_mask(n, 8, 8, "cpu", p)
     assert (mask == 0).flatten(1).any(1).float().mean().item() == pytest.approx(expected, abs=0.03)
     # When applied, xflip flips with probability 1/2 and rotate90 turns with probability 3/4.
@@ -409,10 +499,11 @@ def test_p_follows_the_reference_rule():
     assert float(capped.p) == pytest.approx(0.8)  # p_max set: the old bound
 
 
-@pytest.mark.parametrize("pipeline,c", [("bgc", 1), ("bgc", 3), ("r3gan", 1), ("r3gan", 3)])
-def test_bgc_and_r3gan_pass_gradcheck(pipeline, c):
+@pytest.mark.parametrize("pipeline,c,side", [("bgc", 1, 4), ("bgc", 3, 4), ("r3gan", 1, 4), ("r3gan", 3, 4),
+                                             ("filter", 1, 22), ("noise", 3, 4)])
+def test_bgc_r3gan_filter_and_noise_pass_gradcheck(pipeline, c, side):
     aug = AdaptiveAugment(AdaptiveAugment.Options(pipeline=pipeline, p_init=1.0))
-    x = images(1, c, 4, 4, seed=6).requires_grad_()
+    x = images(1, c, side, side, seed=6).requires_grad_()
 
     def f(t):
         torch.manual_seed(9)
@@ -436,9 +527,10 @@ def test_gradients_flow_through_cutout_as_its_mask():
     assert torch.equal(grad, (~cut).double())
 
 
-@pytest.mark.parametrize("pipeline", ["bgc", "r3gan"])
+@pytest.mark.parametrize("pipeline", ["bgc", "r3gan", "bgcfnc"])
 def test_p_zero_is_the_identity_and_half_precision_and_autocast_work(pipeline):
-    x = images(8, 3, 8, 8, seed=7, dtype=torch.float32)
+    side = 24 if pipeline == "bgcfnc" else 8
+    x = images(8, 3, side, side, seed=7, dtype=torch.float32)
     assert torch.equal(AdaptiveAugment(AdaptiveAugment.Options(pipeline=pipeline))(x), x)  # p_init 0: bit-exact
     aug = AdaptiveAugment(AdaptiveAugment.Options(pipeline=pipeline, p_init=1.0))
     torch.manual_seed(1)
@@ -463,6 +555,22 @@ def test_colour_ops_refuse_images_neither_rgb_nor_grey():
     assert AdaptiveAugment(AdaptiveAugment.Options(pipeline="bg", p_init=1.0))(torch.zeros(2, 2, 8, 8)).shape[1] == 2
 
 
+def test_the_filter_refuses_images_smaller_than_its_padding_in_one_line():
+    """The filter reflect-pads by 21 pixels (half its 43 taps), as the reference, which fails
+    below 22 pixels a side: refused with the fix; any channel count is filtered and noised."""
+    aug = AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcfnc", p_init=1.0))
+    with pytest.raises(GankitError) as e:
+        aug(torch.zeros(2, 3, 16, 16))
+    assert str(e.value) == ("augment.pipeline: the imgfilter op of pipeline 'bgcfnc' reflect-pads the images by 21 pixels, "
+                            "so it needs at least 22x22, got 16x16 (use pipeline = \"bgc\", or multipliers = "
+                            "{imgfilter = 0})")
+    assert aug(torch.zeros(2, 3, 22, 22)).shape == (2, 3, 22, 22)
+    off = AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcfnc", p_init=1.0, multipliers={"imgfilter": 0}))
+    assert off(torch.zeros(2, 3, 16, 16)).shape == (2, 3, 16, 16)
+    y = AdaptiveAugment(AdaptiveAugment.Options(pipeline="filter", p_init=1.0))(images(2, 2, 22, 22))
+    assert y.shape == (2, 2, 22, 22)
+
+
 def test_old_ada_recipes_keep_their_meaning_or_get_one_line():
     problems = lambda **kw: list(AdaptiveAugment.problems(AdaptiveAugment.Options(**kw), None))  # noqa: E731
     assert problems() == [] and problems(pipeline="gankit-subset", transforms="xflip", translation_padding="wrap") == []
@@ -474,12 +582,10 @@ def test_old_ada_recipes_keep_their_meaning_or_get_one_line():
         "hue_max = 0.5 has no effect: pipeline \"blit\" has no hue (xflip, rotate90, xint); remove it or use pipeline = \"bgc\""))]
     assert problems(pipeline="gankit-subset", aniso_std=0.1) == [("aniso_std", (
         "aniso_std = 0.1 has no effect with pipeline = \"gankit-subset\" (it has no aniso); remove it or use pipeline = \"bgc\""))]
-    with pytest.raises(GankitError, match=r"^augment\.pipeline: unknown pipeline 'bgcc' \(did you mean 'bgc'\?\); "
-                                          r"available: blit, geom, color, cutout, bg, bgc, r3gan, gankit-subset$"):
-        AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcc"))
-    with pytest.raises(GankitError, match=r"^augment\.pipeline: stylegan2-ada-pytorch's pipeline 'bgcf' needs its "
-                                          r"filter or noise ops, which gankit does not implement; available"):
-        AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcf"))
+    with pytest.raises(GankitError, match=r"^augment\.pipeline: unknown pipeline 'bgcx' \(did you mean 'bgc'\?\); "
+                                          r"available: blit, geom, color, filter, noise, cutout, bg, bgc, bgcf, bgcfn, "
+                                          r"bgcfnc, r3gan, gankit-subset$"):
+        AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcx"))
 
 
 def test_a_recipe_with_the_old_transforms_key_is_refused_at_load(tmp_path):
@@ -501,7 +607,16 @@ def test_multipliers_and_cutout_size_are_refused_in_one_line_where_they_would_do
     assert problems(multipliers={"brigthness": 0.5}) == [("multipliers.brigthness", (
         f"unknown op 'brigthness' (= 0.5) (did you mean 'brightness'?); available: {every}"))]
     assert problems(multipliers={"noise": 1.0}) == [("multipliers.noise", (
-        f"stylegan2-ada-pytorch's op 'noise' (= 1) is not implemented in gankit; available: {every}"))]
+        "noise = 1 has no effect: pipeline \"bgc\" has no noise (" + ", ".join(GEOMETRIC + COLOUR) + "); remove it or use "
+        "pipeline = \"bgcfn\""))]
+    assert problems(pipeline="bgcfnc", multipliers={"imgfilter": 0.5, "noise": 0}, imgfilter_bands=(1, 0, 2, 0.5),
+                    imgfilter_std=0.5, noise_std=0.3) == []
+    assert problems(pipeline="bgc", imgfilter_std=0.5) == [("imgfilter_std", (
+        "imgfilter_std = 0.5 has no effect: pipeline \"bgc\" has no imgfilter (" + ", ".join(GEOMETRIC + COLOUR)
+        + "); remove it or use pipeline = \"bgcf\""))]
+    assert [k for k, _ in problems(pipeline="bgcf", noise_std=0.2)] == ["noise_std"]
+    with pytest.raises(GankitError, match=r"^augment\.imgfilter_bands: each must be >= 0, got \[1, -1, 1, 1\]$"):
+        AdaptiveAugment(AdaptiveAugment.Options(pipeline="bgcf", imgfilter_bands=(1, -1, 1, 1)))
     assert problems(pipeline="bg", multipliers={"hue": 0.5}) == [("multipliers.hue", (
         "hue = 0.5 has no effect: pipeline \"bg\" has no hue (xflip, rotate90, xint, scale, rotate, aniso, xfrac); remove it "
         "or use pipeline = \"bgc\""))]
@@ -552,14 +667,15 @@ def test_a_recipe_sets_the_multipliers_and_the_cutout_size(tmp_path):
     assert pipe.multipliers == {**R3GAN_AUGMENT, "hue": 1.0, "cutout": 0.25} and pipe.o.cutout_size == 0.25
 
 
-@pytest.mark.parametrize("pipeline", ["bgc", "r3gan"])
+@pytest.mark.parametrize("pipeline", ["bgc", "r3gan", "bgcfnc"])
 def test_two_processes_augment_the_global_batch_as_one_process_does(monkeypatch, pipeline):
     """Under two processes (simulated here in one: torch.distributed's all-reduce replaced by the
     max over the two processes' values) each process draws for the global batch and keeps its
     slice (gan_kit.batch_rand), and pads by the global batch's margin. With strong shrinking
     (scale_std 1) the two halves alone need different margins, and would then differ by ~6e-5.
     In float64: in float32 a batch of 8 and one of 16 take different vector paths on some CPUs
-    (AVX2 against AVX-512), which alone differ by up to 1e-5. 'r3gan' adds cutout's draws."""
+    (AVX2 against AVX-512), which alone differ by up to 1e-5. 'r3gan' adds cutout's draws,
+    'bgcfnc' the filter's and the noise's (its [N, C, H, W] noise sliced per process too)."""
     from gan_kit.base.randomness import sharded
 
     aug = AdaptiveAugment(AdaptiveAugment.Options(pipeline=pipeline, p_init=1.0, scale_std=1.0))

@@ -2,7 +2,8 @@
 "Training Generative Adversarial Networks with Limited Data" (arXiv:2006.06676).
 
 The pipeline is chosen with ``pipeline``: stylegan2-ada-pytorch's presets ('bgc', the paper's,
-by default; 'bg', 'blit', 'geom', 'color', 'cutout') or R3GAN's ('r3gan'), implemented in
+by default; 'blit', 'geom', 'color', 'filter', 'noise', 'cutout', 'bg', 'bgcf', 'bgcfn',
+'bgcfnc') or R3GAN's ('r3gan'), implemented in
 ``gan_kit.builtin.augment.ada_pipeline`` with per-op probability multipliers (``multipliers``), or
 ``"gankit-subset"``, gankit 0.2's seven-transform pipeline (``gan_kit.builtin.augment.ada_subset``).
 Whatever the pipeline, p is adapted by the paper's rule (sec. 3) as stylegan2-ada-pytorch's
@@ -19,7 +20,7 @@ import torch
 
 from gan_kit import Augment, hookimpl, option
 from gan_kit.builtin.augment.adaptive_p import AdaptiveP
-from gan_kit.builtin.augment.ada_pipeline import CUTOUT, OPS, PRESET_MULTIPLIERS, PRESETS, OfficialPipeline
+from gan_kit.builtin.augment.ada_pipeline import CUTOUT, FILTER, NOISE, OPS, PRESET_MULTIPLIERS, PRESETS, OfficialPipeline
 from gan_kit.builtin.augment.ada_subset import ADA_TRANSFORMS, SubsetPipeline
 from gan_kit.builtin.augment import name_problems, raise_first_problem, parse_names
 
@@ -32,20 +33,15 @@ PIPELINES = (*PRESETS, SUBSET)
 #: would do nothing.
 _RANGE_OF = {"translate_ratio": "xint", "scale_std": "scale", "rotate_max": "rotate", "aniso_std": "aniso",
              "xfrac_std": "xfrac", "brightness_std": "brightness", "contrast_std": "contrast", "hue_max": "hue",
-             "saturation_std": "saturation", "cutout_size": "cutout"}
-_NOT_IN_SUBSET = ("rotate_max", "aniso_std", "xfrac_std", "hue_max", "cutout_size")
-#: stylegan2-ada-pytorch presets that need its filtering or noise groups.
-_NOT_IMPLEMENTED = ("filter", "noise", "bgcf", "bgcfn", "bgcfnc")
-#: stylegan2-ada-pytorch's AugmentPipe ops (keyword arguments) that gankit does not implement.
-_OPS_NOT_IMPLEMENTED = ("imgfilter", "noise")
+             "saturation_std": "saturation", "imgfilter_bands": "imgfilter", "imgfilter_std": "imgfilter",
+             "noise_std": "noise", "cutout_size": "cutout"}
+_NOT_IN_SUBSET = ("rotate_max", "aniso_std", "xfrac_std", "hue_max", "imgfilter_bands", "imgfilter_std", "noise_std",
+                  "cutout_size")
 
 
 def _pipeline_problem(value: str) -> str | None:
     if value in PIPELINES:
         return None
-    if value in _NOT_IMPLEMENTED:
-        return (f"stylegan2-ada-pytorch's pipeline {value!r} needs its filter or noise ops, which gankit "
-                f"does not implement; available: {', '.join(PIPELINES)}")
     close = difflib.get_close_matches(value, PIPELINES, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown pipeline {value!r}{hint}; available: {', '.join(PIPELINES)}"
@@ -57,6 +53,10 @@ def _at_least(low: float):
 
 def _with(op: str) -> str:
     """A preset that has ``op``: the fix of a "has no effect" problem."""
+    if op in FILTER:
+        return "bgcf"
+    if op in NOISE:
+        return "bgcfn"
     return "r3gan" if op in CUTOUT else "bgc"
 
 
@@ -75,10 +75,7 @@ def _multiplier_problems(o) -> list[tuple[str, str]]:
     ops = PRESETS[o.pipeline]
     for name, value in o.multipliers.items():
         key = f"multipliers.{name}"
-        if name in _OPS_NOT_IMPLEMENTED:
-            out.append((key, f"stylegan2-ada-pytorch's op {name!r} (= {value:g}) is not implemented in gankit; available: "
-                             f"{', '.join(OPS)}"))
-        elif name not in OPS:
+        if name not in OPS:
             close = difflib.get_close_matches(name, OPS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             out.append((key, f"unknown op {name!r} (= {value:g}){hint}; available: {', '.join(OPS)}"))
@@ -103,8 +100,10 @@ class AdaptiveAugment(Augment):
     (``gan_kit.batch_rand``): 'bgc' (default) = 'blit' (xflip, rotate90, xint) + 'geom' (scale,
     rotate, aniso, xfrac) + 'color' (brightness, contrast, lumaflip, hue, saturation), every
     multiplier 1, with stylegan2-ada-pytorch's ranges and one anti-aliased resampling for all
-    geometric ops (``ada_pipeline``); 'bg' is 'blit' + 'geom'; 'r3gan' is 'bgc' + 'cutout' with
-    the colour multipliers 0.5 (R3GAN's ``train.py``, Huang et al. 2024). ``multipliers``
+    geometric ops (``ada_pipeline``); 'bg' is 'blit' + 'geom'; 'bgcf', 'bgcfn', 'bgcfnc' add
+    'filter' (imgfilter: random gains of four frequency bands, appendix B.3), 'noise' (additive
+    RGB noise) and 'cutout' in turn; 'r3gan' is 'bgc' + 'cutout' with the colour multipliers 0.5
+    (R3GAN's ``train.py``, Huang et al. 2024). ``multipliers``
     overrides a preset's (AugmentPipe's keyword arguments). ``"gankit-subset"`` is gankit 0.2's
     pipeline (``ada_subset``), its transforms chosen with ``transforms``. Differentiable w.r.t.
     the images.
@@ -121,14 +120,16 @@ class AdaptiveAugment(Augment):
 
     ``state_dict()`` holds ``p``, the accumulated sign sum and count (0-dim CPU tensors). Raises
     ``GankitError`` when built with invalid options, on images a pipeline cannot take (colour ops
-    on images that are neither RGB nor grey; ``rotate90`` of the subset on non-square images),
+    on images that are neither RGB nor grey; imgfilter on images under 22 pixels on a side;
+    ``rotate90`` of the subset on non-square images),
     and when ``load_state_dict`` gets a state without those keys.
     """
 
     @attrs.frozen
     class Options:
         pipeline: str = option("bgc", help="Augmentation pipeline: stylegan2-ada-pytorch's --augpipe presets 'bgc' (the "
-                                           "paper's: blit + geom + color), 'bg', 'blit', 'geom', 'color', 'cutout'; "
+                                           "paper's: blit + geom + color), 'blit', 'geom', 'color', 'filter', 'noise', "
+                                           "'cutout', 'bg', 'bgcf', 'bgcfn', 'bgcfnc' (bgc + filter + noise + cutout); "
                                            "'r3gan' (R3GAN's: bgc + cutout, the colour ops at half probability); or "
                                            "'gankit-subset' (gankit 0.2's seven transforms, see docs/augmentation.md).",
                                validator=_pipeline_problem)
@@ -172,6 +173,16 @@ class AdaptiveAugment(Augment):
         hue_max: float = option(1.0, help="Range of the hue rotation, 1 = the full circle (1).",
                                 validator=lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v}")
         saturation_std: float = option(1.0, help="Std of log2 of the saturation factor (1).", validator=_at_least(0))
+        imgfilter_bands: tuple[float, float, float, float] = option(
+            (1.0, 1.0, 1.0, 1.0), help="Probability multipliers of the imgfilter op's four frequency bands, lowest "
+                                       "first (0 to pi/8, to pi/4, to pi/2, to pi): band b is amplified with "
+                                       "probability p * multiplier * imgfilter_bands[b] (AugmentPipe's "
+                                       "imgfilter_bands).",
+            validator=lambda v: None if all(b >= 0 for b in v) else f"each must be >= 0, got {list(v)}")
+        imgfilter_std: float = option(1.0, help="Std of log2 of each band's gain in the imgfilter op (1).",
+                                      validator=_at_least(0))
+        noise_std: float = option(0.1, help="Scale of the additive RGB noise: its std per sample is |N(0, 1)| * noise_std, "
+                                            "in [-1, 1] pixel units (0.1).", validator=_at_least(0))
         cutout_size: float = option(0.5, help="Side of the cutout rectangle as a fraction of each image side (0.5; "
                                               "AugmentPipe's cutout_size).",
                                     validator=lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v}")

@@ -1,5 +1,6 @@
-"""The augmentation pipeline of ADA as the paper runs it: stylegan2-ada-pytorch's 'bgc' and its
-other official presets, and R3GAN's, in plain PyTorch.
+"""The augmentation pipeline of ADA as the paper runs it: stylegan2-ada-pytorch's 'bgc', its
+other official presets ('bgcfnc' and the others with image-space filtering and noise) and R3GAN's,
+in plain PyTorch.
 
 Karras, Aittala, Hellsten, Laine, Lehtinen, Aila 2020, "Training Generative Adversarial Networks
 with Limited Data" (arXiv:2006.06676), appendix B, with the probabilities, ranges and execution of
@@ -35,14 +36,26 @@ with fresh draws per call and per sample, in the reference's order, from ``gan_k
   reference's are, so 0 (the centre of contrast and luma flip) is mid-grey. Hue and saturation
   need three channels: grey images (C = 1) skip them (no draws), and the other ops act on grey
   through the mean of C's three colour rows, as the reference does;
-- ``cutout``, after the colour ops (AugmentPipe's image-space corruptions): the pixels whose
+- ``imgfilter`` (appendix B.3, image-space filtering), after the colour ops: four frequency bands
+  (``FILTER_BANK``: 0 to pi/8, pi/8 to pi/4, pi/4 to pi/2, pi/2 to pi, built from the sym2
+  wavelet's half-band filters), each band ``b`` amplified with probability ``p * multiplier *
+  imgfilter_bands[b]`` by ``2^N(0, imgfilter_std)`` (two draws per band, normal then uniform,
+  for every band, in band order); after each band's draw the gain vector is divided by
+  ``sqrt(sum(expected_power * gains^2))``, expected power ``(10, 1, 1, 1) / 13`` (a 1/f image
+  spectrum), so the image keeps its expected power. The per-sample filter ``gains @ FILTER_BANK``
+  (43 taps) is applied separably, x then y, to the image reflect-padded by 21 pixels (so H and
+  W must be at least 22);
+- ``noise`` (appendix B.4, additive RGB noise): ``+ N(0, sigma^2)`` per pixel and channel, with
+  ``sigma = |N(0, 1)| * noise_std`` per sample (drawn, then whether to add it with probability
+  ``p * multiplier``, then the ``[N, C, H, W]`` noise, for every sample);
+- ``cutout``, after the noise (AugmentPipe's image-space corruptions): the pixels whose
   centres lie within ``cutout_size / 2`` of a uniformly drawn point on both axes (in fractions of
   each side: a ``cutout_size * W`` by ``cutout_size * H`` rectangle, clipped by the border) are
   multiplied by 0, mid-grey. DeVries & Taylor 2017, "Improved Regularization of Convolutional
   Neural Networks with Cutout" (arXiv:1708.04552), as AugmentPipe runs it.
 
-Two deliberate differences: a sample no geometric (colour) op touched is passed through
-bit-exact, where the reference resamples it with the identity matrix (which reproduces it to
+Two deliberate differences: a sample no geometric (colour, filter) op touched is passed through
+bit-exact, where the reference resamples (filters) it with the identity (which reproduces it to
 float rounding, 4e-12 in float64); and under several processes the padding margin is the global
 batch's (the reference pads per GPU), so that N processes augment as one does.
 """
@@ -57,25 +70,32 @@ import torch.nn.functional as F
 
 from gan_kit import GankitError, batch_rand, batch_randn
 
-__all__ = ["PRESETS", "PRESET_MULTIPLIERS", "GEOMETRIC", "COLOUR", "CUTOUT", "OPS", "SYM6", "OfficialPipeline",
-           "upsample2x", "downsample2x"]
+__all__ = ["PRESETS", "PRESET_MULTIPLIERS", "GEOMETRIC", "COLOUR", "FILTER", "NOISE", "CUTOUT", "OPS", "SYM6",
+           "SYM2", "FILTER_BANK", "EXPECTED_POWER", "OfficialPipeline", "upsample2x", "downsample2x", "filter_bank"]
 
 GEOMETRIC = ("xflip", "rotate90", "xint", "scale", "rotate", "aniso", "xfrac")
 COLOUR = ("brightness", "contrast", "lumaflip", "hue", "saturation")
+FILTER = ("imgfilter",)
+NOISE = ("noise",)
 CUTOUT = ("cutout",)
 #: Every op, in the order the pipeline applies them.
-OPS = GEOMETRIC + COLOUR + CUTOUT
+OPS = GEOMETRIC + COLOUR + FILTER + NOISE + CUTOUT
 
-#: stylegan2-ada-pytorch's ``--augpipe`` presets implemented here (the ones made of the geometric,
-#: colour and cutout groups; 'filter', 'noise' and 'bgcf...' are not), and R3GAN's pipe.
+#: stylegan2-ada-pytorch's ``--augpipe`` presets (``train.py``'s ``augpipe_specs``, in its order),
+#: and R3GAN's pipe.
 PRESETS: dict[str, tuple[str, ...]] = {
     "blit": GEOMETRIC[:3],
     "geom": GEOMETRIC[3:],
     "color": COLOUR,
+    "filter": FILTER,
+    "noise": NOISE,
     "cutout": CUTOUT,
     "bg": GEOMETRIC,
     "bgc": GEOMETRIC + COLOUR,
-    "r3gan": OPS,
+    "bgcf": GEOMETRIC + COLOUR + FILTER,
+    "bgcfn": GEOMETRIC + COLOUR + FILTER + NOISE,
+    "bgcfnc": GEOMETRIC + COLOUR + FILTER + NOISE + CUTOUT,
+    "r3gan": GEOMETRIC + COLOUR + CUTOUT,
 }
 
 #: The presets' probability multipliers other than 1: R3GAN's ``train.py`` builds its AugmentPipe
@@ -95,6 +115,61 @@ SYM6 = (0.015404109327027373, 0.0034907120842174702, -0.11799011114819057, -0.04
 #: Extra border of the resampled image, in input pixels, that the downsampling filter reads and
 #: then crops (a quarter of the filter's taps, as the reference).
 HZ_PAD = len(SYM6) // 4
+
+#: Decomposition low-pass filter of Daubechies' symlet 2 (4 taps, the same as db2; Daubechies
+#: 1992): the wavelet of stylegan2-ada-pytorch's image-space filter bank (appendix B.3).
+SYM2 = (-0.12940952255092145, 0.22414386804185735, 0.836516303737469, 0.48296291314469025)
+
+#: The expected power of each filter band in a natural image's 1/f spectrum, lowest band first
+#: (appendix B.3): the four gains are renormalised so that this weighted power stays 1.
+EXPECTED_POWER = (10 / 13, 1 / 13, 1 / 13, 1 / 13)
+
+
+def _convolve(a: list[float], b: list[float]) -> list[float]:
+    """Full 1-D convolution of two tap lists (float64 Python arithmetic)."""
+    out = [0.0] * (len(a) + len(b) - 1)
+    for i, x in enumerate(a):
+        for j, y in enumerate(b):
+            out[i + j] += x * y
+    return out
+
+
+def _dilate(taps: list[float], factor: int) -> list[float]:
+    """``H(z) -> H(z^factor)``: ``factor - 1`` zeros between taps."""
+    out = [0.0] * ((len(taps) - 1) * factor + 1)
+    out[::factor] = taps
+    return out
+
+
+def filter_bank(wavelet: tuple[float, ...] = SYM2, bands: int = 4) -> tuple[tuple[float, ...], ...]:
+    """``bands`` zero-phase (symmetric, odd-length, centred) filters, lowest band first, that split
+    the spectrum dyadically and sum to the identity (a unit impulse). With the wavelet's low-pass
+    ``H(z)``, the half-band pair ``L(z) = H(z) H(1/z) / 2`` and ``R(z) = H(-z) H(-1/z) / 2`` (``L +
+    R = 1`` for an orthonormal wavelet), band 0 is ``L(z) L(z^2) ... L(z^(2^(bands-2)))`` and band
+    ``k >= 1`` is ``R(z^(2^(bands-1-k))) L(z) ... L(z^(2^(bands-2-k)))``: band ``bands - 1`` the top
+    octave, each lower band the octave below. Karras et al. 2020, appendix B.3. For sym2 and 4
+    bands: 43 taps each."""
+    h = list(wavelet)
+    r = [t * (-1) ** k for k, t in enumerate(h)]  # H(-z)
+    low = [t / 2 for t in _convolve(h, h[::-1])]
+    high = [t / 2 for t in _convolve(r, r[::-1])]
+
+    def cascade(first: list[float], lows: int) -> list[float]:
+        out = first
+        for j in range(lows):
+            out = _convolve(out, _dilate(low, 2 ** j))
+        return out
+
+    rows = [cascade(_dilate(low, 2 ** (bands - 2)), bands - 2)]
+    rows += [cascade(_dilate(high, 2 ** (bands - 1 - k)), bands - 1 - k) for k in range(1, bands)]
+    taps = len(rows[0])
+    return tuple(tuple([0.0] * ((taps - len(row)) // 2) + row + [0.0] * ((taps - len(row)) // 2)) for row in rows)
+
+
+#: stylegan2-ada-pytorch's image-space filter bank: 4 bands of 43 taps (``filter_bank()``).
+FILTER_BANK = filter_bank()
+#: Reflect padding of the image-space filter, per side (half its taps).
+FILTER_PAD = len(FILTER_BANK[0]) // 2
 
 
 # --------------------------------------------------------------------------- matrices --
@@ -195,8 +270,10 @@ class OfficialPipeline:
     with 0 is off and draws nothing, as AugmentPipe's ``if self.xflip > 0``) with the ranges in
     ``options`` (``translate_ratio``, ``scale_std``, ``rotate_max``, ``aniso_std``,
     ``xfrac_std``, ``brightness_std``, ``contrast_std``, ``hue_max``, ``saturation_std``,
-    ``cutout_size``). Works in float32 (float64 for float64 images) with autocast off, and casts
-    back. Raises ``GankitError`` when a colour op meets images that are neither RGB nor grey."""
+    ``imgfilter_bands`` (4 band multipliers), ``imgfilter_std``, ``noise_std``, ``cutout_size``).
+    Works in float32 (float64 for float64 images) with autocast off, and casts back. Raises
+    ``GankitError`` when a colour op meets images that are neither RGB nor grey, and when
+    ``imgfilter`` meets images smaller than 22 pixels on a side (its reflect padding)."""
 
     def __init__(self, ops: tuple[str, ...], options, name: str, multipliers: Mapping[str, float] | None = None):
         multipliers = multipliers or {}
@@ -206,6 +283,8 @@ class OfficialPipeline:
         self.name = name
         self.geometric = any(op in self.ops for op in GEOMETRIC)
         self.colour = any(op in self.ops for op in COLOUR)
+        self.imgfilter = "imgfilter" in self.ops
+        self.noise = "noise" in self.ops
         self.cutout = "cutout" in self.ops
         # Constant tensors per (device, dtype, size): made once, since a tensor built from a
         # Python list on a GPU is a copy from pageable host memory that waits for the device.
@@ -236,11 +315,15 @@ class OfficialPipeline:
         return self._cache[key]
 
     def __call__(self, images: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-        n, c, _, _ = images.shape
+        n, c, h, w = images.shape
         dtype = torch.float64 if images.dtype == torch.float64 else torch.float32
         if self.colour and c not in (1, 3):
             raise GankitError(f"augment.pipeline: the colour ops of pipeline {self.name!r} need RGB or grey images "
                               f"(3 or 1 channels), got {c} channels (use pipeline = \"bg\": the geometric ops only)")
+        if self.imgfilter and min(h, w) <= FILTER_PAD:
+            raise GankitError(f"augment.pipeline: the imgfilter op of pipeline {self.name!r} reflect-pads the images by "
+                              f"{FILTER_PAD} pixels, so it needs at least {FILTER_PAD + 1}x{FILTER_PAD + 1}, got "
+                              f"{h}x{w} (use pipeline = \"bgc\", or multipliers = {{imgfilter = 0}})")
         with torch.autocast(images.device.type, enabled=False):
             if self.geometric:
                 G_inv, touched = self.geometric_matrix(images.shape, images.device, dtype, p.to(dtype))
@@ -248,6 +331,11 @@ class OfficialPipeline:
             if self.colour:
                 C, touched = self.colour_matrix(n, c, images.device, dtype, p.to(dtype))
                 images = self.apply_colour(images, C, touched)
+            if self.imgfilter:
+                gains, touched = self.filter_gains(n, images.device, dtype, p.to(dtype))
+                images = self.apply_filter(images, gains, touched)
+            if self.noise:
+                images = self.add_noise(images, p.to(dtype), dtype)
             if self.cutout:
                 images = images * self.cutout_mask(n, images.shape[2], images.shape[3], images.device,
                                                    p).to(images.dtype)
@@ -402,6 +490,59 @@ class OfficialPipeline:
             y = x * row[:, :, :3].sum(dim=2, keepdim=True) + row[:, :, 3:]
         y = y.reshape(n, c, h, w).to(images.dtype)
         return torch.where(touched.view(-1, 1, 1, 1), y, images)
+
+    # ---- image-space filtering: per-sample gains of 4 frequency bands
+
+    def filter_gains(self, n: int, dev: torch.device, dtype: torch.dtype,
+                     p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(gains [N, 4], touched [N] bool)``: per band, lowest first, the draws ``2^N(0,
+        imgfilter_std)`` (normal) and whether to apply them (uniform, probability ``p *
+        multiplier * imgfilter_bands[band]``) - for every band, one with multiplier 0 included, as
+        the reference - each followed by the renormalisation to expected power 1 (module
+        docstring). An untouched sample's gains are the identity's up to that renormalisation's
+        rounding; it is passed through instead."""
+        o, m = self.o, self.multipliers["imgfilter"]
+        bands = len(FILTER_BANK)
+        power = torch.tensor(EXPECTED_POWER, dtype=torch.float64).to(device=dev, dtype=dtype)
+        gains = torch.ones(n, bands, device=dev, dtype=dtype)
+        touched = torch.zeros(n, device=dev, dtype=torch.bool)
+        for band, strength in enumerate(o.imgfilter_bands):
+            gain = torch.exp2(batch_randn(n, device=dev).to(dtype) * o.imgfilter_std)
+            hit = batch_rand(n, device=dev).to(dtype) < p * m * float(strength)
+            touched = touched | hit
+            t = torch.ones(n, bands, device=dev, dtype=dtype)
+            t[:, band] = torch.where(hit, gain, torch.ones_like(gain))
+            gains = gains * t / (power * t.square()).sum(dim=1, keepdim=True).sqrt()
+        return gains, touched
+
+    def apply_filter(self, images: torch.Tensor, gains: torch.Tensor, touched: torch.Tensor) -> torch.Tensor:
+        """Filter each sample of ``images [N,C,H,W]`` with ``gains [N, 4] @ FILTER_BANK`` (43
+        symmetric taps), x then y, over the image reflect-padded by ``FILTER_PAD``. Untouched
+        samples stay as they are (computed for the whole batch and selected: no host read)."""
+        n, c, h, w = images.shape
+        key = ("filter", gains.device, gains.dtype)
+        if key not in self._cache:
+            self._cache[key] = (torch.tensor(FILTER_BANK, dtype=torch.float64).to(device=gains.device, dtype=gains.dtype),)
+        taps = (gains @ self._cache[key][0]).repeat_interleave(c, dim=0)  # [N * C, 43]
+        x = F.pad(images.to(gains.dtype).reshape(1, n * c, h, w), [FILTER_PAD] * 4, mode="reflect")
+        x = F.conv2d(x, taps[:, None, None, :], groups=n * c)  # symmetric taps: correlation = convolution
+        x = F.conv2d(x, taps[:, None, :, None], groups=n * c)
+        y = x.reshape(n, c, h, w).to(images.dtype)
+        return torch.where(touched.view(-1, 1, 1, 1), y, images)
+
+    # ---- additive RGB noise
+
+    def add_noise(self, images: torch.Tensor, p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``images + N(0, 1)[N,C,H,W] * sigma``, ``sigma = |N(0, 1)| * noise_std`` per sample and
+        0 for a sample not picked (probability ``p * multiplier``). Draws, as the reference:
+        sigma's normal, the pick's uniform, then the noise for every sample."""
+        n, c, h, w = images.shape
+        dev = images.device
+        sigma = batch_randn(n, 1, 1, 1, device=dev).to(dtype).abs() * self.o.noise_std
+        hit = batch_rand(n, 1, 1, 1, device=dev).to(dtype) < p * self.multipliers["noise"]
+        sigma = torch.where(hit, sigma, torch.zeros_like(sigma))
+        noise = batch_randn(n, c, h, w, device=dev).to(dtype)
+        return (images.to(dtype) + noise * sigma).to(images.dtype)
 
     # ---- cutout: a mask multiply
 
