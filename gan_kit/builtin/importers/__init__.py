@@ -1,0 +1,1 @@
+"""Readers of other projects' trained networks into gankit's built-in architectures."""
