@@ -180,7 +180,7 @@ class _Net:
         got = list(got) if isinstance(got, (tuple, list)) else got
         exp = list(expected) if isinstance(expected, (tuple, list)) else expected
         if got != exp:
-            raise GankitError(f"{self.net} {path}.{key}: {got!r}, but {what} gives {exp!r}; gankit's r3gan computes "
+            raise GankitError(f"{self.net} {f'{path}.{key}' if path else key}: {got!r}, but {what} gives {exp!r}; gankit's r3gan computes "
                               f"{exp!r}")
 
     def conv(self, path: str, groups: int, kernel: int) -> None:
