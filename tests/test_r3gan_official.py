@@ -281,3 +281,137 @@ def test_state_dict_refuses_options_of_another_snapshot_a_missing_tensor_and_the
     with pytest.raises(GankitError, match=r"^D Model\.MainLayers\.0\.Layers\.0\.Basis: no tensor of the official "
                                           r"R3GAN D has this name"):
         r3gan_state_dict(g, "D", options)
+
+
+# ------------------------------------------------------------- whole official snapshots --
+# tests/data/official_snapshots.pt (written by tests/data/make_official_snapshots.py from the
+# official code): module trees of official snapshots' G, D and G_ema, and what R3GAN's
+# gen_images.py draws from G_ema for seeds 0-3 (z = np.random.RandomState(seed).randn(1, z_dim),
+# float64; the one-hot class) and D's logits on those images.
+
+def _decode(value):
+    """An attribute value of the recorded trees as an unpickler gives it (a dtype as its name)."""
+    if isinstance(value, dict) and value.get("__type__") == "torch.dtype":
+        return value["value"]
+    return value
+
+
+def _plain(tree: dict) -> tuple[dict, dict]:
+    """(state, attributes) of a recorded module tree."""
+    attributes = {path: {k: _decode(v) for k, v in m["attributes"].items()} for path, m in tree["modules"].items()}
+    return dict(tree["tensors"]), attributes
+
+
+def _r3gan_cases() -> list[dict]:
+    if not SNAPSHOTS.exists():
+        return []
+    return [c for c in torch.load(SNAPSHOTS, weights_only=True)["cases"] if c["format"] == "r3gan"]
+
+
+R3GAN_CASES = _r3gan_cases()
+needs_snapshots = pytest.mark.skipif(not R3GAN_CASES, reason=f"{SNAPSHOTS.name} not recorded (see "
+                                                              f"tests/data/make_official_snapshots.py)")
+
+
+def _gen_images_uint8(img: torch.Tensor) -> torch.Tensor:
+    """gen_images.py's pixels: ``(img.permute(0, 2, 3, 1) * 127.5 + 128).clamp(0, 255).to(uint8)``
+    in the image's own dtype - bfloat16 where G's last stage is (FP16Stages), so the arithmetic
+    rounds to bfloat16 before the cast truncates."""
+    return (img.permute(0, 2, 3, 1) * 127.5 + 128).clamp(0, 255).to(torch.uint8)
+
+
+def _import_case(case: dict, bf16: bool = True):
+    """(options, G_ema, D) of gankit from ``case``'s trees; ``bf16=False``: the same weights with
+    every stage in float32 (to measure the official bfloat16's own rounding)."""
+    g, g_attr = _plain(case["nets"]["G_ema"])
+    d, d_attr = _plain(case["nets"]["D"])
+    options = r3gan_options(g, g_attr, d, d_attr)
+    if not bf16:
+        options = {**options, "architecture": {**options["architecture"], "bf16_resolutions": []}}
+    arch = R3GAN(architecture_options(options), BuildContext(resolution=options["resolution"], channels=3,
+                                                             num_classes=options["num_classes"]))
+    G, D = arch.build(options["resolution"], options["channels"])
+    G.load_state_dict(r3gan_state_dict(g, "G", options))
+    D.load_state_dict(r3gan_state_dict(d, "D", options))
+    return options, G.eval(), D.eval()
+
+
+def _outputs(case: dict, G, D):
+    labels = case["c"].argmax(dim=1) if case["c"].shape[1] else None
+    with torch.no_grad():
+        # gen_images.py's z is float64; the official first stage casts it to float32.
+        z = case["z"].float()
+        img = G(z) if labels is None else G(z, labels)
+        fake = case["generations"][0]["img"]
+        d_fake = D(fake) if labels is None else D(fake, labels)
+        rand = case["d_inputs_random"]
+        d_rand = D(rand) if labels is None else D(rand, labels)
+    return img, d_fake, d_rand
+
+
+@needs_snapshots
+@pytest.mark.parametrize("name", [c["case"] for c in R3GAN_CASES] or ["none"])
+def test_official_snapshot_trees_import_with_the_options_they_were_built_with(name):
+    case = next(c for c in R3GAN_CASES if c["case"] == name)
+    g, g_attr = _plain(case["nets"]["G"])
+    d, d_attr = _plain(case["nets"]["D"])
+    options = r3gan_options(g, g_attr, d, d_attr)
+    expected = {  # make_official_snapshots.py's train.py kwargs, in gankit's terms
+        "r3gan-unconditional": (16, 0, {"latent_dim": 16, "width": 24, "width_by_resolution": {8: 16, 16: 16},
+                                        "cardinality": 4, "cardinality_by_resolution": {8: 2, 16: 2},
+                                        "blocks_per_stage": 1, "blocks_by_resolution": {16: 2},
+                                        "bf16_resolutions": []}),
+        "r3gan-conditional": (8, 4, {"latent_dim": 16, "width": 16, "width_by_resolution": {}, "cardinality": 2,
+                                     "cardinality_by_resolution": {}, "blocks_per_stage": 1,
+                                     "blocks_by_resolution": {}, "bf16_resolutions": [], "g_class_dim": 16,
+                                     "d_class_dim": 16}),
+        "r3gan-bf16": (8, 0, {"latent_dim": 16, "width": 16, "width_by_resolution": {8: 8}, "cardinality": 2,
+                              "cardinality_by_resolution": {}, "blocks_per_stage": 1, "blocks_by_resolution": {},
+                              "bf16_resolutions": [8]}),
+    }[name]
+    assert options == {"resolution": expected[0], "channels": 3, "num_classes": expected[1],
+                       "architecture": {**expected[2], "expansion": 2, "kernel_size": 3}}
+    g_ema, g_ema_attr = _plain(case["nets"]["G_ema"])
+    assert r3gan_options(g_ema, g_ema_attr, d, d_attr) == options
+    # G and G_ema hold other weights, each converted as it is.
+    ours, ours_ema = r3gan_state_dict(g, "G", options), r3gan_state_dict(g_ema, "G", options)
+    assert any(not torch.equal(ours[k], ours_ema[k]) for k in ours)
+    assert torch.equal(ours["to_rgb.weight"], g["Model.AggregationLayer.Layer.weight"])
+
+
+@needs_snapshots
+@pytest.mark.parametrize("name", [c["case"] for c in R3GAN_CASES if not c["case"].endswith("bf16")] or ["none"])
+def test_imported_snapshots_draw_the_official_images_pixels_and_logits(name):
+    """float32 networks: G_ema's images for seeds 0-3 (gen_images.py's z and class) and D's logits
+    equal the official ones to 1e-5, and gen_images.py's uint8 pixels exactly."""
+    case = next(c for c in R3GAN_CASES if c["case"] == name)
+    _, G, D = _import_case(case)
+    img, d_fake, d_rand = _outputs(case, G, D)
+    run = case["generations"][0]
+    assert (img - run["img"]).abs().max() < ATOL
+    assert torch.equal(_gen_images_uint8(img), run["uint8"])
+    assert (d_fake - case["d_logits_fake"]).abs().max() < ATOL
+    assert (d_rand - case["d_logits_random"]).abs().max() < ATOL
+
+
+@needs_snapshots
+def test_an_imported_bf16_snapshot_rounds_as_the_official_bf16_stages():
+    """FP16Stages: gankit's bf16 stages give the official bfloat16 images and logits, far closer
+    than the official bfloat16 is to the same networks in float32 (its own rounding error), and
+    gen_images.py's pixels (computed in bfloat16) within one level."""
+    case = next(c for c in R3GAN_CASES if c["case"] == "r3gan-bf16")
+    _, G, D = _import_case(case)
+    _, G32, D32 = _import_case(case, bf16=False)
+    img, d_fake, d_rand = _outputs(case, G, D)
+    img32, d_fake32, d_rand32 = _outputs(case, G32, D32)
+    official = case["generations"][0]["img"]
+    own = (img32 - official).abs().max()  # the official bfloat16's rounding error
+    assert own > 1e-3
+    assert (img - official).abs().max() <= 0.05 * own
+    for ours, ours32, key in ((d_fake, d_fake32, "d_logits_fake"), (d_rand, d_rand32, "d_logits_random")):
+        own = (ours32 - case[key]).abs().max()
+        assert own > 1e-5, key
+        assert (ours - case[key]).abs().max() <= 0.05 * own, key
+    ours_u8 = _gen_images_uint8(img.bfloat16())
+    official_u8 = _gen_images_uint8(official.bfloat16())
+    assert (ours_u8.int() - official_u8.int()).abs().max() <= 1
