@@ -78,12 +78,14 @@ def gankit_key(name: str, net: str, d_blocks: list[int] | None = None) -> str | 
             if new != "?":
                 return None if new is None else f"stages.{stage}.{layer}.{new}"
     elif net == "D":
+        if d_blocks is None:
+            raise TypeError("gankit_key: D's names need d_blocks (its residual blocks per stage)")
         if name == "Model.ExtractionLayer.Layer.weight":
             return "blocks.0.0.weight"  # gankit's D stage 0 starts with the convolution from the image
         if name == "Model.EmbeddingLayer.weight":
             return "embed.weight"
         m = _MAIN.fullmatch(name)
-        if m and d_blocks is not None and int(m[1]) < len(d_blocks):
+        if m and int(m[1]) < len(d_blocks):
             stage, layer, rest = int(m[1]), int(m[2]), m[3]
             if layer == d_blocks[stage]:  # the transition after the blocks: downsampler, or the logit basis
                 new = {"LinearLayer.Layer.weight": "conv.weight", "Resampler.Kernel": None,
