@@ -415,10 +415,6 @@ def r3gan_options(G_state: dict[str, torch.Tensor], G_attributes: dict[str, dict
                                   f"{a}; gankit's r3gan builds D as G's mirror")
     expansion = _uniform(G["expansion"] | D["expansion"], "expansion factors", "expansion")
     kernel = _uniform(G["kernel"] | D["kernel"], "kernel sizes", "kernel_size")
-    for s, (w, c) in enumerate(zip(G["widths"], G["cards"])):
-        if (w * expansion) % c:  # the shapes already make this impossible; said for the record
-            raise GankitError(f"{_stage_name('G', s, stages[s])}: cardinality {c} does not divide the {w * expansion} "
-                              f"middle channels")
     if G["bf16"][0]:
         raise GankitError("G Model.MainLayers.0.DataType: torch.bfloat16 at 4 px; the official basis runs in float32 "
                           "(its forward would fail), and gankit's r3gan keeps the 4 px stage float32")
