@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 from torch import nn
 
-from gan_kit.builtin.architectures.r3gan import ACT_GAIN, R3GAN, Downsample, ResidualBlock, Upsample
+from gan_kit.builtin.architectures.r3gan import ACT_GAIN, R3GAN, Downsample, ResidualBlock, Stage, Upsample
 from gan_kit.cli import cli
 from gan_kit.runs.run import build_run
 from gan_kit.runs.session import train
@@ -116,6 +116,79 @@ def test_the_recipe_dry_runs_and_trains_a_few_steps(tmp_path, monkeypatch):
     assert any(not torch.equal(a, b) for a, b in zip(g0, run.G.parameters()))
     # The zero residual ends leave zero once trained: the branch learns.
     assert any(torch.count_nonzero(m.conv3.weight) for m in run.G.modules() if isinstance(m, ResidualBlock))
+
+
+
+# ---- bfloat16 stages (the official FP16Stages)
+
+def test_bf16_resolutions_compute_those_stages_in_bfloat16_with_float32_weights():
+    """``bf16_resolutions = [8, 16]``: G's 8 and 16 px stages and D's 16 and 8 px stages compute in
+    bfloat16 (D's cast comes before its convolution from the image), the 4 px stages in float32;
+    G's image comes back float32 holding bfloat16 values; the weights stay float32 and get float32
+    gradients; and the bf16 networks stay near the float32 ones with the same weights."""
+    torch.manual_seed(0)
+    G, D = build(width=16, cardinality=4, bf16_resolutions=(8, 16))
+    torch.manual_seed(0)
+    G32, D32 = build(width=16, cardinality=4)
+    for net in (G, D, G32, D32):  # move the zero residual ends, so the blocks take part
+        with torch.no_grad():
+            for m in net.modules():
+                if isinstance(m, ResidualBlock):
+                    m.conv3.weight.normal_(0, 0.1)
+    G32.load_state_dict(G.state_dict())
+    D32.load_state_dict(D.state_dict())
+    seen = {}
+    for name, stage in [*((("G", i), s) for i, s in enumerate(G.stages)), *((("D", i), s) for i, s in enumerate(D.blocks))]:
+        stage.register_forward_hook(lambda m, args, out, name=name: seen.__setitem__(name, (args[0].dtype, out.dtype)))
+    z = torch.randn(3, 64)
+    img = G(z)
+    logits = D(img)
+    assert seen[("G", 0)] == (torch.float32, torch.float32)
+    assert seen[("G", 1)][1] == seen[("G", 2)][1] == torch.bfloat16
+    assert seen[("D", 0)][1] == seen[("D", 1)][1] == torch.bfloat16 and seen[("D", 2)][1] == torch.float32
+    assert img.dtype == torch.float32 and torch.equal(img, img.bfloat16().float())
+    assert logits.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in [*G.parameters(), *D.parameters()])
+    (logits.sum() + img.square().mean()).backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in G.parameters())
+    with torch.no_grad():
+        assert 0 < (img - G32(z)).abs().max() < 0.05 * G32(z).abs().max()
+        assert 0 < (logits - D32(img)).abs().max() < 0.05 * D32(img).abs().max()
+
+
+def test_a_bf16_stage_rounds_each_convolution_then_each_bias_as_the_official_code():
+    """In a bfloat16 stage a block adds each bias after rounding its convolution's output to
+    bfloat16 (the official ``Convolution`` then ``BiasedActivation``), not inside the convolution."""
+    torch.manual_seed(1)
+    block = ResidualBlock(8, 2, 2, 3, 4)
+    with torch.no_grad():
+        for p in block.parameters():
+            p.normal_(0, 0.5)
+    x = torch.randn(2, 8, 6, 6).bfloat16()
+    stage = Stage(block, dtype=torch.bfloat16)
+    assert not block.fused
+    w = [c.weight.bfloat16() for c in (block.conv1, block.conv2, block.conv3)]
+    y = F.leaky_relu(F.conv2d(x, w[0]) + block.act1.bias.bfloat16().view(1, -1, 1, 1), 0.2)
+    y = F.leaky_relu(F.conv2d(y, w[1], padding=1, groups=2) + block.act2.bias.bfloat16().view(1, -1, 1, 1), 0.2)
+    assert torch.equal(stage(x), x + F.conv2d(y, w[2]))
+
+
+def test_recipe_refuses_bf16_at_4_px_and_at_no_stage():
+    with pytest.raises(RecipeError, match=r"architecture\.bf16_resolutions\[0\]: must be >= 8, got 4"):
+        load_recipe(RECIPE, ["architecture.bf16_resolutions=[4, 8]"])
+    with pytest.raises(RecipeError, match=r"architecture\.bf16_resolutions: names \[32\], which are no stage above "
+                                          r"4 px at data\.resolution = 16 \(choose from \[8, 16\]"):
+        load_recipe(RECIPE, ["architecture.bf16_resolutions=[32]"])
+
+
+def test_a_recipe_with_bf16_stages_trains_a_few_steps(tmp_path):
+    recipe, plugins = load_recipe(RECIPE, [*TINY, "architecture.bf16_resolutions=[8, 16]", "run.tick_kimg=1",
+                                           f"run.out_dir={tmp_path / 'run'}"])
+    run = build_run(recipe, plugins)
+    g0 = [p.detach().clone() for p in run.G.parameters()]
+    stats = train(run, max_steps=2)
+    assert math.isfinite(stats["Loss/D"]) and math.isfinite(stats["Loss/G"])
+    assert any(not torch.equal(a, b) for a, b in zip(g0, run.G.parameters()))
 
 
 # ---- the recipe's schedules (the official code's CIFAR-10 preset, scaled to the run)

@@ -2,8 +2,8 @@
 
 ``tests/data/r3gan_reference.pt`` holds what the official code computed for fixed seeds (written
 by ``tests/data/make_r3gan_reference.py``, which runs a checkout of it; see that script for what
-is recorded). Here gankit's networks take the official networks' weights (renamed, nothing else)
-and must give the same forwards, the same RpGAN loss, R1 and R2, the same gradients of both
+is recorded). Here gankit's networks take the official networks' weights (renamed by
+``gan_kit.builtin.importers.r3gan_official``, the official-snapshot reader; nothing else) and must give the same forwards, the same RpGAN loss, R1 and R2, the same gradients of both
 networks over one training iteration of its ``d-then-g`` strategy (and the lazy R1 + R2 step),
 the same initialisation statistics, resampling filters, schedules and G_ema decay, unconditional
 and class-conditional. Any one term changed - a sign, a gain, an exponent, a filter tap, a
@@ -13,7 +13,6 @@ missing R2 - moves some number here beyond rounding.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,6 +21,7 @@ import torch
 
 from gan_kit.base.phase import Phase
 from gan_kit.builtin.architectures.r3gan import R3GAN, Downsample, Upsample
+from gan_kit.builtin.importers.r3gan_official import gankit_key, r3gan_state_dict
 from gan_kit.builtin.objectives.losses import RpGAN
 from gan_kit.builtin.objectives.penalties import R1, R2, LazyOptions
 from gan_kit.builtin.objectives.strategies import DThenG
@@ -37,43 +37,31 @@ ATOL = 1e-5
 
 
 # ------------------------------------------------------------------ official -> gankit names --
-
-#: A residual block's parameters: the official names -> gankit's.
-RESIDUAL = {"LinearLayer1.Layer.weight": "conv1.weight", "LinearLayer2.Layer.weight": "conv2.weight",
-            "LinearLayer3.Layer.weight": "conv3.weight", "NonLinearity1.Bias": "act1.bias",
-            "NonLinearity2.Bias": "act2.bias"}
+# The renaming is the importer's (gan_kit.builtin.importers.r3gan_official), so the one mapping
+# that reads official snapshots is the one these forwards and gradients check. The recorded state
+# dicts are R3GAN.Networks' own; the snapshot wrappers hold them under ``Model.``.
 
 
 def g_names(name: str) -> str:
     """An official Generator parameter's name in gankit's Generator."""
-    if name == "AggregationLayer.Layer.weight":
-        return "to_rgb.weight"
-    if name == "EmbeddingLayer.weight":
-        return "embed.weight"
-    m = re.fullmatch(r"MainLayers\.(\d+)\.Layers\.(\d+)\.(.+)", name)
-    stage, layer, rest = int(m[1]), int(m[2]), m[3]
-    if layer == 0:  # the stage's transition
-        rest = {"Basis": "basis", "LinearLayer.weight": "linear.weight", "LinearLayer.Layer.weight": "conv.weight"}[rest]
-    else:
-        rest = RESIDUAL[rest]
-    return f"stages.{stage}.{layer}.{rest}"
+    return gankit_key(f"Model.{name}", "G")
 
 
 def d_names(name: str, blocks: list[int]) -> str:
-    """An official Discriminator parameter's name in gankit's (stage 0 holds the 1x1 convolution
-    from the image first, so its layers move up by one). ``blocks``: D's blocks per stage."""
-    if name == "ExtractionLayer.Layer.weight":
-        return "blocks.0.0.weight"
-    if name == "EmbeddingLayer.weight":
-        return "embed.weight"
-    m = re.fullmatch(r"MainLayers\.(\d+)\.Layers\.(\d+)\.(.+)", name)
-    stage, layer, rest = int(m[1]), int(m[2]), m[3]
-    if layer == blocks[stage]:  # the stage's transition
-        rest = {"LinearLayer.Layer.weight": "conv.weight", "Basis.weight": "basis.weight",
-                "LinearLayer.weight": "linear.weight"}[rest]
-    else:
-        rest = RESIDUAL[rest]
-    return f"blocks.{stage}.{layer + (1 if stage == 0 else 0)}.{rest}"
+    """An official Discriminator parameter's name in gankit's. ``blocks``: D's blocks per stage."""
+    return gankit_key(f"Model.{name}", "D", blocks)
+
+
+def options_of(config: dict, classes: dict | None) -> dict:
+    """``config`` as the importer's options (what ``r3gan_options`` returns)."""
+    o = gankit_options(config, classes)
+    arch = {"latent_dim": o.latent_dim, "width_by_resolution": o.width_by_resolution,
+            "cardinality_by_resolution": o.cardinality_by_resolution, "blocks_by_resolution": o.blocks_by_resolution,
+            "expansion": o.expansion, "kernel_size": o.kernel_size}
+    if classes:
+        arch |= {"g_class_dim": o.g_class_dim, "d_class_dim": o.d_class_dim}
+    return {"resolution": config["resolution"], "channels": config["channels"],
+            "num_classes": classes["num_classes"] if classes else 0, "architecture": arch}
 
 
 def gankit_options(config: dict, classes: dict | None = None) -> R3GAN.Options:
@@ -86,17 +74,18 @@ def gankit_options(config: dict, classes: dict | None = None) -> R3GAN.Options:
 
 
 def networks(case: str):
-    """gankit's G and D with the official weights of ``case``; and the D's block counts."""
+    """gankit's G and D with the official weights of ``case`` (renamed by the importer); and the
+    D's block counts."""
     cfg, classes = REF["config"], REF["classes"] if case == "conditional" else None
+    options = options_of(cfg, classes)
     arch = R3GAN(gankit_options(cfg, classes), BuildContext(resolution=cfg["resolution"], channels=cfg["channels"],
-                                                            num_classes=classes["num_classes"] if classes else 0))
+                                                            num_classes=options["num_classes"]))
     G, D = arch.build(cfg["resolution"], cfg["channels"])
     d_blocks = list(reversed(cfg["blocks"]))
-    G.load_state_dict({g_names(k): v for k, v in REF[case]["G"].items()}, strict=False)
-    D.load_state_dict({d_names(k, d_blocks): v for k, v in REF[case]["D"].items()}, strict=False)
-    # strict=False only for the non-persistent resampling filters: every parameter must be loaded.
-    assert {g_names(k) for k in REF[case]["G"]} == {k for k, _ in G.named_parameters()}
-    assert {d_names(k, d_blocks) for k in REF[case]["D"]} == {k for k, _ in D.named_parameters()}
+    # strict: every parameter filled (the importer checks it too); the resampling filters are
+    # non-persistent buffers, in no state dict.
+    G.load_state_dict(r3gan_state_dict({f"Model.{k}": v for k, v in REF[case]["G"].items()}, "G", options))
+    D.load_state_dict(r3gan_state_dict({f"Model.{k}": v for k, v in REF[case]["D"].items()}, "D", options))
     return G, D, d_blocks
 
 

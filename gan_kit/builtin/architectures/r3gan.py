@@ -65,8 +65,18 @@ def msr_init(layer: nn.Module, gain: float = 1.0) -> nn.Module:
     return layer
 
 
-def _conv(cin: int, cout: int, k: int = 1, groups: int = 1, gain: float = 1.0) -> nn.Conv2d:
-    return msr_init(nn.Conv2d(cin, cout, k, padding=(k - 1) // 2, groups=groups, bias=False), gain)
+class Conv2d(nn.Conv2d):
+    """``nn.Conv2d`` whose weight (and bias) are used in the input's dtype, as the official
+    ``Convolution`` (``weight.to(x.dtype)``): a bfloat16 stage (``bf16_resolutions``) runs its
+    float32 weights in bfloat16; for a float32 input it is ``nn.Conv2d``."""
+
+    def forward(self, x):
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.conv2d(x, self.weight.to(x.dtype), bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+def _conv(cin: int, cout: int, k: int = 1, groups: int = 1, gain: float = 1.0) -> Conv2d:
+    return msr_init(Conv2d(cin, cout, k, padding=(k - 1) // 2, groups=groups, bias=False), gain)
 
 
 class BiasedActivation(nn.Module):
@@ -85,7 +95,7 @@ def _plain(*modules: nn.Module) -> bool:
     torch layers that no forward hook, their own or global, would miss."""
     if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
         return False
-    return all(type(m).forward in (nn.Conv2d.forward, BiasedActivation.forward)
+    return all(type(m).forward in (Conv2d.forward, BiasedActivation.forward)
                and not (m._forward_hooks or m._forward_pre_hooks) for m in modules)
 
 
@@ -116,9 +126,15 @@ class ResidualBlock(nn.Module):
         self.act2 = BiasedActivation(mid)
         self.conv3 = _conv(mid, channels, 1, gain=0.0)
 
+    #: Whether ``forward`` may fuse each bias into its convolution (see ``_conv_act``). A bfloat16
+    #: stage turns it off: the fused bias is added before the one rounding to bfloat16, where the
+    #: official code rounds the convolution's output and then the sum, which moves a 32 px G's
+    #: pixels by up to 0.02 (the official bf16 against float32: 0.015); unfused, they are equal.
+    fused = True
+
     def forward(self, x):
         layers = (self.conv1, self.act1, self.conv2, self.act2, self.conv3)
-        if not _plain(*layers):  # a hooked layer (feature extraction, FreezeD probes) runs as written
+        if not (self.fused and _plain(*layers)):  # a hooked layer (feature extraction, FreezeD probes) runs as written
             return x + self.conv3(self.act2(self.conv2(self.act1(self.conv1(x)))))
         y = _conv_act(self.conv2, self.act2, _conv_act(self.conv1, self.act1, x))
         # conv3's output is fresh and no backward needs it: add the skip in place.
@@ -207,6 +223,31 @@ class ClassEmbedding(nn.Module):
         return F.embedding(labels, self.weight.t())
 
 
+class Stage(nn.Sequential):
+    """A stage's layers run in turn; with ``dtype`` set, its input is first cast to ``dtype`` (the
+    official ``GeneratorStage`` / ``DiscriminatorStage``'s ``DataType``): in a bfloat16 stage every
+    layer then computes in bfloat16, its float32 weights cast on use."""
+
+    def __init__(self, *layers: nn.Module, dtype: torch.dtype | None = None):
+        super().__init__(*layers)
+        self.dtype = dtype
+        if dtype == torch.bfloat16:
+            for layer in layers:
+                if isinstance(layer, ResidualBlock):
+                    layer.fused = False  # round as the official code (ResidualBlock.fused)
+
+    def forward(self, x):
+        return super().forward(x if self.dtype is None else x.to(self.dtype))
+
+
+def _stage_dtypes(bf16: list[bool]) -> list[torch.dtype | None]:
+    """Each stage's dtype: None (the input's) when no stage is bfloat16; otherwise bfloat16 or
+    float32 (a float32 stage after a bfloat16 one casts back, as the official code)."""
+    if not any(bf16):
+        return [None] * len(bf16)
+    return [torch.bfloat16 if b else torch.float32 for b in bf16]
+
+
 def stage_resolutions(resolution: int) -> list[int]:
     """4, 8, ..., ``resolution``: one stage each."""
     return [4 * 2 ** i for i in range(int(math.log2(resolution)) - 1)]
@@ -218,11 +259,16 @@ class Generator(nn.Module):
     class).
 
     ``widths[i]``, ``cardinalities[i]``, ``blocks[i]``: channels, groups and residual blocks of stage
-    i (4 px first); each stage is its transition (the basis, or an ``Upsample``) then its blocks."""
+    i (4 px first); each stage is its transition (the basis, or an ``Upsample``) then its blocks.
+    ``bf16[i]``: stage i computes in bfloat16 (the official FP16Stages; not the 4 px stage, whose
+    basis the official code runs in float32); the image is then made in the last stage's dtype and
+    returned as float32 (the same values)."""
 
     def __init__(self, resolution: int, channels: int, latent_dim: int, widths: list[int], cardinalities: list[int],
-                 blocks: list[int], expansion: int, kernel: int, num_classes: int = 0, class_dim: int = 0):
+                 blocks: list[int], expansion: int, kernel: int, num_classes: int = 0, class_dim: int = 0,
+                 bf16: list[bool] | None = None):
         super().__init__()
+        dtypes = _stage_dtypes(bf16 or [False] * len(widths))
         num_blocks = sum(blocks)
         self.num_classes = num_classes
         self.embed = ClassEmbedding(num_classes, class_dim) if num_classes else None
@@ -230,8 +276,8 @@ class Generator(nn.Module):
         for i, width in enumerate(widths):
             first = (GenerativeBasis(latent_dim + (class_dim if num_classes else 0), width) if i == 0
                      else Upsample(widths[i - 1], width))
-            stages.append(nn.Sequential(first, *(ResidualBlock(width, cardinalities[i], expansion, kernel, num_blocks)
-                                                 for _ in range(blocks[i]))))
+            stages.append(Stage(first, *(ResidualBlock(width, cardinalities[i], expansion, kernel, num_blocks)
+                                         for _ in range(blocks[i])), dtype=dtypes[i]))
         self.stages = nn.ModuleList(stages)
         self.to_rgb = _conv(widths[-1], channels)
         self.resolution = resolution
@@ -241,7 +287,8 @@ class Generator(nn.Module):
         x = z if self.embed is None else torch.cat([z, self.embed(labels).to(z.dtype)], dim=1)
         for stage in self.stages:
             x = stage(x)
-        return self.to_rgb(x)
+        img = self.to_rgb(x)
+        return img if self.stages[-1].dtype is None else img.float()
 
 
 class Discriminator(nn.Module):
@@ -250,12 +297,16 @@ class Discriminator(nn.Module):
     its stages from the input side (FreezeD freezes the first of these); stage 0 holds the 1x1
     convolution from the image. Every layer is per sample. A conditional D's last linear layer
     gives ``class_dim`` features, dotted with the class's embedding (initialised with gain
-    ``1 / sqrt(class_dim)``, so the logit starts at the scale of an unconditional one)."""
+    ``1 / sqrt(class_dim)``, so the logit starts at the scale of an unconditional one).
+    ``bf16``: as G's, 4 px first (stage 0's cast comes before the convolution from the image, as
+    the official code's)."""
 
     def __init__(self, resolution: int, channels: int, widths: list[int], cardinalities: list[int], blocks: list[int],
-                 expansion: int, kernel: int, num_classes: int = 0, class_dim: int = 0):
+                 expansion: int, kernel: int, num_classes: int = 0, class_dim: int = 0,
+                 bf16: list[bool] | None = None):
         super().__init__()
         top, cards, nblocks = list(reversed(widths)), list(reversed(cardinalities)), list(reversed(blocks))
+        dtypes = list(reversed(_stage_dtypes(bf16 or [False] * len(widths))))
         num_blocks = sum(nblocks)
         self.num_classes = num_classes
         stages = []
@@ -264,7 +315,7 @@ class Discriminator(nn.Module):
             layers += [ResidualBlock(width, cards[i], expansion, kernel, num_blocks) for _ in range(nblocks[i])]
             layers.append(Downsample(width, top[i + 1]) if i + 1 < len(top)
                           else DiscriminativeBasis(width, class_dim if num_classes else 1))
-            stages.append(nn.Sequential(*layers))
+            stages.append(Stage(*layers, dtype=dtypes[i]))
         self.blocks = nn.ModuleList(stages)
         self.embed = ClassEmbedding(num_classes, class_dim, gain=1.0 / math.sqrt(class_dim)) if num_classes else None
         self.resolution = resolution
@@ -320,6 +371,13 @@ class R3GAN(Architecture):
         d_class_dim: int | None = option(
             None, help="Class-conditional D: size of the class-projection vector; None = the 4 px stage's width "
                        "(the official configs).", min=1, max=4096)
+        bf16_resolutions: tuple[int, ...] = option(
+            (), help="Stages of G and D (by resolution in px) computed in bfloat16, as the official FP16Stages "
+                     "(its CIFAR-10 and ImageNet-32 presets: 8, 16, 32; FFHQ-64 and ImageNet-64: 8 to 64; "
+                     "FFHQ-256: 32 to 256): such a stage casts its input to bfloat16 and uses its float32 weights "
+                     "in bfloat16, on any device, so an imported official network gives the official pixels; G's "
+                     "image comes back as float32. Not 4 (the official basis layers are float32). Empty: every "
+                     "stage in the input's dtype.", min=8, max=65536)
 
     #: The networks set their own initialisation (fix-up: zero residual ends, L^-1/4 gains).
     owns_init = True
@@ -344,6 +402,10 @@ class R3GAN(Architecture):
         o = self.options
         return _per_stage(o.cardinality_by_resolution, o.cardinality, stage_resolutions(resolution))
 
+    def stage_bf16(self, resolution: int) -> list[bool]:
+        """Whether each stage computes in bfloat16, 4 px first."""
+        return [r in self.options.bf16_resolutions for r in stage_resolutions(resolution)]
+
     def stage_blocks(self, resolution: int) -> list[int]:
         """Residual blocks of each stage, 4 px first."""
         o = self.options
@@ -364,6 +426,10 @@ class R3GAN(Architecture):
             if extra:
                 yield key, (f"names resolutions {extra} that are no stage at data.resolution = {res} "
                             f"(stages: {stages})")
+        extra = sorted(set(o.bf16_resolutions) - set(stages[1:]))
+        if extra:
+            yield "bf16_resolutions", (f"names {extra}, which are no stage above 4 px at data.resolution = {res} "
+                                       f"(choose from {stages[1:]}; the 4 px stage stays float32)")
         for r in stages:
             w = int(o.width_by_resolution.get(r, o.width))
             groups = int(o.cardinality_by_resolution.get(r, o.cardinality))
@@ -378,11 +444,11 @@ class R3GAN(Architecture):
     def build(self, resolution, channels):
         o = self.options
         widths, cards, blocks = self.widths(resolution), self.cardinalities(resolution), self.stage_blocks(resolution)
-        k = self.context.num_classes
+        k, bf16 = self.context.num_classes, self.stage_bf16(resolution)
         G = Generator(resolution, channels, o.latent_dim, widths, cards, blocks, o.expansion, o.kernel_size,
-                      num_classes=k, class_dim=o.g_class_dim or o.latent_dim)
+                      num_classes=k, class_dim=o.g_class_dim or o.latent_dim, bf16=bf16)
         D = Discriminator(resolution, channels, widths, cards, blocks, o.expansion, o.kernel_size,
-                          num_classes=k, class_dim=o.d_class_dim or widths[0])
+                          num_classes=k, class_dim=o.d_class_dim or widths[0], bf16=bf16)
         return G, D
 
 
