@@ -159,3 +159,23 @@ def test_separate_d_widths_and_cmap_dim():
     assert G.const.shape[0] == 8 and D.conv.weight.shape[0] == 16
     assert D.out.weight.shape == (5, 16) and D.mapping.layers[-1].weight.shape[0] == 5
     assert D(torch.randn(4, 3, 16, 16), torch.tensor([0, 1, 2, 0])).shape == (4,)
+
+
+def test_mapping_widths_follow_embed_and_layer_features():
+    """mapping_embed_features sizes the label embedding joined to z, mapping_layer_features the
+    hidden FC layers; the last layer gives w_dim (the official MappingNetwork's features_list)."""
+    G, _ = pair(num_classes=3, mapping_layers=3, mapping_embed_features=4, mapping_layer_features=6)
+    m = G.mapping_network
+    assert m.embed.weight.shape == (4, 3)
+    assert [tuple(layer.weight.shape) for layer in m.layers] == [(6, 8 + 4), (6, 6), (8, 6)]
+    assert G.mapping(torch.randn(2, 8), torch.tensor([0, 2])).shape == (2, 6, 8)
+
+
+def test_skip_d_clamps_block_fromrgbs_but_not_the_epilogue_one():
+    """As the official D: a block's fromRGB is clamped at conv_clamp, the epilogue's is not; with
+    a clamp of 1e-3 the epilogue fromRGB's output still exceeds it."""
+    _, D = pair(d_architecture="skip", conv_clamp=1e-3)
+    assert D.blocks[1].from_rgb.clamp == 1e-3 and D.from_rgb.clamp == 1e-3
+    with torch.no_grad():
+        out = D.epilogue_from_rgb(torch.randn(4, 3, 4, 4))
+    assert out.abs().max() > 1e-2
