@@ -81,9 +81,9 @@ class EqualizedConv2d(nn.Module):
     ``resample="fir"`` the [1, 3, 3, 1] filter before a stride-2 convolution, as the paper's
     code; with ``"bilinear"`` a 2x2 box filter after the convolution, i.e. bilinear
     downsampling by 2; ``[N, Cout, 2H, 2W]`` with ``up``: FIR upsampling around the convolution,
-    ``fir.conv2d_resample``, or bilinear upsampling before it). Weight ~ N(0, 1) used as ``weight / sqrt(Cin * k * k)``. ``clamp``: the
-    output (after bias and activation) is clamped to [-clamp, +clamp] (stylegan2-ada-pytorch's
-    ``conv_clamp``); None clamps nothing.
+    ``fir.conv2d_resample``, or bilinear upsampling before it). Weight ~ N(0, 1) used as
+    ``weight / sqrt(Cin * k * k)``. ``clamp``: the output (after bias and activation) is clamped
+    to [-clamp, +clamp] (stylegan2-ada-pytorch's ``conv_clamp``); None clamps nothing.
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel: int, *, bias: bool = True,

@@ -1,6 +1,7 @@
 """StyleGAN2 networks and the ``stylegan2`` architecture component (Karras et al. 2020,
-arXiv:1912.04958, sec. 4.1: skip G, residual D; StyleGAN, Karras et al. 2019: mapping network,
-style mixing, truncation). Class-conditional form as stylegan2-ada-pytorch's (Karras et al.
+arXiv:1912.04958, sec. 4.1, fig. 7: skip G and residual D by default, the "orig", "skip" and
+"resnet" variants of each as options, as stylegan2-ada-pytorch builds them; StyleGAN, Karras et
+al. 2019: mapping network, style mixing, truncation). Class-conditional form as stylegan2-ada-pytorch's (Karras et al.
 2020b, arXiv:2006.06676): the label embedded and joined to z in G's mapping network, and a label
 mapping ("cmap") projected onto D's last features in its epilogue."""
 
@@ -359,7 +360,7 @@ FP16_MAX = 65504.0
 
 
 class StyleGAN2(Architecture):
-    """StyleGAN2 (Karras et al. 2020): mapping network, modulated convs with demodulation, noise, skip G, residual D, FIR resampling; static resolution; class-conditional."""
+    """StyleGAN2 (Karras et al. 2020): mapping network, modulated convs with demodulation, noise, skip G, residual D (or the paper's orig/skip/resnet variants), FIR resampling; static resolution; class-conditional."""
 
     @attrs.frozen
     class Options:
