@@ -227,3 +227,29 @@ def test_state_dict_refuses_an_unused_or_missing_tensor_and_another_filter():
     wrong = dict(d, **{"b4.out.weight": torch.zeros(2, 3)})
     with pytest.raises(GankitError, match=r"b4\.out\.weight: shape"):
         stylegan2_state_dict(wrong, "D", options)
+
+
+@pytest.mark.parametrize("name", ["ada-conditional", "ada-fp16-clamp", "sg3-skip-resnet", "ada-resnet-skip"])
+def test_the_options_load_as_a_recipe_and_build_the_imported_networks(tmp_path, name):
+    """The architecture table the options give is a valid recipe table: loaded with the data's
+    resolution, it holds the same values and builds networks the converted tensors fill."""
+    import json
+
+    from gan_kit.recipe import load_recipe
+    from gan_kit.testing import write_tiny_recipe
+
+    case = CASES[name]
+    options = stylegan2_options(_kwargs(case, "G_ema"), _kwargs(case, "D"))
+    table = ", ".join(f"{k}={json.dumps(v)}" for k, v in options["architecture"].items())
+    conditional = ", conditional=true" if options["num_classes"] else ""
+    recipe, _ = load_recipe(write_tiny_recipe(tmp_path), [
+        f"architecture={{name='stylegan2', {table}{conditional}}}", f"data.resolution={options['resolution']}",
+        "growth={name='static', batch_size=4}", "penalty=[]"])
+    built = recipe.architecture.options
+    for key, value in options["architecture"].items():
+        assert getattr(built, key) == (None if value == "none" else value), key
+    arch = StyleGAN2(built, BuildContext(resolution=options["resolution"], channels=options["channels"],
+                                         num_classes=options["num_classes"]))
+    G, D = arch.build(options["resolution"], options["channels"])
+    G.load_state_dict(stylegan2_state_dict(_official_state(case, "G"), "G", options))
+    D.load_state_dict(stylegan2_state_dict(_official_state(case, "D"), "D", options))
