@@ -179,3 +179,13 @@ def test_skip_d_clamps_block_fromrgbs_but_not_the_epilogue_one():
     with torch.no_grad():
         out = D.epilogue_from_rgb(torch.randn(4, 3, 4, 4))
     assert out.abs().max() > 1e-2
+
+
+def test_recipe_refuses_mbstd_maps_that_do_not_divide_ds_channels(tmp_path):
+    """mbstd_num_channels must divide D's 4x4 feature maps (8 here): 3 is refused at load,
+    naming the key and a fix."""
+    from gan_kit import RecipeError
+
+    with pytest.raises(RecipeError) as err:
+        make_run(tmp_path, overrides=[f"architecture={{{BASE}, mbstd_num_channels=3}}", *RUN])
+    assert "architecture.mbstd_num_channels" in str(err.value) and "choose a divisor of 8" in str(err.value)
