@@ -1,9 +1,10 @@
 """StyleGAN2 networks and the ``stylegan2`` architecture component (Karras et al. 2020,
 arXiv:1912.04958, sec. 4.1, fig. 7: skip G and residual D by default, the "orig", "skip" and
 "resnet" variants of each as options, as stylegan2-ada-pytorch builds them; StyleGAN, Karras et
-al. 2019: mapping network, style mixing, truncation). Class-conditional form as stylegan2-ada-pytorch's (Karras et al.
-2020b, arXiv:2006.06676): the label embedded and joined to z in G's mapping network, and a label
-mapping ("cmap") projected onto D's last features in its epilogue."""
+al. 2019: mapping network, style mixing, truncation). Class-conditional form as
+stylegan2-ada-pytorch's (Karras et al. 2020b, arXiv:2006.06676): the label embedded and joined to
+z in G's mapping network, and a label mapping ("cmap") projected onto D's last features in its
+epilogue."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ class Generator(nn.Module):
 
     ``architecture`` (sec. 4.1, fig. 7; stylegan2-ada-pytorch's ``SynthesisBlock``):
     "skip" (the paper's G, fig. 7b): a toRGB at every resolution, ``img = upsample(img) +
-    toRGB(x)``; "orig" (fig. 7a without the skips): one toRGB, at the last block; "resnet"
+    toRGB(x)``; "orig" (StyleGAN's plain network, no skips): one toRGB, at the last block; "resnet"
     (fig. 7c): one toRGB at the last block, and every block after 4x4 is residual, ``(skip(x) +
     conv1(conv0(x))) * sqrt(0.5)`` with ``skip`` a 1x1 upsampling convolution without bias (the
     clamp of conv1 applies before the sqrt(0.5), as the reference's gain with its clamp scaled by
