@@ -32,21 +32,25 @@ class PixelNorm(nn.Module):
 
 
 class MinibatchStddev(nn.Module):
-    """Minibatch standard deviation (sec. 3): appends one feature map holding, for each sample,
-    the average over C, H, W of the feature std within the sample's group.
+    """Minibatch standard deviation (sec. 3): appends ``num_channels`` feature maps holding, for
+    each sample, the average over its channel group, H and W of the feature std within the
+    sample's group of samples.
 
     Grouping follows the official code: a batch of N = G * M is viewed as [G, M, ...], so sample
-    n belongs to group ``n % M`` (groups are strided, not contiguous). ``N`` must be divisible
-    by ``min(group_size, N)``; raises ValueError otherwise.
+    n belongs to group ``n % M`` (groups are strided, not contiguous), with G = min(group_size,
+    N). ``N`` must be divisible by G; raises ValueError otherwise. ``num_channels`` = F > 1
+    (stylegan2-ada-pytorch's ``mbstd_num_channels``): the C channels are split into F contiguous
+    groups of C / F and each gives one appended map (C must be divisible by F).
 
     ``splits`` > 1: the batch is ``splits`` batches concatenated (e.g. reals then fakes, for one D
     forward where there were two) and each is grouped on its own exactly as above, so the output
     equals that of ``splits`` separate calls, and no group mixes reals with fakes.
     """
 
-    def __init__(self, group_size: int = 4):
+    def __init__(self, group_size: int = 4, num_channels: int = 1):
         super().__init__()
         self.group_size = group_size
+        self.num_channels = num_channels
 
     def forward(self, x, splits: int = 1):
         n, c, h, w = x.shape
@@ -56,11 +60,14 @@ class MinibatchStddev(nn.Module):
         g = min(self.group_size, part)
         if part % g:
             raise ValueError(f"minibatch stddev: batch {part} is not divisible by group size {g}")
-        y = x.float().reshape(splits, g, part // g, c, h, w)
+        f = self.num_channels
+        if c % f:
+            raise ValueError(f"minibatch stddev: {c} channels do not split into {f} groups")
+        y = x.float().reshape(splits, g, part // g, f, c // f, h, w)
         y = y - y.mean(dim=1, keepdim=True)
-        std = torch.sqrt(y.square().mean(dim=1) + 1e-8)  # [splits, M, C, H, W]
-        s = std.mean(dim=(2, 3, 4))  # [splits, M]
-        s = s.unsqueeze(1).expand(splits, g, part // g).reshape(n, 1, 1, 1).expand(n, 1, h, w).to(x.dtype)
+        std = torch.sqrt(y.square().mean(dim=1) + 1e-8)  # [splits, M, F, C / F, H, W]
+        s = std.mean(dim=(3, 4, 5))  # [splits, M, F]
+        s = s.unsqueeze(1).expand(splits, g, part // g, f).reshape(n, f, 1, 1).expand(n, f, h, w).to(x.dtype)
         return torch.cat([x, s], dim=1)
 
 

@@ -8,7 +8,9 @@ fig. 7c) ending in minibatch standard deviation (PGGAN sec. 3) and two FC layers
 downsampling use the [1, 3, 3, 1] FIR filter as the paper's code does (``fir``: upfirdn2d in
 plain PyTorch), or bilinear resampling (``resample = "bilinear"``). Class-conditional as
 stylegan2-ada-pytorch (Karras et al. 2020b): the label joined to z in the mapping network, D's
-logit projected on a label mapping.
+logit projected on a label mapping. The other architectures of sec. 4.1 (G "orig" / "resnet", D
+"orig" / "skip"), several minibatch-stddev maps and truncation of the first Ws only are options,
+with stylegan2-ada-pytorch's semantics, so its snapshots import exactly.
 
 Choices that differ from the paper's code (all documented in docs/architectures.md):
 

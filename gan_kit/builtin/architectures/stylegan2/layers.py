@@ -80,31 +80,36 @@ class EqualizedConv2d(nn.Module):
     ``x[N, Cin, H, W] -> [N, Cout, H, W]`` (``[N, Cout, H/2, W/2]`` with ``down``: with
     ``resample="fir"`` the [1, 3, 3, 1] filter before a stride-2 convolution, as the paper's
     code; with ``"bilinear"`` a 2x2 box filter after the convolution, i.e. bilinear
-    downsampling by 2). Weight ~ N(0, 1) used as ``weight / sqrt(Cin * k * k)``. ``clamp``: the
-    output (after bias and activation) is clamped to [-clamp, +clamp] (stylegan2-ada-pytorch's
-    ``conv_clamp``); None clamps nothing.
+    downsampling by 2; ``[N, Cout, 2H, 2W]`` with ``up``: FIR upsampling around the convolution,
+    ``fir.conv2d_resample``, or bilinear upsampling before it). Weight ~ N(0, 1) used as
+    ``weight / sqrt(Cin * k * k)``. ``clamp``: the output (after bias and activation) is clamped
+    to [-clamp, +clamp] (stylegan2-ada-pytorch's ``conv_clamp``); None clamps nothing.
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel: int, *, bias: bool = True,
-                 activation: bool = False, down: bool = False, resample: Resample = "fir",
+                 activation: bool = False, down: bool = False, up: bool = False, resample: Resample = "fir",
                  clamp: float | None = None):
         super().__init__()
+        if up and down:
+            raise ValueError("EqualizedConv2d: up and down together are not supported")
         self.clamp = None if clamp is None else float(clamp)
         self.weight = nn.Parameter(torch.randn(out_channels, in_channels, kernel, kernel))
         self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
         self.weight_gain = 1.0 / math.sqrt(in_channels * kernel * kernel)
         self.activation = activation
-        self.down = down
+        self.down, self.up = down, up
         self.resample = resample
         # Not persistent: a constant of the architecture, so checkpoints keep the same keys
         # whichever resampling a recipe picks.
-        self.register_buffer("resample_filter", setup_filter() if down else None, persistent=False)
+        self.register_buffer("resample_filter", setup_filter() if down or up else None, persistent=False)
 
     def forward(self, x):
         weight = (self.weight * self.weight_gain).to(x.dtype)
-        if self.down and self.resample == "fir":
-            x = conv2d_resample(x, weight, self.resample_filter, down=2)
+        if (self.down or self.up) and self.resample == "fir":
+            x = conv2d_resample(x, weight, self.resample_filter, down=2 if self.down else 1, up=2 if self.up else 1)
         else:
+            if self.up:
+                x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
             x = F.conv2d(x, weight, padding=self.weight.shape[-1] // 2)
             if self.down:
                 x = F.avg_pool2d(x, 2)

@@ -1,8 +1,10 @@
 """StyleGAN2 networks and the ``stylegan2`` architecture component (Karras et al. 2020,
-arXiv:1912.04958, sec. 4.1: skip G, residual D; StyleGAN, Karras et al. 2019: mapping network,
-style mixing, truncation). Class-conditional form as stylegan2-ada-pytorch's (Karras et al.
-2020b, arXiv:2006.06676): the label embedded and joined to z in G's mapping network, and a label
-mapping ("cmap") projected onto D's last features in its epilogue."""
+arXiv:1912.04958, sec. 4.1, fig. 7: skip G and residual D by default, the "orig", "skip" and
+"resnet" variants of each as options, as stylegan2-ada-pytorch builds them; StyleGAN, Karras et
+al. 2019: mapping network, style mixing, truncation). Class-conditional form as
+stylegan2-ada-pytorch's (Karras et al. 2020b, arXiv:2006.06676): the label embedded and joined to
+z in G's mapping network, and a label mapping ("cmap") projected onto D's last features in its
+epilogue."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from torch import nn
 from gan_kit import Architecture, batch_randn, mean_over_processes, option
 from gan_kit.builtin.architectures.conditioning import check_labels
 from gan_kit.builtin.architectures.pggan import mbstd_batch_problem, MinibatchStddev
-from gan_kit.builtin.architectures.stylegan2.fir import setup_filter, upsample2d
+from gan_kit.builtin.architectures.stylegan2.fir import downsample2d, setup_filter, upsample2d
 from gan_kit.builtin.architectures.stylegan2.layers import EqualizedConv2d, EqualizedLinear, ModulatedConv, NoiseMode, Resample
 
 __all__ = ["MappingNetwork", "Generator", "DBlock", "Discriminator", "StyleGAN2"]
@@ -36,15 +38,20 @@ class MappingNetwork(nn.Module):
     (StyleGAN sec. 2, appendix C: 8 layers, lr x0.01).
 
     ``num_classes`` > 0: the label is embedded (an equalized FC layer, lr x1, on its one-hot
-    vector: ``w_dim`` features), normalised the same way and concatenated to the normalised z
-    before the first layer (stylegan2-ada-pytorch's ``MappingNetwork`` with ``c_dim``).
-    ``z_dim = 0``: the label alone (D's label mapping)."""
+    vector: ``embed_features`` features, None = ``w_dim``), normalised the same way and
+    concatenated to the normalised z before the first layer (stylegan2-ada-pytorch's
+    ``MappingNetwork`` with ``c_dim``). ``layer_features``: width of the hidden FC layers (None =
+    ``w_dim``); the last layer always gives ``w_dim``. ``z_dim = 0``: the label alone (D's label
+    mapping)."""
 
-    def __init__(self, z_dim: int, w_dim: int, num_layers: int, lr_mult: float, num_classes: int = 0):
+    def __init__(self, z_dim: int, w_dim: int, num_layers: int, lr_mult: float, num_classes: int = 0, *,
+                 embed_features: int | None = None, layer_features: int | None = None):
         super().__init__()
         self.z_dim, self.num_classes = z_dim, num_classes
-        self.embed = EqualizedLinear(num_classes, w_dim) if num_classes else None
-        dims = [z_dim + (w_dim if num_classes else 0)] + [w_dim] * num_layers
+        embed = (embed_features or w_dim) if num_classes else 0
+        hidden = layer_features or w_dim
+        self.embed = EqualizedLinear(num_classes, embed) if num_classes else None
+        dims = [z_dim + embed] + [hidden] * (num_layers - 1) + [w_dim]
         self.layers = nn.ModuleList(EqualizedLinear(a, b, lr_mult=lr_mult, activation=True)
                                     for a, b in zip(dims[:-1], dims[1:]))
 
@@ -62,55 +69,83 @@ class MappingNetwork(nn.Module):
         return x
 
 
+GArchitecture = Literal["skip", "orig", "resnet"]
+DArchitecture = Literal["resnet", "orig", "skip"]
+
+
 class Generator(nn.Module):
-    """StyleGAN2 G, skip architecture: ``z[N, latent_dim] -> images[N, channels, r, r]``.
+    """StyleGAN2 G: ``z[N, latent_dim] -> images[N, channels, r, r]``.
 
     ``mapping(z, truncation_psi) -> ws[N, num_ws, w_dim]``, ``synthesis(ws, noise_mode) -> img``.
     num_ws = 2 * log2(r) - 2: block 4x4 has one conv, every later block two (the first upsamples),
-    and each block's toRGB shares its W with the next block's first conv (official layout).
+    and each block's toRGB shares its W with the next block's first conv; the last block's toRGB
+    takes the last W (official layout).
+
+    ``architecture`` (sec. 4.1, fig. 7; stylegan2-ada-pytorch's ``SynthesisBlock``):
+    "skip" (the paper's G, fig. 7b): a toRGB at every resolution, ``img = upsample(img) +
+    toRGB(x)``; "orig" (StyleGAN's plain network, no skips): one toRGB, at the last block; "resnet"
+    (fig. 7c): one toRGB at the last block, and every block after 4x4 is residual, ``(skip(x) +
+    conv1(conv0(x))) * sqrt(0.5)`` with ``skip`` a 1x1 upsampling convolution without bias (the
+    clamp of conv1 applies before the sqrt(0.5), as the reference's gain with its clamp scaled by
+    the same gain).
+
     ``w_avg`` (buffer ``[w_dim]``) is the running average of mapped W, updated in training-mode
     ``forward`` as ``w_avg <- lerp(mean_N(w), w_avg, w_avg_beta)`` (the mean over the global batch
-    under several processes); the truncation trick uses it. ``num_classes`` > 0: ``G(z,
-    labels[N])``, the label joined to z in the mapping network. ``resample``: "fir" ([1, 3, 3, 1]
-    filter, the paper's) or "bilinear" upsampling. ``conv_clamp``: every synthesis layer's and
-    ToRGB layer's output is clamped to [-conv_clamp, +conv_clamp] (stylegan2-ada-pytorch's
-    ``conv_clamp``, 256 with its fp16 layers); None clamps nothing. The mapping network is never
-    clamped (as the reference).
+    under several processes); the truncation trick uses it, on the first ``truncation_cutoff`` Ws
+    only (None: all). ``num_classes`` > 0: ``G(z, labels[N])``, the label joined to z in the
+    mapping network (``embed_features``, ``layer_features``: its widths, None = w_dim).
+    ``resample``: "fir" ([1, 3, 3, 1] filter, the paper's) or "bilinear" upsampling.
+    ``conv_clamp``: every synthesis layer's and ToRGB layer's output is clamped to [-conv_clamp,
+    +conv_clamp] (stylegan2-ada-pytorch's ``conv_clamp``, 256 with its fp16 layers); None clamps
+    nothing. The mapping network and the resnet skips are never clamped (as the reference).
     """
 
     def __init__(self, resolution: int, channels: int, latent_dim: int, w_dim: int, nf, *, mapping_layers: int = 8,
                  mapping_lr_mult: float = 0.01, style_mixing_prob: float = 0.9, w_avg_beta: float = 0.995,
                  modconv: str = "grouped", resample: Resample = "fir", num_classes: int = 0,
-                 conv_clamp: float | None = None):
+                 conv_clamp: float | None = None, architecture: GArchitecture = "skip",
+                 truncation_cutoff: int | None = None, embed_features: int | None = None,
+                 layer_features: int | None = None):
         super().__init__()
+        if architecture not in ("skip", "orig", "resnet"):
+            raise ValueError(f"Generator: architecture must be 'skip', 'orig' or 'resnet', got {architecture!r}")
         self.latent_dim, self.w_dim, self.resolution = latent_dim, w_dim, resolution
         self.conv_clamp = conv_clamp
+        self.architecture = architecture
+        self.truncation_cutoff = truncation_cutoff
         self.style_mixing_prob, self.w_avg_beta = float(style_mixing_prob), float(w_avg_beta)
         self.resample, self.num_classes = resample, num_classes
         self.resolutions = [2 ** i for i in range(2, int(math.log2(resolution)) + 1)]
         self.num_ws = 2 * len(self.resolutions)
-        self.mapping_network = MappingNetwork(latent_dim, w_dim, mapping_layers, mapping_lr_mult, num_classes)
+        self.mapping_network = MappingNetwork(latent_dim, w_dim, mapping_layers, mapping_lr_mult, num_classes,
+                                              embed_features=embed_features, layer_features=layer_features)
         self.register_buffer("w_avg", torch.zeros(w_dim))
         self.register_buffer("resample_filter", setup_filter(), persistent=False)
         self.const = nn.Parameter(torch.randn(nf(4), 4, 4))
         self.convs = nn.ModuleDict()
         self.to_rgb = nn.ModuleDict()
+        self.skips = nn.ModuleDict()  # "resnet" only; empty (no checkpoint keys) otherwise
         for res in self.resolutions:
             c = nf(res)
             layers = [ModulatedConv(c, c, w_dim, res, modconv=modconv, clamp=conv_clamp)]
             if res > 4:
                 layers.insert(0, ModulatedConv(nf(res // 2), c, w_dim, res, up=True, modconv=modconv,
                                                resample=resample, clamp=conv_clamp))
+                if architecture == "resnet":
+                    self.skips[str(res)] = EqualizedConv2d(nf(res // 2), c, 1, bias=False, up=True, resample=resample)
             self.convs[str(res)] = nn.ModuleList(layers)
-            self.to_rgb[str(res)] = ModulatedConv(c, channels, w_dim, res, kernel=1, demodulate=False,
-                                                  noise=False, activation=False, modconv=modconv, clamp=conv_clamp)
+            if architecture == "skip" or res == resolution:
+                self.to_rgb[str(res)] = ModulatedConv(c, channels, w_dim, res, kernel=1, demodulate=False,
+                                                      noise=False, activation=False, modconv=modconv,
+                                                      clamp=conv_clamp)
 
     def mapping(self, z: torch.Tensor, labels: torch.Tensor | None = None, truncation_psi: float = 1.0, *,
                 update_w_avg: bool = False) -> torch.Tensor:
         """``z[N, latent_dim]`` (and ``labels[N]``, int64, for a conditional G) ``-> ws[N, num_ws,
-        w_dim]``; with ``truncation_psi`` != 1 every W is ``w_avg + psi * (w - w_avg)`` (StyleGAN
-        sec. 3.1 / StyleGAN2 appendix: truncation trick). Raises ValueError when a conditional G
-        gets no labels or an unconditional one gets some."""
+        w_dim]``; with ``truncation_psi`` != 1 every W (the first ``truncation_cutoff`` ones when
+        that is set) is ``w_avg + psi * (w - w_avg)`` (StyleGAN sec. 3.1 / StyleGAN2 appendix:
+        truncation trick). Raises ValueError when a conditional G gets no labels or an
+        unconditional one gets some."""
         check_labels(self, self.num_classes, labels, z.shape[0])
         w = self.mapping_network(z, labels)
         if update_w_avg:
@@ -119,9 +154,14 @@ class Generator(nn.Module):
                 # a single process would (a collective inside a training iteration only).
                 batch_mean = mean_over_processes(w.detach().float().mean(dim=0))
                 self.w_avg.copy_(batch_mean.lerp(self.w_avg, self.w_avg_beta))
-        if truncation_psi != 1:
-            w = self.w_avg.to(w.dtype).lerp(w, float(truncation_psi))
-        return w.unsqueeze(1).expand(-1, self.num_ws, -1)
+        ws = w.unsqueeze(1).expand(-1, self.num_ws, -1)
+        if truncation_psi == 1:
+            return ws
+        truncated = self.w_avg.to(w.dtype).lerp(w, float(truncation_psi)).unsqueeze(1)
+        k = self.num_ws if self.truncation_cutoff is None else min(self.truncation_cutoff, self.num_ws)
+        if k == self.num_ws:
+            return truncated.expand(-1, self.num_ws, -1)
+        return torch.cat([truncated.expand(-1, k, -1), ws[:, k:]], dim=1)
 
     def mix_styles(self, ws: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Style-mixing regularisation (StyleGAN sec. 3.1): with probability style_mixing_prob the
@@ -140,20 +180,26 @@ class Generator(nn.Module):
         return torch.where(layer >= cutoff, w2, ws)
 
     def synthesis(self, ws: torch.Tensor, noise_mode: NoiseMode = "random") -> torch.Tensor:
-        """``ws[N, num_ws, w_dim] -> images[N, channels, r, r]``: per resolution the convs, then
-        the skip output ``img = upsample(img) + toRGB(x)`` (sec. 4.1, fig. 7a). Raises ValueError
-        when ws does not hold num_ws layers."""
+        """``ws[N, num_ws, w_dim] -> images[N, channels, r, r]``: per resolution the convs
+        (residual for "resnet"), then for "skip" the skip output ``img = upsample(img) +
+        toRGB(x)`` (sec. 4.1, fig. 7b), for "orig" and "resnet" toRGB at the last resolution
+        only. Raises ValueError when ws does not hold num_ws layers."""
         if ws.shape[1] != self.num_ws:
             raise ValueError(f"synthesis: expected ws[N, {self.num_ws}, {self.w_dim}], got {tuple(ws.shape)}")
         x = self.const.to(ws.dtype).unsqueeze(0).expand(ws.shape[0], -1, -1, -1)
         img = None
         idx = 0
         for res in self.resolutions:
-            for conv in self.convs[str(res)]:
+            key = str(res)
+            y = self.skips[key](x) if key in self.skips else None
+            for conv in self.convs[key]:
                 x = conv(x, ws[:, idx], noise_mode)
                 idx += 1
-            rgb = self.to_rgb[str(res)](x, ws[:, idx])
-            img = rgb if img is None else self._upsample(img) + rgb
+            if y is not None:
+                x = (y + x) * math.sqrt(0.5)
+            if key in self.to_rgb:
+                rgb = self.to_rgb[key](x, ws[:, idx])
+                img = rgb if img is None else self._upsample(img) + rgb
         return img
 
     def _upsample(self, img: torch.Tensor) -> torch.Tensor:
@@ -174,74 +220,112 @@ class Generator(nn.Module):
 
 
 class DBlock(nn.Module):
-    """Residual D block (sec. 4.1, fig. 7c): ``(skip(x) + conv1(conv0(x))) / sqrt(2)``, where
-    conv1 and the 1x1 skip (no bias) downsample by 2 (``resample``: "fir" or "bilinear").
-    ``[N, Cin, r, r] -> [N, Cout, r/2, r/2]``. ``conv_clamp``: conv0's and conv1's outputs
-    clamped to [-conv_clamp, +conv_clamp], the skip's not (stylegan2-ada-pytorch's
-    ``DiscriminatorBlock``)."""
+    """D block, ``[N, Cin, r, r] -> [N, Cout, r/2, r/2]``: conv0 (3x3), conv1 (3x3, downsampling by
+    2; ``resample``: "fir" or "bilinear"). ``architecture`` "resnet" (sec. 4.1, fig. 7c):
+    ``(skip(x) + conv1(conv0(x))) / sqrt(2)`` with a 1x1 downsampling skip without bias; "orig" and
+    "skip": ``conv1(conv0(x))``. ``from_rgb``: this block adds ``from_rgb(img)`` (img at its
+    resolution) to its input first (the "skip" D below its top block). ``conv_clamp``: the
+    outputs of conv0, conv1 and from_rgb are clamped to [-conv_clamp, +conv_clamp], the skip's not
+    (stylegan2-ada-pytorch's ``DiscriminatorBlock``)."""
 
     def __init__(self, in_channels: int, out_channels: int, resample: Resample = "fir",
-                 conv_clamp: float | None = None):
+                 conv_clamp: float | None = None, *, architecture: DArchitecture = "resnet",
+                 from_rgb_channels: int = 0):
         super().__init__()
+        self.from_rgb = (EqualizedConv2d(from_rgb_channels, in_channels, 1, activation=True, clamp=conv_clamp)
+                         if from_rgb_channels else None)
         self.conv0 = EqualizedConv2d(in_channels, in_channels, 3, activation=True, clamp=conv_clamp)
         # The reference clamps conv1 at conv_clamp * sqrt(0.5) after its gain of sqrt(0.5); here
         # the gain comes after the clamp (forward), which is the same function.
         self.conv1 = EqualizedConv2d(in_channels, out_channels, 3, activation=True, down=True, resample=resample,
                                      clamp=conv_clamp)
-        self.skip = EqualizedConv2d(in_channels, out_channels, 1, bias=False, down=True, resample=resample)
+        self.skip = (EqualizedConv2d(in_channels, out_channels, 1, bias=False, down=True, resample=resample)
+                     if architecture == "resnet" else None)
 
-    def forward(self, x):
+    def forward(self, x, img=None):
+        if self.from_rgb is not None:
+            x = x + self.from_rgb(img)
+        if self.skip is None:
+            return self.conv1(self.conv0(x))
         return (self.skip(x) + self.conv1(self.conv0(x))) * math.sqrt(0.5)
 
 
 class Discriminator(nn.Module):
-    """StyleGAN2 residual D: ``images[N, channels, r, r] -> logits[N]``.
+    """StyleGAN2 D: ``images[N, channels, r, r] -> logits[N]``.
 
-    fromRGB (1x1) at full resolution, residual blocks down to 4x4, minibatch stddev (group
-    ``mbstd_group_size``, 0 = off), 3x3 conv, FC, FC to one logit.
+    fromRGB (1x1) at full resolution, blocks down to 4x4 (``architecture``, sec. 4.1, fig. 7:
+    "resnet" residual blocks, the paper's D; "orig" plain blocks; "skip" plain blocks, each
+    below the top one and the 4x4 epilogue adding a fromRGB of the image downsampled to its
+    resolution, stylegan2-ada-pytorch's ``DiscriminatorBlock``), minibatch stddev (group
+    ``mbstd_group_size``, 0 = off; ``mbstd_num_channels`` appended maps), 3x3 conv, FC, FC to
+    one logit.
 
     ``num_classes`` > 0: ``D(images, labels[N])``. The labels go through a mapping network of
     their own (``cmap_layers`` layers, lr x ``mapping_lr_mult``) to ``cmap[N, cmap_dim]``
-    (cmap_dim = the 4x4 feature maps); the last FC gives ``cmap_dim`` features instead of one
-    logit, and the logit is their projection on cmap, ``sum_k out_k * cmap_k / sqrt(cmap_dim)``
-    (stylegan2-ada-pytorch's ``DiscriminatorEpilogue``: a projection discriminator, Miyato &
-    Koyama 2018, with a learned label mapping).
+    (cmap_dim: None = the 4x4 feature maps); the last FC gives ``cmap_dim`` features instead of
+    one logit, and the logit is their projection on cmap, ``sum_k out_k * cmap_k /
+    sqrt(cmap_dim)`` (stylegan2-ada-pytorch's ``DiscriminatorEpilogue``: a projection
+    discriminator, Miyato & Koyama 2018, with a learned label mapping).
 
-    ``conv_clamp``: the outputs of fromRGB, of every block's two 3x3 convs and of the 4x4 conv are
-    clamped to [-conv_clamp, +conv_clamp] (stylegan2-ada-pytorch's ``conv_clamp``); the 1x1 skips
-    and the FC layers are not, as the reference. None clamps nothing.
+    ``conv_clamp``: the outputs of the block fromRGBs, of every block's two 3x3 convs and of the
+    4x4 conv are clamped to [-conv_clamp, +conv_clamp] (stylegan2-ada-pytorch's ``conv_clamp``);
+    the 1x1 skips, the epilogue's fromRGB ("skip") and the FC layers are not, as the reference.
+    None clamps nothing.
     """
 
     def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4, *,
                  resample: Resample = "fir", num_classes: int = 0, cmap_layers: int = 8,
-                 mapping_lr_mult: float = 0.01, conv_clamp: float | None = None):
+                 mapping_lr_mult: float = 0.01, conv_clamp: float | None = None,
+                 architecture: DArchitecture = "resnet", mbstd_num_channels: int = 1, cmap_dim: int | None = None):
         super().__init__()
+        if architecture not in ("resnet", "orig", "skip"):
+            raise ValueError(f"Discriminator: architecture must be 'resnet', 'orig' or 'skip', got {architecture!r}")
         self.num_classes = num_classes
         self.conv_clamp = conv_clamp
+        self.architecture, self.resample = architecture, resample
         self.from_rgb = EqualizedConv2d(channels, nf(resolution), 1, activation=True, clamp=conv_clamp)
         res = [2 ** i for i in range(int(math.log2(resolution)), 2, -1)]
-        self.blocks = nn.ModuleList(DBlock(nf(r), nf(r // 2), resample, conv_clamp) for r in res)
+        skip = architecture == "skip"
+        self.blocks = nn.ModuleList(DBlock(nf(r), nf(r // 2), resample, conv_clamp, architecture=architecture,
+                                           from_rgb_channels=channels if skip and i else 0)
+                                    for i, r in enumerate(res))
         c4 = nf(4)
-        self.mbstd = MinibatchStddev(mbstd_group_size) if mbstd_group_size > 0 else None
-        self.conv = EqualizedConv2d(c4 + (1 if self.mbstd is not None else 0), c4, 3, activation=True,
-                                    clamp=conv_clamp)
+        # Not clamped, as the reference's epilogue fromRGB.
+        self.epilogue_from_rgb = EqualizedConv2d(channels, c4, 1, activation=True) if skip else None
+        if skip:
+            self.register_buffer("resample_filter", setup_filter(), persistent=False)
+        self.mbstd = (MinibatchStddev(mbstd_group_size, mbstd_num_channels) if mbstd_group_size > 0 else None)
+        self.conv = EqualizedConv2d(c4 + (mbstd_num_channels if self.mbstd is not None else 0), c4, 3,
+                                    activation=True, clamp=conv_clamp)
         self.fc = EqualizedLinear(c4 * 16, c4, activation=True)
-        self.cmap_dim = c4 if num_classes else 0
-        self.mapping = MappingNetwork(0, c4, cmap_layers, mapping_lr_mult, num_classes) if num_classes else None
+        self.cmap_dim = (cmap_dim or c4) if num_classes else 0
+        self.mapping = (MappingNetwork(0, self.cmap_dim, cmap_layers, mapping_lr_mult, num_classes)
+                        if num_classes else None)
         self.out = EqualizedLinear(c4, self.cmap_dim or 1)
 
     def input_blocks(self) -> list[nn.Module]:
-        """FreezeD's blocks from the input side: fromRGB with the top residual block, the other
-        residual blocks, then the 4x4 epilogue (mbstd, conv, fc, out, label mapping)."""
+        """FreezeD's blocks from the input side: fromRGB with the top block, the other blocks
+        (with their fromRGBs), then the 4x4 epilogue (its fromRGB, mbstd, conv, fc, out, label
+        mapping)."""
         first = nn.ModuleList([self.from_rgb, self.blocks[0]]) if len(self.blocks) else self.from_rgb
-        tail = nn.ModuleList(m for m in (self.conv, self.fc, self.out, self.mapping) if m is not None)
+        tail = nn.ModuleList(m for m in (self.epilogue_from_rgb, self.conv, self.fc, self.out, self.mapping)
+                             if m is not None)
         return [first, *self.blocks[1:], tail]
+
+    def _downsample(self, img: torch.Tensor) -> torch.Tensor:
+        if self.resample == "fir":
+            return downsample2d(img, self.resample_filter)
+        return F.avg_pool2d(img, 2)
 
     def forward(self, img, labels=None):
         check_labels(self, self.num_classes, labels, img.shape[0])
         x = self.from_rgb(img)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, img)
+            if self.epilogue_from_rgb is not None:
+                img = self._downsample(img)
+        if self.epilogue_from_rgb is not None:
+            x = x + self.epilogue_from_rgb(img)
         if self.mbstd is not None:
             x = self.mbstd(x)
         x = self.conv(x)
@@ -277,7 +361,7 @@ FP16_MAX = 65504.0
 
 
 class StyleGAN2(Architecture):
-    """StyleGAN2 (Karras et al. 2020): mapping network, modulated convs with demodulation, noise, skip G, residual D, FIR resampling; static resolution; class-conditional."""
+    """StyleGAN2 (Karras et al. 2020): mapping network, modulated convs with demodulation, noise, skip G, residual D (or the paper's orig/skip/resnet variants), FIR resampling; static resolution; class-conditional."""
 
     @attrs.frozen
     class Options:
@@ -302,6 +386,46 @@ class StyleGAN2(Architecture):
         resample: Literal["fir", "bilinear"] = option(
             "fir", help='Up- and downsampling: "fir" (the [1, 3, 3, 1] low-pass filter of the paper\'s code, '
                         'upfirdn2d) or "bilinear" (bilinear up, 2x2 box filter down).')
+        g_architecture: GArchitecture = option(
+            "skip", help='G\'s architecture (StyleGAN2 sec. 4.1, fig. 7): "skip" (the paper\'s: a toRGB at every '
+                         'resolution, their outputs upsampled and summed), "orig" (one toRGB, at the last '
+                         'resolution) or "resnet" (one toRGB at the last resolution, residual blocks with a 1x1 '
+                         'upsampling skip, summed times sqrt(0.5)).')
+        d_architecture: DArchitecture = option(
+            "resnet", help='D\'s architecture (StyleGAN2 sec. 4.1, fig. 7): "resnet" (the paper\'s: residual '
+                           'blocks with a 1x1 downsampling skip), "orig" (plain blocks, one fromRGB at the input) '
+                           'or "skip" (plain blocks, a fromRGB of the downsampled image added at every block and '
+                           'at the 4x4 epilogue).')
+        d_channel_base: int | None = option(
+            None, help="D's channel_base (feature maps at resolution r: min(d_channel_base // r, d_channel_max)); "
+                       "None = channel_base, as every official config.", min=1)
+        d_channel_max: int | None = option(None, help="D's channel_max; None = channel_max.", min=1)
+        mbstd_num_channels: int = option(
+            1, help="Minibatch-stddev feature maps appended to D's 4x4 features: D's channels split into this many "
+                    "groups, one map each (stylegan2-ada-pytorch's mbstd_num_channels; 1 = PGGAN's layer).",
+            min=1, max=64)
+        truncation_cutoff: int | None = option(
+            None, help="Truncation trick (sampling with psi != 1) on the first truncation_cutoff Ws only (the "
+                       "coarse layers, StyleGAN sec. 3.1); None = all num_ws Ws.", min=0)
+        mapping_embed_features: int | None = option(
+            None, help="Class-conditional G: size of the label embedding joined to z; None = w_dim "
+                       "(stylegan2-ada-pytorch's embed_features).", min=1)
+        mapping_layer_features: int | None = option(
+            None, help="Width of the hidden FC layers of G's mapping network (the last gives w_dim); None = w_dim "
+                       "(stylegan2-ada-pytorch's layer_features).", min=1)
+        d_cmap_dim: int | None = option(
+            None, help="Class-conditional D: size of the label mapping the logit is projected on; None = D's 4x4 "
+                       "feature maps (stylegan2-ada-pytorch's cmap_dim).", min=1)
+        # Recorded, not acted on: the official code runs these blocks in fp16 on CUDA only (on
+        # other devices, or with force_fp32, it computes them in float32, the function gankit
+        # computes). gankit picks precision for the whole run (run.precision, autocast), so the
+        # value only travels with an imported snapshot's recipe.
+        num_fp16_res: int = option(
+            0, help="The official snapshot's num_fp16_res (its top resolutions computed in fp16 on CUDA), kept so "
+                    "an imported recipe records it. gankit does not compute those blocks in fp16 on its own: "
+                    "run.precision sets the precision of the whole networks (with conv_clamp bounding the "
+                    "activations under fp16); every value builds the same float32 function, the one the "
+                    "official code computes off CUDA.", min=0, max=32)
         d_mapping_layers: int = option(8, help="Class-conditional D (architecture.conditional): FC layers of its "
                                                "label mapping network, whose output the logit is projected on "
                                                "(stylegan2-ada-pytorch: 8).", validator=_positive)
@@ -335,6 +459,14 @@ class StyleGAN2(Architecture):
         if min(o.channel_base // recipe.resolution, o.channel_max) < 1:
             yield "channel_base", (f"gives no feature maps at resolution {recipe.resolution} "
                                    f"(use channel_base >= {recipe.resolution})")
+        if o.d_channel_base is not None and o.d_channel_base < recipe.resolution:
+            yield "d_channel_base", (f"gives D no feature maps at resolution {recipe.resolution} "
+                                     f"(use d_channel_base >= {recipe.resolution}, or none for channel_base)")
+        c4 = min((o.channel_base if o.d_channel_base is None else o.d_channel_base) // 4,
+                 o.channel_max if o.d_channel_max is None else o.d_channel_max)
+        if o.mbstd_group_size > 0 and c4 % o.mbstd_num_channels:
+            yield "mbstd_num_channels", (f"{o.mbstd_num_channels} does not divide D's {c4} feature maps at 4x4 "
+                                         f"(choose a divisor of {c4}, e.g. 1)")
         c = o.conv_clamp
         if recipe.run.precision == "fp16" and isinstance(c, float) and c > FP16_MAX:
             yield "conv_clamp", (f"{c:g} is above {FP16_MAX:g}, the largest fp16 number, so under run.precision = "
@@ -354,8 +486,16 @@ class StyleGAN2(Architecture):
         return mbstd_batch_problem(self.options.mbstd_group_size, batch, world_size)
 
     def nf(self, res: int) -> int:
+        """G's feature maps at resolution ``res``: min(channel_base // res, channel_max)."""
         o = self.options
         return int(min(o.channel_base // res, o.channel_max))
+
+    def d_nf(self, res: int) -> int:
+        """D's feature maps at resolution ``res`` (d_channel_base and d_channel_max, None = G's)."""
+        o = self.options
+        base = o.channel_base if o.d_channel_base is None else o.d_channel_base
+        top = o.channel_max if o.d_channel_max is None else o.d_channel_max
+        return int(min(base // res, top))
 
     supports_truncation = True
     supports_conditional = True
@@ -387,8 +527,11 @@ class StyleGAN2(Architecture):
         G = Generator(resolution, channels, o.latent_dim, o.w_dim, self.nf, mapping_layers=o.mapping_layers,
                       mapping_lr_mult=o.mapping_lr_mult, style_mixing_prob=o.style_mixing_prob,
                       w_avg_beta=o.w_avg_beta, modconv=o.modconv, resample=o.resample, num_classes=k,
-                      conv_clamp=self.conv_clamp)
-        D = Discriminator(resolution, channels, self.nf, o.mbstd_group_size, resample=o.resample, num_classes=k,
+                      conv_clamp=self.conv_clamp, architecture=o.g_architecture,
+                      truncation_cutoff=o.truncation_cutoff, embed_features=o.mapping_embed_features,
+                      layer_features=o.mapping_layer_features)
+        D = Discriminator(resolution, channels, self.d_nf, o.mbstd_group_size, resample=o.resample, num_classes=k,
                           cmap_layers=o.d_mapping_layers, mapping_lr_mult=o.mapping_lr_mult,
-                          conv_clamp=self.conv_clamp)
+                          conv_clamp=self.conv_clamp, architecture=o.d_architecture,
+                          mbstd_num_channels=o.mbstd_num_channels, cmap_dim=o.d_cmap_dim)
         return G, D
