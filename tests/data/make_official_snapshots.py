@@ -457,17 +457,17 @@ def _check_case(fmt: str, case: dict, nets: dict) -> list[str]:
     return lines
 
 
-def _module_sources() -> dict[str, str]:
-    """The real source text of each imported official module, for a check-only pickle (in /tmp)."""
-    import inspect
+def _module_sources(repo: str, cases: list[dict]) -> dict[str, str]:
+    """The real source text of the modules of the recorded persistent classes (as
+    ``inspect.getsource`` reads it: a BOM dropped), for a check-only pickle written to /tmp."""
+    import tokenize
 
+    names = {rec["module"] for case in cases for tree in case["nets"].values()
+             for rec in tree["modules"].values() if rec["kind"] == "persistent"}
     out = {}
-    for name, mod in list(sys.modules.items()):
-        if name.split(".")[0] in ("training", "torch_utils", "R3GAN") and getattr(mod, "__file__", None):
-            try:
-                out[name] = inspect.getsource(mod)
-            except (OSError, TypeError):
-                pass
+    for name in names:
+        with tokenize.open(Path(repo, *name.split(".")).with_suffix(".py")) as f:
+            out[name] = f.read()
     return out
 
 
@@ -500,7 +500,7 @@ def _worker(fmt: str, repo: str, out: str, check_file: str | None, genuine_dir: 
     from official_pickles import write_official_pickle
 
     data = torch.load(check_file, weights_only=True)
-    sources = _module_sources()
+    sources = _module_sources(repo, [c for c in data["cases"] if c["format"] == FORMATS[fmt]])
     lines = []
     for case in data["cases"]:
         if case["format"] != FORMATS[fmt]:
