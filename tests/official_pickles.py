@@ -121,6 +121,10 @@ def _numpy_scalar(dtype: str, value, numpy_core: str):
     return _instance(numpy_core, "scalar", lambda cls: (cls, (_DTYPES[dtype], data)))
 
 
+#: Objects shared within the snapshot being built (cleared per snapshot).
+_shared: dict = {}
+
+
 def _decode(value, numpy_core: str):
     """Inverse of the maker's tagging: plain Python, numpy scalars, torch dtypes, (Easy)dicts."""
     if isinstance(value, str):
@@ -132,7 +136,11 @@ def _decode(value, numpy_core: str):
     if isinstance(value, dict):
         tag = value.get("__type__")
         if tag == "numpy.scalar":
-            return _numpy_scalar(value["dtype"], value["value"], numpy_core)
+            # One object per recorded "ref", as in the snapshot the official code pickled.
+            key = ("numpy.scalar", value.get("ref", id(value)), numpy_core)
+            if key not in _shared:
+                _shared[key] = _numpy_scalar(value["dtype"], value["value"], numpy_core)
+            return _shared[key]
         if tag == "torch.dtype":
             return official_global("torch", value["value"].split(".", 1)[1])
         if tag in ("dict", "easydict"):
@@ -159,7 +167,14 @@ def _internals(layout: str) -> list[tuple[str, object]]:
             for k in _MODULE_INTERNALS[layout]]
 
 
-def _build_net(tree: dict, layout: str, module_sources: dict | None, numpy_core: str):
+def _shared_tuple(ref, value):
+    """The snapshot's one tuple object for ``ref`` (first decoded value wins)."""
+    if ref is None:
+        return value
+    return _shared.setdefault(("tuple", ref), value)
+
+
+def _build_net(tree: dict, layout: str, module_sources: dict | None, numpy_core: str, lineage: str):
     modules, tensors = tree["modules"], tree["tensors"]
 
     def build(path: str):
@@ -177,13 +192,26 @@ def _build_net(tree: dict, layout: str, module_sources: dict | None, numpy_core:
         for name in rec["buffers"]:
             state["_buffers"][sys.intern(name)] = None if name in rec["null_buffers"] else tensors[prefix + name].clone()
         state["_non_persistent_buffers_set"].update(sys.intern(n) for n in rec["non_persistent_buffers"])
+        indexed = rec["module"] == "torch.nn.modules.container" and rec["qualname"] in ("ModuleList", "Sequential")
         for name in rec["children"]:
-            state["_modules"][sys.intern(name)] = None if name in rec["null_children"] else build(prefix + name)
+            # ModuleList / Sequential name children str(index): a new string each, not interned
+            # (setattr interns the other names), the same object in G_ema as in G (deepcopy).
+            key = _shared.setdefault(("str", lineage, prefix + name), str(int(name))) if indexed else sys.intern(name)
+            state["_modules"][key] = None if name in rec["null_children"] else build(prefix + name)
+        refs = rec.get("tuple_refs", {})
         for k, v in rec["attributes"].items():
-            state[sys.intern(k)] = _decode(v, numpy_core)
+            state[sys.intern(k)] = _shared_tuple(refs.get(f"attributes.{k}"), _decode(v, numpy_core))
         if rec["kind"] == "persistent":
-            state["_init_args"] = _decode(rec["init_args"], numpy_core)
-            state["_init_kwargs"] = _kwargs(rec["init_kwargs"], "", set(rec["init_kwargs_easydicts"]), numpy_core)
+            state["_init_args"] = _shared_tuple(refs.get("init_args"), _decode(rec["init_args"], numpy_core))
+            kwargs = _kwargs(rec["init_kwargs"], "", set(rec["init_kwargs_easydicts"]), numpy_core)
+            for field, ref in refs.items():
+                if field.startswith("init_kwargs."):
+                    *parents, last = field.split(".")[1:]
+                    d = kwargs
+                    for p in parents:
+                        d = d[p]
+                    d[last] = _shared_tuple(ref, d[last])
+            state["_init_kwargs"] = kwargs
             src = (module_sources or {}).get(rec["module"], PLACEHOLDER_SRC)
             meta = dict(type="class", version=PERSISTENCE_VERSION, module_src=sys.intern(src),
                         class_name=sys.intern(rec["qualname"]), state=state)
@@ -217,6 +245,7 @@ def official_snapshot(case: dict, *, layout: str | None = None, module_sources: 
                       numpy_core: str = "numpy.core.multiarray") -> dict:
     """The snapshot dict of ``case`` (one entry of the fixture's ``cases``) built from stand-ins."""
     layout = layout or LAYOUT_BY_FORMAT[case["format"]]
+    _shared.clear()
     data = {}
     for key in case["snapshot_keys"]:
         if key in case["null_keys"]:
@@ -226,7 +255,9 @@ def official_snapshot(case: dict, *, layout: str | None = None, module_sources: 
         elif key == "cur_nimg":
             data[key] = case["cur_nimg"]
         else:
-            data[key] = _build_net(case["nets"][key], layout, module_sources, numpy_core)
+            # G_ema is a deep copy of G in the official loops: they share immutable objects.
+            lineage = "G" if key == "G_ema" else key
+            data[key] = _build_net(case["nets"][key], layout, module_sources, numpy_core, lineage)
     return data
 
 
@@ -305,3 +336,81 @@ def write_malicious_pickle(path, kind: str, marker=None) -> Path:
         raise ValueError(f"kind {kind!r}: expected one of {', '.join(MALICIOUS_KINDS)}")
     dump_official({"G": None, "D": None, "G_ema": payload, "training_set_kwargs": {}}, path)
     return marker
+
+
+# --------------------------------------------------------------------------------------------
+# Reading a pickle without running it (for comparing layouts)
+
+
+class Symbolic:
+    """What a global call or instance of a pickle stands for: ``name`` (``module.qualname``),
+    ``args``, ``state`` (BUILD), ``items`` (SETITEMS on a dict subclass), ``list_items``."""
+
+    _name = "?"
+
+    def __new__(cls, *args):
+        obj = object.__new__(cls)
+        obj.name, obj.args, obj.state, obj.items, obj.list_items = cls._name, args, None, {}, []
+        return obj
+
+    def __init__(self, *args):
+        pass
+
+    def __setstate__(self, state):
+        self.state = state
+
+    def __setitem__(self, key, value):
+        self.items[key] = value
+
+    def append(self, value):
+        self.list_items.append(value)
+
+    def extend(self, values):
+        self.list_items.extend(values)
+
+    def __repr__(self):
+        return f"<{self.name}>"
+
+
+class SymbolicUnpickler(pickle._Unpickler):
+    """Unpickles without importing or calling anything: every global becomes a ``Symbolic`` class
+    and its calls ``Symbolic`` instances; ``globals`` collects the ``(module, name)`` asked for."""
+
+    def __init__(self, file):
+        super().__init__(file)
+        self.globals: list[tuple[str, str]] = []
+
+    def find_class(self, module, name):
+        self.globals.append((module, name))
+        return type(name, (Symbolic,), {"_name": f"{module}.{name}"})
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError(f"persistent id {pid!r}")
+
+
+def symbolic_load(path):
+    """``(object, globals)`` of the pickle at ``path``, nothing imported or run."""
+    with open(path, "rb") as f:
+        up = SymbolicUnpickler(f)
+        return up.load(), up.globals
+
+
+def normalized(obj):
+    """A comparable plain form of a ``symbolic_load`` result; storages (``_load_from_bytes``) become
+    ``("storage", dtype, raw bytes)``, read by ``torch.load(weights_only=True)``."""
+    if isinstance(obj, type) and issubclass(obj, Symbolic):
+        return ("global", obj._name)
+    if isinstance(obj, Symbolic):
+        if obj.name == "torch.storage._load_from_bytes":
+            s = torch.load(io.BytesIO(obj.args[0]), weights_only=True)
+            t = torch.empty(0, dtype=s.dtype).set_(s)
+            return ("storage", str(s.dtype), bytes(t.view(torch.uint8).numpy()))
+        return ("call", obj.name, normalized(obj.args), normalized(obj.state), normalized(obj.items),
+                normalized(obj.list_items))
+    if isinstance(obj, dict):
+        return ("dict", [(k, normalized(v)) for k, v in obj.items()])
+    if isinstance(obj, (list, tuple)):
+        return (type(obj).__name__, [normalized(v) for v in obj])
+    if isinstance(obj, set):
+        return ("set", sorted(obj))
+    return obj

@@ -75,6 +75,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "official_snapshots.pt"
 SEEDS = [0, 1, 2, 3]
+LAYOUT_NOTE = {"ada": "legacy.load_network_pkl", "sg3": "legacy.load_network_pkl", "r3gan": "pickle.load"}
 FORMATS = {"ada": "stylegan2-ada-pytorch", "sg3": "stylegan3-stylegan2", "r3gan": "r3gan"}
 MIRRORS = {"ada": "/work/.mirror/NVlabs+stylegan2-ada-pytorch/repo",
            "sg3": "/work/.mirror/NVlabs+stylegan3/repo",
@@ -107,6 +108,9 @@ def _import_official(repo: str) -> None:
 # Recording a module tree
 
 
+_SCALAR_REFS: dict[int, tuple[int, object]] = {}
+
+
 def _encode(value, where: str):
     """A weights-only-loadable form of an attribute value (tagged where it is not plain)."""
     import dnnlib
@@ -114,7 +118,10 @@ def _encode(value, where: str):
     if value is None or type(value) in (bool, int, float, str):
         return value
     if isinstance(value, np.generic):
-        return {"__type__": "numpy.scalar", "dtype": value.dtype.name, "value": value.item()}
+        # "ref" numbers the scalar objects of a snapshot: one object in several places (every
+        # layer's act_gain is bias_act's def_gain) pickles once, then as a memo reference.
+        ref = _SCALAR_REFS.setdefault(id(value), (len(_SCALAR_REFS), value))[0]
+        return {"__type__": "numpy.scalar", "dtype": value.dtype.name, "value": value.item(), "ref": ref}
     if isinstance(value, torch.dtype):
         return {"__type__": "torch.dtype", "value": str(value)}
     if type(value) is tuple:
@@ -139,6 +146,12 @@ def _plain_kwargs(value, where: str, path: str, easydicts: list[str]):
     return _encode(value, where)
 
 
+def _kwarg_fields(value, path):
+    if isinstance(value, dict):
+        return [f for k, v in value.items() for f in _kwarg_fields(v, f"{path}.{k}")]
+    return [(path, value)]
+
+
 def record_tree(net: torch.nn.Module) -> dict:
     internals = set(torch.nn.Module().__dict__)
     modules, tensors = {}, {}
@@ -157,6 +170,17 @@ def record_tree(net: torch.nn.Module) -> dict:
             rec["init_kwargs_easydicts"] = easy
         rec["attributes"] = {k: _encode(v, f"{path}.{k}") for k, v in m.__dict__.items()
                              if k not in internals and k not in ("_init_args", "_init_kwargs")}
+        # Tuples shared between places (deepcopy keeps a tuple of atoms: G_ema's are G's) pickle
+        # once: "tuple_refs" numbers them per snapshot, field path -> ref.
+        refs = {}
+        fields = [(f"attributes.{k}", v) for k, v in m.__dict__.items() if k not in internals]
+        if persistent:
+            fields = [("init_args", m._init_args), *_kwarg_fields(m._init_kwargs, "init_kwargs"),
+                      *[f for f in fields if f[0] not in ("attributes._init_args", "attributes._init_kwargs")]]
+        for field, v in fields:
+            if type(v) is tuple and v:
+                refs[field] = _SCALAR_REFS.setdefault(id(v), (len(_SCALAR_REFS), v))[0]
+        rec["tuple_refs"] = refs
         prefix = f"{path}." if path else ""
         rec["parameters"] = list(m._parameters)
         rec["null_parameters"] = [k for k, v in m._parameters.items() if v is None]
@@ -177,6 +201,11 @@ def record_tree(net: torch.nn.Module) -> dict:
 
     visit(net, "")
     return {"modules": modules, "tensors": tensors}
+
+
+def _record_nets(snap: dict) -> dict:
+    _SCALAR_REFS.clear()
+    return {k: record_tree(v) for k, v in snap.items() if v is not None}
 
 
 def _perturb(net: torch.nn.Module, seed: int) -> None:
@@ -356,7 +385,7 @@ def _build_stylegan2_case(fmt: str, spec: dict, seed: int) -> dict:
             "snapshot_keys": (["training_set_kwargs", "G", "D", "G_ema", "augment_pipe"] if fmt == "ada"
                               else ["G", "D", "G_ema", "augment_pipe", "training_set_kwargs"]),
             "null_keys": [] if pipe is not None else ["augment_pipe"],
-            "nets": {k: record_tree(v) for k, v in snap.items() if v is not None}}
+            "nets": _record_nets(snap)}
     _record_outputs(case, snap["G_ema"], snap["D"], True, (spec["channels"], spec["res"], spec["res"]))
     if pipe is not None:
         # The geometric augmentations pad by the wavelet's support: inputs of 32 px, whatever G's size.
@@ -400,7 +429,7 @@ def _build_r3gan_case(spec: dict, seed: int) -> dict:
     case = {"format": "r3gan", "case": spec["case"], "class_idx": spec.get("class_idx"),
             "training_set_kwargs": _dataset_kwargs(spec["res"], spec["c_dim"] > 0, 100, random_seed=0),
             "snapshot_keys": ["G", "D", "G_ema", "training_set_kwargs", "cur_nimg"], "null_keys": [],
-            "cur_nimg": 12800, "nets": {k: record_tree(v) for k, v in snap.items()}}
+            "cur_nimg": 12800, "nets": _record_nets(snap)}
     _record_outputs(case, snap["G_ema"], snap["D"], False, (3, spec["res"], spec["res"]))
     return case, snap
 
@@ -452,8 +481,15 @@ def _check_case(fmt: str, case: dict, nets: dict) -> list[str]:
                 raise AssertionError(f"{case['case']}: {name}'s tensors differ after the round trip")
     if worst > 1e-5 or worst_d > 1e-5:
         raise AssertionError(f"{case['case']}: outputs differ by {worst:g} (G) / {worst_d:g} (D)")
-    lines.append(f"check {case['case']}: rebuilt pickle loads in the official code; G_ema/D/augment "
-                 f"outputs match (max |diff| {worst:.2g} G, {worst_d:.2g} D), uint8 pixels equal")
+    # Buffers (filters, const noise) are equal in G and G_ema, as the official EMA copies them.
+    g, g_ema = case["nets"]["G"]["tensors"], case["nets"]["G_ema"]["tensors"]
+    params = [f"{p}.{n}" if p else n for p, rec in case["nets"]["G"]["modules"].items() for n in rec["parameters"]]
+    if any(torch.equal(g[k], g_ema[k]) for k in params if k in g):
+        raise AssertionError(f"{case['case']}: G and G_ema share a weight; a mix-up would pass unseen")
+    what = "G_ema images, ws, W file, D logits" if stylegan2 else "G_ema images, D logits"
+    what += ", augment_pipe outputs" if "augment" in case else ""
+    lines.append(f"check {case['case']}: the rebuilt pickle ({LAYOUT_NOTE[fmt]}) loads in the official code; "
+                 f"all tensors equal; {what} match (max |diff| {worst:.2g} G, {worst_d:.2g} D); uint8 pixels equal")
     return lines
 
 
@@ -469,6 +505,39 @@ def _module_sources(repo: str, cases: list[dict]) -> dict[str, str]:
         with tokenize.open(Path(repo, *name.split(".")).with_suffix(".py")) as f:
             out[name] = f.read()
     return out
+
+
+def _opcodes(path) -> list[tuple]:
+    """The pickle's opcodes and arguments (memo indices included), a bytes argument as its length."""
+    import pickletools
+
+    with open(path, "rb") as f:
+        return [(op.name, len(arg) if isinstance(arg, bytes) else arg)
+                for op, arg, _ in pickletools.genops(f) if op.name != "FRAME"]
+
+
+def _compare_with_genuine(fmt: str, repo: str, case: dict, genuine: Path) -> str:
+    """Check the writer against a genuine ``pickle.dump`` of the official objects in this process:
+    with this torch's module internals, this numpy's ``scalar`` module and the real source text,
+    both must unpickle (symbolically: nothing run) to the same tree and ask for the same globals."""
+    sys.path.insert(0, str(HERE.parent))
+    from official_pickles import normalized, symbolic_load, write_official_pickle
+
+    numpy_core = np.float64(1).__reduce__()[0].__module__
+    mine = genuine.with_name(genuine.stem + ".writer.pkl")
+    write_official_pickle(case, mine, layout="current", module_sources=_module_sources(repo, [case]),
+                          numpy_core=numpy_core)
+    (g_obj, g_globals), (m_obj, m_globals) = symbolic_load(genuine), symbolic_load(mine)
+    if g_globals != m_globals:
+        raise AssertionError(f"{case['case']}: globals differ: {g_globals} != {m_globals}")
+    if normalized(g_obj) != normalized(m_obj):
+        raise AssertionError(f"{case['case']}: the writer's pickle unpickles to another tree than the genuine one")
+    same_ops = _opcodes(genuine) == _opcodes(mine)
+    same = genuine.read_bytes() == mine.read_bytes()
+    mine.unlink()
+    how = ("identical bytes" if same else "same opcodes and memo indices; bytes differ only inside the "
+           "storages' torch.save streams (their keys are object ids)" if same_ops else "opcodes differ")
+    return f"check {case['case']}: writer vs genuine pickle.dump: same globals in order, same tree, {how}"
 
 
 def _worker(fmt: str, repo: str, out: str, check_file: str | None, genuine_dir: str | None) -> None:
@@ -491,8 +560,9 @@ def _worker(fmt: str, repo: str, out: str, check_file: str | None, genuine_dir: 
                                case["cur_nimg"] if k == "cur_nimg" else snap.get(k))
                 path = Path(genuine_dir) / f"{case['case']}.pkl"
                 with open(path, "wb") as f:
-                    pickle.dump(data, f)
+                    pickle.dump(data, f, protocol=4)
                 print(f"wrote genuine official pickle {path} ({path.stat().st_size} bytes)", flush=True)
+                print(_compare_with_genuine(fmt, repo, case, path), flush=True)
         torch.save(cases, out)
         return
     # Check mode: rebuild each recorded case's pickle with the writer and load it officially.
@@ -517,8 +587,8 @@ def _worker(fmt: str, repo: str, out: str, check_file: str | None, genuine_dir: 
                     import legacy
 
                     nets = legacy.load_network_pkl(f)
-            if list(nets) != [k for k in case["snapshot_keys"]] and fmt == "r3gan":
-                raise AssertionError(f"{case['case']}: snapshot keys {list(nets)}")
+            if list(nets) != case["snapshot_keys"] or nets["training_set_kwargs"] != case["training_set_kwargs"]:
+                raise AssertionError(f"{case['case']}: snapshot keys {list(nets)} / training_set_kwargs differ")
             lines += _check_case(fmt, case, nets)
     print(json.dumps(lines), flush=True)
 
