@@ -52,6 +52,22 @@ _MODULE_INTERNALS = {
 }
 
 
+FIXTURE = Path(__file__).resolve().parent / "data" / "official_snapshots.pt"
+
+
+def official_cases() -> list[dict]:
+    """The recorded cases of ``tests/data/official_snapshots.pt`` (see its maker's docstring)."""
+    return torch.load(FIXTURE, weights_only=True)["cases"]
+
+
+def official_case(name: str) -> dict:
+    """The recorded case called ``name`` (e.g. ``"ada-skip-resnet"``, ``"r3gan-unconditional"``)."""
+    for case in official_cases():
+        if case["case"] == name:
+            return case
+    raise KeyError(name)
+
+
 # --------------------------------------------------------------------------------------------
 # Stand-ins: objects that pickle as the official ones do
 
@@ -229,9 +245,12 @@ class _OfficialPickler(pickle._Pickler):
         key = getattr(obj, "__official_global__", None)
         if key is None or getattr(obj, "__dict__", {}).get("__official_global__") is None:
             return super().save_global(obj, name)
-        self.save(key[0])
-        self.save(key[1])
-        self.write(pickle.STACK_GLOBAL)
+        if self.proto >= 4:
+            self.save(key[0])
+            self.save(key[1])
+            self.write(pickle.STACK_GLOBAL)
+        else:
+            self.write(pickle.GLOBAL + f"{key[0]}\n{key[1]}\n".encode())
         self.memoize(obj)
 
 
