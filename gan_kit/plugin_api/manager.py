@@ -50,6 +50,7 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.schedules",
     "gan_kit.builtin.distances",
     "gan_kit.builtin.distances.lpips",
+    "gan_kit.builtin.importers.snapshots",
     "gan_kit.builtin.reporting",
     "gan_kit.builtin.reporting.tensorboard",
     "gan_kit.builtin.reporting.checkpointing",

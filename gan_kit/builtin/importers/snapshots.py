@@ -1,0 +1,207 @@
+"""The built-in importers (kind ``importer``): the network-snapshot pickles of the field's
+official code, read with ``gan_kit.read_pickle`` (nothing in the file runs) and converted into
+gankit's ``stylegan2`` / ``r3gan`` networks.
+
+* ``stylegan2-ada-pytorch``: ``network-snapshot-*.pkl`` of stylegan2-ada-pytorch (Karras et al.
+  2020b, arXiv:2006.06676) and of the StyleGAN3 repository's StyleGAN2 networks
+  (``networks_stylegan2``): ``dict(G, D, G_ema, augment_pipe, training_set_kwargs)`` of
+  ``torch_utils.persistence`` modules whose ``init_kwargs`` name the configuration.
+* ``stylegan2-tf``: the TF-era StyleGAN2 / StyleGAN2-ADA pickles ``(G, D, Gs)`` of
+  ``dnnlib.tflib.network.Network`` (what stylegan2-ada-pytorch's ``legacy.py`` converts).
+* ``r3gan``: brownvc/R3GAN's snapshots (Huang et al. 2024, arXiv:2501.05441): plain
+  ``training.networks.Generator`` / ``Discriminator`` modules wrapping ``R3GAN.Networks``; the
+  configuration is read from the tensors' shapes and the modules' attributes.
+
+Seeds: each of these codebases draws seed S's z as ``np.random.RandomState(S).randn(1, z_dim)``
+(generate.py, gen_images.py), so an imported model keeps that rule (``ImportedModel.seeds``).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Any
+
+import tomli_w
+
+from gan_kit import GankitError, ImportedModel, Importer, PickledModule, PickledTFNetwork, hookimpl
+from gan_kit.builtin.importers.ada_official import ada_options_from_official
+from gan_kit.builtin.importers.r3gan_official import r3gan_options, r3gan_state_dict
+from gan_kit.builtin.importers.stylegan2_official import stylegan2_options, stylegan2_state_dict
+
+__all__ = ["StyleGAN2Snapshot", "StyleGAN2TFSnapshot", "R3GANSnapshot", "imported_recipe"]
+
+#: The licence NVIDIA publishes StyleGAN2-ADA / StyleGAN3 code and models under.
+NVIDIA_LICENSE = ("NVIDIA Source Code License for StyleGAN2 with Adaptive Discriminator Augmentation (ADA) / "
+                  "StyleGAN3: non-commercial use only (research and evaluation)")
+TF_LICENSE = "NVIDIA Source Code License-NC for StyleGAN2: non-commercial use only"
+R3GAN_LICENSE = "as published by the R3GAN authors (brownvc/R3GAN; its code builds on NVIDIA's non-commercial code)"
+
+
+def _data_name(training_set_kwargs: Any) -> str:
+    """The data set's file or folder name the snapshot was trained on (its folder dropped: a
+    path of the machine it was trained on means nothing here), or a placeholder."""
+    path = training_set_kwargs.get("path") if isinstance(training_set_kwargs, dict) else None
+    if not isinstance(path, str) or not path:
+        return "your-data"
+    name = PureWindowsPath(path).name if "\\" in path else PurePosixPath(path).name
+    return name or "your-data"
+
+
+def imported_recipe(architecture: dict, *, resolution: int, num_classes: int, data: str, family: str,
+                    augment: dict | None = None, source: str = "") -> str:
+    """The TOML text of a gankit recipe that builds an imported model's networks
+    (``architecture``: the ``[architecture]`` table) and fine-tunes them the way its codebase
+    trains (``family``: "stylegan2" - non-saturating loss, lazy R1 and path length, Adam(0.0025,
+    0, 0.99), EMA half-life 10 kimg; or "r3gan" - RpGAN + R1 + R2, its Adam settings). ``data``
+    names the data set (an image folder or zip) the user points it at; ``augment``: the
+    ``[augment]`` table (ADA with the file's pipeline and p)."""
+    arch = {"name": family, **({"conditional": True} if num_classes else {}), **architecture}
+    recipe: dict[str, Any] = {
+        "run": {"seed": 0, "device": "auto", "precision": "auto", "out_dir": "runs/imported", "total_kimg": 100,
+                "tick_kimg": 4, "snapshot_ticks": 5},
+        "data": {"name": "image-folder", "path": data, "resolution": int(resolution),
+                 **({"labels": "dataset.json"} if num_classes else {})},
+        "architecture": arch,
+    }
+    if family == "stylegan2":
+        gamma = 0.0002 * resolution ** 2 / 32  # stylegan2-ada-pytorch's --gamma auto for a batch of 32
+        recipe.update({
+            "init": {"name": "equalized-lr"},
+            "loss": {"name": "bce"},
+            "penalty": [{"name": "r1", "weight": round(gamma, 6), "interval": 16},
+                        {"name": "path-length", "weight": 2.0, "interval": 4}],
+            "update": {"name": "d-then-g"},
+            "growth": {"name": "static", "batch_size": 32},
+            "optim": {"lr": 0.0025, "betas": [0.0, 0.99]},
+            "ema": {"half_life_kimg": 10, "rampup": 0.05},
+        })
+    else:
+        recipe.update({
+            "init": {"name": "none"},
+            "loss": {"name": "rpgan"},
+            "penalty": [{"name": "r1", "weight": 0.05, "interval": 1}, {"name": "r2", "weight": 0.05, "interval": 1}],
+            "update": {"name": "d-then-g"},
+            "growth": {"name": "static", "batch_size": 32},
+            "optim": {"lr": 0.0002, "betas": [0.0, 0.99]},
+            "ema": {"half_life_kimg": 0.5, "rampup": "none"},
+        })
+    if augment:
+        recipe["augment"] = augment
+    head = (f"# A recipe for the networks imported from {source} (gankit import): the [architecture] table is the\n"
+            f"# file's configuration - keep it to start from the file's weights (gankit run RECIPE --init-from FILE).\n"
+            f"# Point data.path at your images; the other tables are the codebase's usual training settings.\n\n")
+    return head + tomli_w.dumps(recipe)
+
+
+def _network(data: Any, key: str) -> PickledModule | None:
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, PickledModule) else None
+
+
+class StyleGAN2Snapshot(Importer):
+    """stylegan2-ada-pytorch and StyleGAN3-repository StyleGAN2 network snapshots (network-snapshot-*.pkl): G, D, G_ema and the ADA pipe's p, read without running the file's code."""
+
+    def read(self, source):
+        if not source.is_pickle:
+            return None
+        data = source.pickle()
+        G_ema = _network(data, "G_ema")
+        if G_ema is None or not G_ema.persistent or G_ema.class_name != "Generator":
+            return None
+        if "input" in G_ema.children.get("synthesis", PickledModule()).children:
+            raise GankitError(f"{source.path}: a StyleGAN3 (alias-free, config t / r) generator; gankit imports "
+                              f"StyleGAN2 networks of the StyleGAN3 repository (networks_stylegan2) so far")
+        G, D = _network(data, "G"), _network(data, "D")
+        config = stylegan2_options(dict(G_ema.init_kwargs), dict(D.init_kwargs) if D is not None else None)
+        # stylegan2-ada-pytorch's G takes one synthesis_kwargs dict, the StyleGAN3 repository's
+        # networks_stylegan2 G its synthesis keywords directly
+        origin = "stylegan2-ada-pytorch" if "synthesis_kwargs" in G_ema.init_kwargs else "stylegan3-stylegan2"
+        arch = config["architecture"]
+        components: dict[str, Any] = {}
+        augment = None
+        pipe = _network(data, "augment_pipe")
+        if pipe is not None:
+            p = float(pipe.buffers["p"].reshape(-1)[0]) if "p" in pipe.buffers else 0.0
+            converted = ada_options_from_official(dict(pipe.init_kwargs), p, where=f"{source.path.name}: augment_pipe")
+            augment = converted["table"]
+            if converted.get("state") is not None:
+                components["augment"] = converted["state"]
+        recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
+                                 data=_data_name(data.get("training_set_kwargs")), family="stylegan2", augment=augment,
+                                 source=source.path.name)
+        return ImportedModel(
+            format=origin, recipe=recipe, resolution=config["resolution"],
+            channels=config["channels"], num_classes=config["num_classes"],
+            G_ema=stylegan2_state_dict(G_ema.state_dict(), "G", config),
+            G=stylegan2_state_dict(G.state_dict(), "G", config) if G is not None else None,
+            D=stylegan2_state_dict(D.state_dict(), "D", config) if D is not None else None,
+            components=components, cur_nimg=0, seeds="numpy", license=NVIDIA_LICENSE,
+            notes=(f"StyleGAN2 networks of stylegan2-ada-pytorch / the StyleGAN3 repository, G source SHA-256 "
+                   f"{G_ema.source_sha256 or 'unknown'}; weights renamed to gankit's layout, values unchanged.",))
+
+
+class StyleGAN2TFSnapshot(Importer):
+    """TF-era StyleGAN2 / StyleGAN2-ADA pickles ((G, D, Gs) of dnnlib.tflib networks), converted as stylegan2-ada-pytorch's legacy.py does, without TensorFlow and without running the file's code."""
+
+    def read(self, source):
+        if not source.is_pickle:
+            return None
+        data = source.pickle()
+        if not (isinstance(data, tuple) and len(data) == 3 and all(isinstance(n, PickledTFNetwork) for n in data)):
+            return None
+        tf_G, tf_D, tf_Gs = data
+        from gan_kit.builtin.importers.stylegan2_tf import (tf_discriminator_kwargs, tf_discriminator_state_dict,
+                                                            tf_generator_kwargs, tf_generator_state_dict)
+
+        G_kwargs, D_kwargs = tf_generator_kwargs(tf_G.static_kwargs), tf_discriminator_kwargs(tf_D.static_kwargs)
+        config = stylegan2_options(G_kwargs, D_kwargs)
+        arch = config["architecture"]
+        recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
+                                 data="your-data", family="stylegan2", source=source.path.name)
+        return ImportedModel(
+            format="stylegan2-tf", recipe=recipe, resolution=config["resolution"], channels=config["channels"],
+            num_classes=config["num_classes"],
+            G_ema=stylegan2_state_dict(tf_generator_state_dict(tf_Gs), "G", config),
+            G=stylegan2_state_dict(tf_generator_state_dict(tf_G), "G", config),
+            D=stylegan2_state_dict(tf_discriminator_state_dict(tf_D), "D", config),
+            seeds="numpy", license=TF_LICENSE,
+            notes=("TF-era StyleGAN2 networks converted as stylegan2-ada-pytorch's legacy.py does (transposes and "
+                   "flips of the TF variables), then renamed to gankit's layout.",))
+
+
+class R3GANSnapshot(Importer):
+    """brownvc/R3GAN network snapshots (network-snapshot-*.pkl): G, D and G_ema, the configuration read from the tensors, without running the file's code."""
+
+    def read(self, source):
+        if not source.is_pickle:
+            return None
+        data = source.pickle()
+        G_ema = _network(data, "G_ema")
+        if G_ema is None or G_ema.class_name != "training.networks.Generator" or "Model" not in G_ema.children:
+            return None
+        G, D = _network(data, "G"), _network(data, "D")
+        if D is None:
+            raise GankitError(f"{source.path}: an R3GAN snapshot without D; gankit reads R3GAN's configuration from "
+                              f"both networks (use the network-snapshot-*.pkl the training run wrote)")
+        config = r3gan_options(G_ema.state_dict(), G_ema.attributes_by_path(), D.state_dict(), D.attributes_by_path())
+        arch = config["architecture"]
+        recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
+                                 data=_data_name(data.get("training_set_kwargs")), family="r3gan",
+                                 source=source.path.name)
+        cur_nimg = data.get("cur_nimg") if isinstance(data, dict) else 0
+        return ImportedModel(
+            format="r3gan", recipe=recipe, resolution=config["resolution"], channels=config["channels"],
+            num_classes=config["num_classes"],
+            G_ema=r3gan_state_dict(G_ema.state_dict(), "G", config),
+            G=r3gan_state_dict(G.state_dict(), "G", config) if G is not None else None,
+            D=r3gan_state_dict(D.state_dict(), "D", config),
+            cur_nimg=int(cur_nimg) if isinstance(cur_nimg, int) else 0, seeds="numpy", license=R3GAN_LICENSE,
+            notes=("R3GAN networks (brownvc/R3GAN), configuration inferred from the tensors' shapes and the modules' "
+                   "attributes; weights renamed to gankit's layout, values unchanged.",))
+
+
+@hookimpl
+def register_importers(register):
+    register("stylegan2-ada-pytorch", StyleGAN2Snapshot)
+    register("stylegan2-tf", StyleGAN2TFSnapshot)
+    register("r3gan", R3GANSnapshot)
