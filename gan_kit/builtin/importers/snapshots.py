@@ -90,7 +90,17 @@ def imported_recipe(architecture: dict, *, resolution: int, num_classes: int, da
     head = (f"# A recipe for the networks imported from {source} (gankit import): the [architecture] table is the\n"
             f"# file's configuration - keep it to start from the file's weights (gankit run RECIPE --init-from FILE).\n"
             f"# Point data.path at your images; the other tables are the codebase's usual training settings.\n\n")
-    return head + tomli_w.dumps(recipe)
+    return head + tomli_w.dumps(_toml_keys(recipe))
+
+
+def _toml_keys(value: Any) -> Any:
+    """Tables keyed by numbers (``width_by_resolution = {8 = 96}``) with the string keys TOML
+    stores."""
+    if isinstance(value, dict):
+        return {str(k): _toml_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_toml_keys(v) for v in value]
+    return value
 
 
 def _network(data: Any, key: str) -> PickledModule | None:
