@@ -31,8 +31,9 @@ REF = torch.load(Path(__file__).parent / "data" / "tf_reference.pt", weights_onl
 CASES = REF["cases"]
 #: The cases gankit's stylegan2 architecture builds (skip G, residual D).
 BUILDABLE = ["config_f", "ada_conditional"]
-#: The cases only legacy.py converts (other G / D layouts): the official names, gankit=False.
-LAYOUTS = ["config_e_gresnet_dskip", "config_e_gorig_dorig"]
+#: The cases only legacy.py converts (other G / D layouts, another filter): the official names,
+#: gankit=False.
+LAYOUTS = ["config_e_gresnet_dskip", "config_e_filter_121", "ada_gorig_dorig"]
 #: Recorded network (key of "networks") -> converted network (key of "state_dicts").
 PAIRS = [("G", "G"), ("D", "D"), ("Gs", "G_ema")]
 

@@ -36,7 +36,11 @@ The cases: ``config_f`` (StyleGAN2 config F's layout: skip G, residual D; uncond
 version 4), ``ada_conditional`` (StyleGAN2-ADA: class-conditional G and D, D with a label
 mapping layer and mbstd group 2, the fp16 kwargs and conv_clamp 256; version 5), and two that
 gankit does not build but legacy.py converts, for the naming of the other layouts:
-``config_e_gresnet_dskip`` and ``config_e_gorig_dorig``.
+``config_e_gresnet_dskip`` (StyleGAN2, version 4, with the [1, 2, 1] resampling filter, so
+the layers that take the configured filter differ from those that keep [1, 3, 3, 1]),
+``config_e_filter_121`` (skip G and residual D with that filter; one mapping layer) and ``ada_gorig_dorig`` (StyleGAN2-ADA's
+CIFAR-10 layouts, with ``w_avg_beta`` None, no minibatch-stddev layer and Freeze-D's
+``freeze_layers``, whose frozen layers hold buffers instead of parameters).
 """
 
 from __future__ import annotations
@@ -67,11 +71,17 @@ CASES: dict[str, tuple[int, dict, dict]] = {
                         {**_SMALL, "label_size": 3, "architecture": "resnet", "mbstd_group_size": 2,
                          "mapping_layers": 1, "num_fp16_res": 4, "conv_clamp": 256}),
     "config_e_gresnet_dskip": (4, {**_SMALL, "resolution": 8, "label_size": 0, "latent_size": 16, "dlatent_size": 16,
-                                   "mapping_layers": 2, "mapping_fmaps": 16, "architecture": "resnet"},
-                               {**_SMALL, "resolution": 8, "label_size": 0, "architecture": "skip"}),
-    "config_e_gorig_dorig": (4, {**_SMALL, "resolution": 8, "label_size": 0, "latent_size": 16, "dlatent_size": 16,
-                                 "mapping_layers": 2, "mapping_fmaps": 16, "architecture": "orig"},
-                             {**_SMALL, "resolution": 8, "label_size": 0, "architecture": "orig"}),
+                                   "mapping_layers": 2, "mapping_fmaps": 16, "architecture": "resnet",
+                                   "resample_kernel": [1, 2, 1]},
+                               {**_SMALL, "resolution": 8, "label_size": 0, "architecture": "skip",
+                                "resample_kernel": [1, 2, 1]}),
+    "config_e_filter_121": (4, {**_SMALL, "resolution": 8, "label_size": 0, "latent_size": 16, "dlatent_size": 16,
+                                "mapping_layers": 1, "resample_kernel": [1, 2, 1]},
+                            {**_SMALL, "resolution": 8, "label_size": 0, "resample_kernel": [1, 2, 1]}),
+    "ada_gorig_dorig": (5, {**_SMALL, "resolution": 8, "label_size": 0, "latent_size": 16, "dlatent_size": 16,
+                            "mapping_layers": 2, "architecture": "orig", "w_avg_beta": None},
+                        {**_SMALL, "resolution": 8, "label_size": 0, "architecture": "orig", "mbstd_num_features": 0,
+                         "freeze_layers": 2}),
 }
 SEEDS = [0, 1, 2, 3]
 PSI = [1.0, 0.7]
