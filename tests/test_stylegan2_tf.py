@@ -244,6 +244,15 @@ def test_a_variable_left_over_is_named():
     assert "variable 'LabelConcat/weight' has no place" in _refusal("D", label_concat)
 
 
+def test_stylegan2s_lod_of_g_main_is_left_out_as_legacy_py_does():
+    """StyleGAN2's G and Gs hold ``lod`` (their progressive-growing level, unused by configs E
+    and F): recorded in the config F case, converted without it."""
+    G = _net(CASES["config_f"]["networks"]["Gs"])
+    assert list(G.variables) == ["lod", "dlatent_avg"] and G.variables["lod"].shape == ()
+    _, state = convert_tf_generator(G)
+    assert "lod" not in str(list(state))
+
+
 def test_a_progressive_growing_network_is_refused_by_its_lod_layers():
     def progressive(net):
         v = net.components["synthesis"].variables

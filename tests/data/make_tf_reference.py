@@ -22,7 +22,8 @@ Recorded per case (``cases[name]``):
 - ``networks``: each TF network of the pickle (``G``, ``D``, ``Gs``; ``network_order`` gives
   the pickle's order): ``state`` (version, name, static_kwargs, build_func_name and, for
   version 5, input / output shapes and names), ``variables`` (scope name -> float32 tensor, in
-  the stored order; 0-d ones were numpy scalars in the pickle) and ``components`` (G's and Gs'
+  the stored order; 0-d ones were numpy scalars in the pickle; StyleGAN2's G and Gs hold their
+  progressive-growing level ``lod`` before ``dlatent_avg``) and ``components`` (G's and Gs'
   ``synthesis`` and ``mapping``, the same form);
 - ``init_kwargs`` and ``state_dicts`` of the converted ``G``, ``D``, ``G_ema`` (plain dicts;
   the state dicts in torch's order);
@@ -241,6 +242,9 @@ def make_case(version: int, g_static: dict, d_static: dict, seed: int) -> dict:
                       shapes={"input_shapes": [[None, z], [None, c]], "output_shapes": [[None, num_layers, w]],
                               "input_names": ["latents_in", "labels_in"], "output_names": ["dlatents_out"]})
         avg = {"dlatent_avg": (np.random.RandomState(seed + 2).randn(w) * 0.5).astype(np.float32)}
+        if version < 5:
+            # StyleGAN2's G_main creates its progressive-growing level first (0: configs E, F).
+            avg = {"lod": np.zeros((), np.float32), **avg}
         # G_main builds synthesis first, then mapping (the components dict keeps that order).
         return net(name, funcs["G"], g_static, avg, {"synthesis": synthesis, "mapping": mapping},
                    shapes={"input_shapes": [[None, z], [None, c]], "output_shapes": [[None, ch, r, r]],

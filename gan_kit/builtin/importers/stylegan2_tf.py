@@ -367,7 +367,7 @@ def _channels(channel_base: int, channel_max: int, res: int) -> int:
     return min(channel_base // res, channel_max)
 
 
-def _fill(net: str, plan: _Plan, variables: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+def _fill(net: str, plan: _Plan, variables: Mapping[str, Any], unused: frozenset = frozenset()) -> dict[str, torch.Tensor]:
     variables = dict(variables)
     for tf_name in variables:
         if any(part.startswith(("ToRGB_lod", "FromRGB_lod")) for part in tf_name.split("/")):
@@ -397,7 +397,7 @@ def _fill(net: str, plan: _Plan, variables: Mapping[str, Any]) -> dict[str, torc
         # A C-ordered float32 copy (legacy.py copies the value into float32 parameters).
         out[key] = torch.from_numpy(np.array(value, dtype=np.float32, order="C", copy=True))
     for tf_name in variables:
-        if tf_name not in used:
+        if tf_name not in used and tf_name not in unused:
             raise _refuse(net, f"variable {tf_name!r} has no place in the network its static kwargs describe "
                                f"(legacy.py would drop it): not a StyleGAN2 config E/F or StyleGAN2-ADA network")
     return out
@@ -533,6 +533,11 @@ def _plan_discriminator(kwargs: Mapping) -> _Plan:
     return plan
 
 
+# StyleGAN2's G_main keeps the progressive-growing level ``lod`` (a scalar) for its configs B-D;
+# the config E/F synthesis never reads it, and legacy.py leaves it out.
+_G_UNUSED = frozenset({"lod"})
+
+
 def _flat(variables: Any) -> Mapping[str, Any]:
     return tf_variables(variables) if hasattr(variables, "components") else variables
 
@@ -544,10 +549,11 @@ def tf_generator_state_dict(variables: Any, init_kwargs: Mapping, *, name: str =
     ``variables``: ``component/scope/name -> array`` as ``tf_variables`` gives it
     (``dlatent_avg``, ``mapping/Dense0/weight``, ``synthesis/4x4/Const/const``,
     ``synthesis/noise0`` ...), or the TF network itself. ``init_kwargs``: what
-    ``tf_generator_kwargs`` gave for its static kwargs. Every variable is used once; raises
+    ``tf_generator_kwargs`` gave for its static kwargs. Every variable is used once but G_main's
+    ``lod`` (StyleGAN2's progressive-growing level, which configs E and F never read); raises
     ``CheckpointError`` naming the variable that is missing, of the wrong shape, or left over.
     """
-    return _fill(name, _plan_generator(init_kwargs), _flat(variables))
+    return _fill(name, _plan_generator(init_kwargs), _flat(variables), _G_UNUSED)
 
 
 def tf_discriminator_state_dict(variables: Any, init_kwargs: Mapping, *, name: str = "D") -> dict[str, torch.Tensor]:
