@@ -22,7 +22,8 @@ import pytest
 import torch
 
 from gan_kit import CheckpointError, GankitError, PickledTFNetwork, read_pickle
-from gan_kit.builtin.importers.stylegan2_tf import (convert_tf_discriminator, convert_tf_generator, tf_discriminator_kwargs,
+from gan_kit.builtin.importers.stylegan2_tf import (convert_tf_discriminator, convert_tf_generator, convert_tf_snapshot,
+                                                    is_tf_snapshot, tf_discriminator_kwargs,
                                                     tf_discriminator_state_dict, tf_generator_kwargs,
                                                     tf_generator_state_dict, tf_variables)
 from tf_pickles import tf_pickle_bytes, write_tf_pickle
@@ -110,11 +111,21 @@ def test_the_pickle_read_by_the_safe_reader_converts_as_legacy_py(case, tmp_path
     rec = CASES[case]
     data = read_pickle(write_tf_pickle(rec, tmp_path / "network.pkl"))
     assert isinstance(data, tuple) and len(data) == 3 and all(isinstance(n, PickledTFNetwork) for n in data)
+    assert is_tf_snapshot(data) and not is_tf_snapshot(data[:2]) and not is_tf_snapshot({"G": data[0]})
+    converted = convert_tf_snapshot(data)
+    assert list(converted) == ["G", "D", "G_ema"]
     for net, (tf_key, key) in zip(data, PAIRS):
         assert net.name == tf_key and list(net.components) == list(rec["networks"][tf_key]["components"])
-        kwargs, state = _convert(tf_key, net)
+        kwargs, state = converted[key]
         assert kwargs == rec["init_kwargs"][key]
         _assert_same_state(state, rec["state_dicts"][key])
+
+
+def test_a_pickle_of_something_else_is_no_tf_snapshot():
+    with pytest.raises(CheckpointError) as e:
+        convert_tf_snapshot({"G_ema": None})
+    assert _one_line(e) == ("not a TF StyleGAN2 snapshot: it holds dict, not the tuple of three TF networks "
+                            "(G, D, Gs)")
 
 
 def test_the_pickle_has_the_tf_layout():

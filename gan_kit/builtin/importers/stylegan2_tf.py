@@ -23,7 +23,8 @@ compute, without that code and without TensorFlow, what it computes:
 
 ``convert_tf_generator`` / ``convert_tf_discriminator`` do both for one TF network object (the
 restricted reader's ``PickledTFNetwork``, or anything with ``version``, ``static_kwargs``,
-``variables`` and ``components``).
+``variables`` and ``components``); ``convert_tf_snapshot`` does all three of a snapshot's
+``(G, D, Gs)`` (``is_tf_snapshot`` tells one), Gs becoming ``G_ema``.
 
 Refusals are ``CheckpointError`` (a ``GankitError``), one line naming the network, the kwarg or
 variable, its value, and why: what legacy.py refuses (a pickle version below 4, a static kwarg
@@ -48,7 +49,7 @@ from gan_kit import CheckpointError
 
 __all__ = ["MIN_TF_VERSION", "G_KWARGS", "D_KWARGS", "tf_variables", "tf_generator_kwargs",
            "tf_discriminator_kwargs", "tf_generator_state_dict", "tf_discriminator_state_dict",
-           "convert_tf_generator", "convert_tf_discriminator"]
+           "convert_tf_generator", "convert_tf_discriminator", "is_tf_snapshot", "convert_tf_snapshot"]
 
 #: The oldest ``dnnlib.tflib.network.Network`` pickle state legacy.py converts (StyleGAN2's 4,
 #: StyleGAN2-ADA's 5).
@@ -588,3 +589,28 @@ def convert_tf_discriminator(net: Any, *, gankit: bool = True) -> tuple[dict, di
     _check_version(net, name)
     kwargs = tf_discriminator_kwargs(net.static_kwargs, name=name, gankit=gankit)
     return kwargs, tf_discriminator_state_dict(net, kwargs, name=name)
+
+
+def _is_tf_network(obj: Any) -> bool:
+    return all(hasattr(obj, a) for a in ("version", "static_kwargs", "variables", "components"))
+
+
+def is_tf_snapshot(data: Any) -> bool:
+    """True when ``data`` (a pickle's content, as the restricted reader gives it) is a TF-era
+    snapshot: a tuple of three TF networks (G, D, Gs), the test legacy.py applies."""
+    return isinstance(data, tuple) and len(data) == 3 and all(_is_tf_network(n) for n in data)
+
+
+def convert_tf_snapshot(data: Any, *, gankit: bool = True) -> dict[str, tuple[dict, dict[str, torch.Tensor]]]:
+    """``{"G": (init_kwargs, state_dict), "D": (...), "G_ema": (...)}`` for a TF snapshot's
+    ``(G, D, Gs)``, as legacy.py's ``load_network_pkl`` converts it (Gs becomes G_ema). Raises
+    ``CheckpointError`` for anything else and for the first network that cannot be converted
+    (G_ema first: a caller that needs only G_ema may convert Gs alone with
+    ``convert_tf_generator``)."""
+    if not is_tf_snapshot(data):
+        raise CheckpointError(f"not a TF StyleGAN2 snapshot: it holds {type(data).__name__}, not the tuple of three "
+                              f"TF networks (G, D, Gs)")
+    G, D, Gs = data
+    G_ema = convert_tf_generator(Gs, gankit=gankit)
+    return {"G": convert_tf_generator(G, gankit=gankit), "D": convert_tf_discriminator(D, gankit=gankit),
+            "G_ema": G_ema}
