@@ -104,6 +104,21 @@ def test_the_state_dict_functions_take_the_flat_variables_too():
     _assert_same_state(tf_discriminator_state_dict(D, rec["init_kwargs"]["D"]), rec["state_dicts"]["D"])
 
 
+@pytest.mark.parametrize("case", BUILDABLE + LAYOUTS)
+def test_a_network_alone_brings_its_own_kwargs(case):
+    """Given the TF network alone, the state dict functions use legacy.py's kwargs of its static
+    kwargs (whatever gankit builds) and check its pickle version."""
+    rec = CASES[case]
+    _assert_same_state(tf_generator_state_dict(_net(rec["networks"]["Gs"])), rec["state_dicts"]["G_ema"])
+    _assert_same_state(tf_discriminator_state_dict(_net(rec["networks"]["D"])), rec["state_dicts"]["D"])
+    old = _net(rec["networks"]["D"])
+    old.version = 2
+    with pytest.raises(CheckpointError, match="^TF network 'D': pickle version 2"):
+        tf_discriminator_state_dict(old)
+    with pytest.raises(TypeError, match="init_kwargs is needed"):
+        tf_discriminator_state_dict(tf_variables(old))
+
+
 @pytest.mark.parametrize("case", BUILDABLE)
 def test_the_pickle_read_by_the_safe_reader_converts_as_legacy_py(case, tmp_path):
     """The TF pickle itself (G, D, Gs as dnnlib.tflib.network.Network, numpy variables, 0-d

@@ -539,30 +539,46 @@ def _plan_discriminator(kwargs: Mapping) -> _Plan:
 _G_UNUSED = frozenset({"lod"})
 
 
-def _flat(variables: Any) -> Mapping[str, Any]:
-    return tf_variables(variables) if hasattr(variables, "components") else variables
+def _inputs(variables: Any, init_kwargs: Mapping | None, name: str | None, default_name: str,
+            derive: Callable) -> tuple[Mapping[str, Any], Mapping, str]:
+    """(flat variables, init kwargs, name) from what a state dict function was given."""
+    if hasattr(variables, "components"):
+        name = name or str(getattr(variables, "name", default_name))
+        _check_version(variables, name)
+        if init_kwargs is None:
+            init_kwargs = derive(variables.static_kwargs, name=name, gankit=False)
+        return tf_variables(variables), init_kwargs, name
+    if init_kwargs is None:
+        raise TypeError("init_kwargs is needed with a flat dict of variables (a TF network brings its own)")
+    return variables, init_kwargs, name or default_name
 
 
-def tf_generator_state_dict(variables: Any, init_kwargs: Mapping, *, name: str = "G") -> dict[str, torch.Tensor]:
+def tf_generator_state_dict(variables: Any, init_kwargs: Mapping | None = None, *,
+                            name: str | None = None) -> dict[str, torch.Tensor]:
     """stylegan2-ada-pytorch's ``Generator.state_dict()`` (float32 tensors, torch's order) from
     a TF G's or Gs' variables.
 
-    ``variables``: ``component/scope/name -> array`` as ``tf_variables`` gives it
-    (``dlatent_avg``, ``mapping/Dense0/weight``, ``synthesis/4x4/Const/const``,
-    ``synthesis/noise0`` ...), or the TF network itself. ``init_kwargs``: what
-    ``tf_generator_kwargs`` gave for its static kwargs. Every variable is used once but G_main's
-    ``lod`` (StyleGAN2's progressive-growing level, which configs E and F never read); raises
-    ``CheckpointError`` naming the variable that is missing, of the wrong shape, or left over.
+    ``variables``: the TF network itself (``init_kwargs`` then defaults to legacy.py's for its
+    static kwargs, without gankit's checks; its pickle version is checked), or ``component/scope/
+    name -> array`` as ``tf_variables`` gives it (``dlatent_avg``, ``mapping/Dense0/weight``,
+    ``synthesis/4x4/Const/const``, ``synthesis/noise0`` ...) with ``init_kwargs`` what
+    ``tf_generator_kwargs`` gave. ``name``: the network's name in messages (default: its own,
+    or "G"). Every variable is used once but G_main's ``lod`` (StyleGAN2's progressive-growing
+    level, which configs E and F never read); raises ``CheckpointError`` naming the variable
+    that is missing, of the wrong shape, or left over.
     """
-    return _fill(name, _plan_generator(init_kwargs), _flat(variables), _G_UNUSED)
+    flat, kwargs, name = _inputs(variables, init_kwargs, name, "G", tf_generator_kwargs)
+    return _fill(name, _plan_generator(kwargs), flat, _G_UNUSED)
 
 
-def tf_discriminator_state_dict(variables: Any, init_kwargs: Mapping, *, name: str = "D") -> dict[str, torch.Tensor]:
+def tf_discriminator_state_dict(variables: Any, init_kwargs: Mapping | None = None, *,
+                                name: str | None = None) -> dict[str, torch.Tensor]:
     """stylegan2-ada-pytorch's ``Discriminator.state_dict()`` (float32 tensors, torch's order)
-    from a TF D's variables (``16x16/FromRGB/weight``, ``4x4/Dense0/bias``, ``Output/weight``,
-    ``LabelEmbed/weight`` ...), or the TF network itself. ``init_kwargs``: what
+    from a TF D, or its variables (``16x16/FromRGB/weight``, ``4x4/Dense0/bias``,
+    ``Output/weight``, ``LabelEmbed/weight`` ...) with ``init_kwargs`` what
     ``tf_discriminator_kwargs`` gave. Raises ``CheckpointError`` as ``tf_generator_state_dict``."""
-    return _fill(name, _plan_discriminator(init_kwargs), _flat(variables))
+    flat, kwargs, name = _inputs(variables, init_kwargs, name, "D", tf_discriminator_kwargs)
+    return _fill(name, _plan_discriminator(kwargs), flat)
 
 
 def _check_version(net: Any, name: str) -> None:
@@ -579,7 +595,7 @@ def convert_tf_generator(net: Any, *, gankit: bool = True) -> tuple[dict, dict[s
     name = str(getattr(net, "name", "G"))
     _check_version(net, name)
     kwargs = tf_generator_kwargs(net.static_kwargs, name=name, gankit=gankit)
-    return kwargs, tf_generator_state_dict(net, kwargs, name=name)
+    return kwargs, tf_generator_state_dict(net, kwargs)
 
 
 def convert_tf_discriminator(net: Any, *, gankit: bool = True) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -588,7 +604,7 @@ def convert_tf_discriminator(net: Any, *, gankit: bool = True) -> tuple[dict, di
     name = str(getattr(net, "name", "D"))
     _check_version(net, name)
     kwargs = tf_discriminator_kwargs(net.static_kwargs, name=name, gankit=gankit)
-    return kwargs, tf_discriminator_state_dict(net, kwargs, name=name)
+    return kwargs, tf_discriminator_state_dict(net, kwargs)
 
 
 def _is_tf_network(obj: Any) -> bool:
