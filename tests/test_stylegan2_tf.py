@@ -13,6 +13,7 @@ restricted reader); and every refusal is one line naming the kwarg or variable.
 from __future__ import annotations
 
 import copy
+import hashlib
 import pickletools
 from pathlib import Path
 from types import SimpleNamespace
@@ -141,6 +142,12 @@ def test_a_pickle_of_something_else_is_no_tf_snapshot():
         convert_tf_snapshot({"G_ema": None})
     assert _one_line(e) == ("not a TF StyleGAN2 snapshot: it holds dict, not the tuple of three TF networks "
                             "(G, D, Gs)")
+
+
+@pytest.mark.parametrize("case", BUILDABLE + LAYOUTS)
+def test_the_pickle_is_rebuilt_byte_for_byte(case):
+    """tests/tf_pickles.py rebuilds from the record the very bytes legacy.py read."""
+    assert hashlib.sha256(tf_pickle_bytes(CASES[case])).hexdigest() == CASES[case]["pickle_sha256"]
 
 
 def test_the_pickle_has_the_tf_layout():

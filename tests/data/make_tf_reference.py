@@ -25,6 +25,8 @@ Recorded per case (``cases[name]``):
   the stored order; 0-d ones were numpy scalars in the pickle; StyleGAN2's G and Gs hold their
   progressive-growing level ``lod`` before ``dlatent_avg``) and ``components`` (G's and Gs'
   ``synthesis`` and ``mapping``, the same form);
+- ``pickle_sha256``: the SHA-256 of the pickle legacy.py read (tests/tf_pickles.py rebuilds
+  those bytes from the record);
 - ``init_kwargs`` and ``state_dicts`` of the converted ``G``, ``D``, ``G_ema`` (plain dicts;
   the state dicts in torch's order);
 - ``outputs``: G_ema's images for seeds 0-3, ``z = np.random.RandomState(seed).randn(1, z_dim)``
@@ -47,6 +49,7 @@ CIFAR-10 layouts, with ``w_avg_beta`` None, no minibatch-stddev layer and Freeze
 from __future__ import annotations
 
 import argparse
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -57,7 +60,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "tf_reference.pt"
 sys.path.insert(0, str(HERE.parent))
-from tf_pickles import write_tf_pickle  # noqa: E402
+from tf_pickles import tf_pickle_bytes, write_tf_pickle  # noqa: E402
 
 _SMALL = {"resolution": 16, "num_channels": 3, "fmap_base": 32, "fmap_max": 8}
 
@@ -310,6 +313,7 @@ def main(argv=None) -> int:
     for i, (name, (version, g_static, d_static)) in enumerate(CASES.items()):
         case = make_case(version, g_static, d_static, seed=100 * i)
         path = write_tf_pickle(case, args.work / f"{name}.pkl")
+        case["pickle_sha256"] = hashlib.sha256(tf_pickle_bytes(case)).hexdigest()
         with open(path, "rb") as f:
             data = legacy.load_network_pkl(f)
         nets = {key: data[key].eval() for key in ("G", "D", "G_ema")}
