@@ -197,6 +197,9 @@ class PickledTFNetwork:
         variables = {}
         for item in state.get("variables") or ():
             name, value = item
+            if isinstance(value, np.generic):
+                # A 0-d variable: tf.Session.run returned it as a numpy scalar (noise_strength).
+                value = np.asarray(value)
             if not isinstance(value, np.ndarray) or value.dtype == object:
                 raise UnsafePickleError(f"TF network {self.name!r}: variable {name!r} is not a numeric array")
             variables[str(name)] = value
