@@ -47,7 +47,7 @@ EXPECTED_GLOBALS = {"stylegan2-ada-pytorch": STYLEGAN2_GLOBALS, "stylegan3-style
                     "r3gan": R3GAN_GLOBALS}
 SNAPSHOT_KEYS = {"stylegan2-ada-pytorch": ["training_set_kwargs", "G", "D", "G_ema", "augment_pipe"],
                  "stylegan3-stylegan2": ["G", "D", "G_ema", "augment_pipe", "training_set_kwargs"],
-                 "r3gan": ["G", "D", "G_ema", "training_set_kwargs", "cur_nimg"]}
+                 "r3gan": ["G", "D", "G_ema", "training_set_kwargs", "cur_nimg", "D_opt_state", "G_opt_state"]}
 
 
 def _storages(obj, out: list):
@@ -164,6 +164,11 @@ def test_written_pickle_holds_the_recorded_tensors_in_the_official_layout(tmp_pa
     obj, _ = symbolic_load(write_official_pickle(case, tmp_path / "s.pkl"))
     assert list(obj) == SNAPSHOT_KEYS[case["format"]]
     assert obj["training_set_kwargs"] == case["training_set_kwargs"]
+    if case["format"] == "r3gan":  # Adam's state dicts: plain dicts of tensors
+        for key in ("D_opt_state", "G_opt_state"):
+            assert list(obj[key]) == ["state", "param_groups"]
+            assert obj[key]["param_groups"][0]["betas"] == (0, 0.9)
+            assert obj[key]["state"][0]["exp_avg"].name == "torch._utils._rebuild_tensor_v2"
     for key in ("G", "D", "G_ema", "augment_pipe"):
         if key not in case["nets"]:
             assert obj.get(key, None) is None
