@@ -22,8 +22,8 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
 "cases": [case, ...]}``; each case is a dict of plain values:
 
 - ``format``: ``"stylegan2-ada-pytorch"``, ``"stylegan3-stylegan2"`` or ``"r3gan"``; ``case``: its name.
-- ``snapshot_keys``: the keys of the official training loop's snapshot dict, in its order, with
-  ``None`` for a key whose value is None (ADA and StyleGAN3 write ``augment_pipe=None`` without
+- ``snapshot_keys``: the keys of the official training loop's snapshot dict, in its order;
+  ``null_keys``: those whose value is None (ADA and StyleGAN3 write ``augment_pipe=None`` without
   augmentation); ``training_set_kwargs`` (the plain dict the loop writes); R3GAN: ``cur_nimg`` and
   ``opt_states`` (``{"D_opt_state", "G_opt_state"}``: Adam's state dicts after one step, as its loop
   writes them).
@@ -39,8 +39,12 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
   "null_buffers", "null_children"`` (those that are None), ``"non_persistent_buffers"``,
   ``"requires_grad"`` (parameter names that require it), ``"training"}``. Values that are not
   plain Python (``attributes``, ``init_*``) are tagged dicts: ``{"__type__": "numpy.scalar", "dtype":
-  "float64", "value": v}``, ``{"__type__": "torch.dtype", "value": "torch.bfloat16"}``,
-  ``{"__type__": "dict" | "easydict", "items": {...}}``; tuples stay tuples.
+  "float64", "value": v, "ref": n}``, ``{"__type__": "torch.dtype", "value": "torch.bfloat16"}``,
+  ``{"__type__": "dict" | "easydict", "items": {...}}``; tuples stay tuples. Object identity, which
+  decides what a pickle writes once and then refers to: ``ref`` numbers the numpy scalar objects of
+  a snapshot (every ADA layer's ``act_gain`` is one object), ``"tuple_refs"`` (field path, e.g.
+  ``"init_args"``, ``"attributes.kernel_size"``, ``"init_kwargs.x"`` -> number) the tuples (G_ema,
+  a deep copy of G, shares G's).
 - ``seeds`` ``[0, 1, 2, 3]``, ``class_idx`` (None unconditional), ``z`` ``[4, z_dim]`` float64 (each row
   ``np.random.RandomState(seed).randn(1, z_dim)``, as the generation scripts draw it), ``c`` ``[4,
   c_dim]`` (the one-hot label, or ``[4, 0]``).
@@ -52,7 +56,8 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
   entry with ``truncation_psi``/``noise_mode`` None and no ``ws``.
 - ``w_file`` (StyleGAN2 kinds): ``{"w": [1, num_ws, w_dim], "img", "uint8"}``: a ``--projected-w``
   array and the image ``generate.py`` draws from it (``G.synthesis(w, noise_mode='const')``).
-- ``d_c``, ``d_logits_fake`` (D on the psi=1 const images), ``d_inputs_random``, ``d_logits_random``.
+- ``d_c``, ``d_logits_fake`` (D on the psi=1 const images), ``d_inputs_random``, ``d_logits_random``
+  (D on a batch of 4; G_ema runs one seed at a time; all on the snapshot copies).
 - ``augment`` (when there is an augment_pipe): ``{"kwargs", "p", "inputs", "seeds", "outputs"}``,
   the pipe's output on ``inputs`` after ``torch.manual_seed(seed)``.
 
@@ -61,7 +66,15 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
 not show in its outputs): that case's outputs carry float16 rounding and conv_clamp.
 
 The networks' initial biases are zeros and w_avg is zero, which would hide terms from a parity
-check, so every parameter and buffer is moved by seeded noise before recording.
+check, so every parameter and w_avg is moved by seeded noise before recording.
+
+Checks it prints (``check ...`` lines): each recorded case is rebuilt by
+``official_pickles.write_official_pickle`` (with the real source text in ``module_src``, to a
+temporary file only) and loaded by the official code (``legacy.load_network_pkl``; R3GAN: plain
+``pickle.load`` with its checkout on sys.path); all tensors and every recorded output must come
+back. ``--check-genuine DIR`` also writes the genuine ``pickle.dump`` of each snapshot into DIR
+(outside the repository: they embed NVIDIA's source) and checks that the writer, given this
+torch's module internals, gives the same globals, tree, opcodes and memo indices.
 """
 
 from __future__ import annotations
@@ -387,7 +400,7 @@ def _build_stylegan2_case(fmt: str, spec: dict, seed: int) -> dict:
             "augment_pipe": None if pipe is None else _snapshot_copy(pipe)}
     extra = {"random_seed": 0} if fmt == "sg3" else {}
     tsk = _dataset_kwargs(spec["res"], spec["c_dim"] > 0, 100, **extra)
-    case = {"format": FORMATS[fmt], "case": spec["case"], "class_idx": spec.get("class_idx"),
+    case = {"format": FORMATS[fmt], "case": spec["case"], "seeds": SEEDS, "class_idx": spec.get("class_idx"),
             "training_set_kwargs": tsk,
             "snapshot_keys": (["training_set_kwargs", "G", "D", "G_ema", "augment_pipe"] if fmt == "ada"
                               else ["G", "D", "G_ema", "augment_pipe", "training_set_kwargs"]),
@@ -451,7 +464,7 @@ def _build_r3gan_case(spec: dict, seed: int) -> dict:
         opt.step()
         opt_states[f"{name}_opt_state"] = remap_optimizer_state_dict(opt.state_dict(), "cpu")
     snap = {"G": _snapshot_copy(G), "D": _snapshot_copy(D), "G_ema": _snapshot_copy(G_ema)}
-    case = {"format": "r3gan", "case": spec["case"], "class_idx": spec.get("class_idx"),
+    case = {"format": "r3gan", "case": spec["case"], "seeds": SEEDS, "class_idx": spec.get("class_idx"),
             "training_set_kwargs": _dataset_kwargs(spec["res"], spec["c_dim"] > 0, 100, random_seed=0),
             "snapshot_keys": ["G", "D", "G_ema", "training_set_kwargs", "cur_nimg", *opt_states],
             "null_keys": [], "cur_nimg": 12800, "opt_states": opt_states, "nets": _record_nets(snap)}
