@@ -265,6 +265,8 @@ def official_snapshot(case: dict, *, layout: str | None = None, module_sources: 
                       numpy_core: str = "numpy.core.multiarray") -> dict:
     """The snapshot dict of ``case`` (one entry of the fixture's ``cases``) built from stand-ins."""
     layout = layout or LAYOUT_BY_FORMAT[case["format"]]
+    if layout != "current" and layout not in _MODULE_INTERNALS:
+        raise ValueError(f"layout {layout!r}: expected 'current' or one of {', '.join(_MODULE_INTERNALS)}")
     _shared.clear()
     data = {}
     for key in case["snapshot_keys"]:

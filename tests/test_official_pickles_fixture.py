@@ -251,3 +251,23 @@ def test_symbolic_load_runs_nothing(tmp_path: Path):
     assert not marker.exists()
     with pytest.raises(pickle.UnpicklingError):
         SymbolicUnpickler(io.BytesIO(b"\x80\x02X\x01\x00\x00\x00aQ.")).load()  # a persistent id
+
+
+@pytest.mark.parametrize(("layout", "internals"), [
+    ("torch-1.7", ["training", "_parameters", "_buffers", "_non_persistent_buffers_set", "_backward_hooks",
+                   "_forward_hooks", "_forward_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks",
+                   "_modules"]),
+    ("current", list(torch.nn.Module().__dict__)),
+])
+def test_module_state_holds_the_torch_internals_then_attributes_then_init_args(tmp_path: Path, layout, internals):
+    """A persistent module's state is torch's Module.__init__ attributes of that torch release, then
+    the class's own attributes in assignment order, then persistence's _init_args/_init_kwargs."""
+    case = BY_NAME["ada-conditional"]
+    obj, _ = symbolic_load(write_official_pickle(case, tmp_path / "s.pkl", layout=layout))
+    state = obj["G"].args[0]["state"]
+    attrs = list(case["nets"]["G"]["modules"][""]["attributes"])
+    assert list(state) == [*internals, *attrs, "_init_args", "_init_kwargs"]
+    assert state["training"] is False and state["c_dim"] == 3
+    assert case["seeds"] == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="torch-0.4"):
+        write_official_pickle(case, tmp_path / "t.pkl", layout="torch-0.4")
