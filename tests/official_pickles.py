@@ -13,7 +13,8 @@ through torch's own reduction (``torch._utils._rebuild_tensor_v2`` over
   ``meta = dict(type='class', version=6, module_src=..., class_name=..., state=<module __dict__>)``;
   ``_init_kwargs`` hold ``dnnlib.util.EasyDict``; numpy float64 gains pickle as
   ``numpy.core.multiarray.scalar`` of a ``numpy.dtype``.
-- R3GAN: ``dict(G, D, G_ema, training_set_kwargs, cur_nimg)``; every module a plain global class
+- R3GAN: ``dict(G, D, G_ema, training_set_kwargs, cur_nimg, D_opt_state, G_opt_state)`` (Adam's
+  state dicts: plain dicts of tensors); every module a plain global class
   (``training.networks.Generator``, ``R3GAN.Networks.ResidualBlock``, ``torch.nn.modules.conv.Conv2d``
   ...) rebuilt by ``NEWOBJ`` + ``BUILD``.
 
@@ -264,6 +265,8 @@ def official_snapshot(case: dict, *, layout: str | None = None, module_sources: 
                       numpy_core: str = "numpy.core.multiarray") -> dict:
     """The snapshot dict of ``case`` (one entry of the fixture's ``cases``) built from stand-ins."""
     layout = layout or LAYOUT_BY_FORMAT[case["format"]]
+    if layout != "current" and layout not in _MODULE_INTERNALS:
+        raise ValueError(f"layout {layout!r}: expected 'current' or one of {', '.join(_MODULE_INTERNALS)}")
     _shared.clear()
     data = {}
     for key in case["snapshot_keys"]:
@@ -273,6 +276,8 @@ def official_snapshot(case: dict, *, layout: str | None = None, module_sources: 
             data[key] = {sys.intern(k): _decode(v, numpy_core) for k, v in case["training_set_kwargs"].items()}
         elif key == "cur_nimg":
             data[key] = case["cur_nimg"]
+        elif key.endswith("_opt_state"):
+            data[key] = case["opt_states"][key]
         else:
             # G_ema is a deep copy of G in the official loops: they share immutable objects.
             lineage = "G" if key == "G_ema" else key

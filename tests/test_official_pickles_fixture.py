@@ -47,7 +47,7 @@ EXPECTED_GLOBALS = {"stylegan2-ada-pytorch": STYLEGAN2_GLOBALS, "stylegan3-style
                     "r3gan": R3GAN_GLOBALS}
 SNAPSHOT_KEYS = {"stylegan2-ada-pytorch": ["training_set_kwargs", "G", "D", "G_ema", "augment_pipe"],
                  "stylegan3-stylegan2": ["G", "D", "G_ema", "augment_pipe", "training_set_kwargs"],
-                 "r3gan": ["G", "D", "G_ema", "training_set_kwargs", "cur_nimg"]}
+                 "r3gan": ["G", "D", "G_ema", "training_set_kwargs", "cur_nimg", "D_opt_state", "G_opt_state"]}
 
 
 def _storages(obj, out: list):
@@ -164,6 +164,11 @@ def test_written_pickle_holds_the_recorded_tensors_in_the_official_layout(tmp_pa
     obj, _ = symbolic_load(write_official_pickle(case, tmp_path / "s.pkl"))
     assert list(obj) == SNAPSHOT_KEYS[case["format"]]
     assert obj["training_set_kwargs"] == case["training_set_kwargs"]
+    if case["format"] == "r3gan":  # Adam's state dicts: plain dicts of tensors
+        for key in ("D_opt_state", "G_opt_state"):
+            assert list(obj[key]) == ["state", "param_groups"]
+            assert obj[key]["param_groups"][0]["betas"] == (0, 0.9)
+            assert obj[key]["state"][0]["exp_avg"].name == "torch._utils._rebuild_tensor_v2"
     for key in ("G", "D", "G_ema", "augment_pipe"):
         if key not in case["nets"]:
             assert obj.get(key, None) is None
@@ -246,3 +251,23 @@ def test_symbolic_load_runs_nothing(tmp_path: Path):
     assert not marker.exists()
     with pytest.raises(pickle.UnpicklingError):
         SymbolicUnpickler(io.BytesIO(b"\x80\x02X\x01\x00\x00\x00aQ.")).load()  # a persistent id
+
+
+@pytest.mark.parametrize(("layout", "internals"), [
+    ("torch-1.7", ["training", "_parameters", "_buffers", "_non_persistent_buffers_set", "_backward_hooks",
+                   "_forward_hooks", "_forward_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks",
+                   "_modules"]),
+    ("current", list(torch.nn.Module().__dict__)),
+])
+def test_module_state_holds_the_torch_internals_then_attributes_then_init_args(tmp_path: Path, layout, internals):
+    """A persistent module's state is torch's Module.__init__ attributes of that torch release, then
+    the class's own attributes in assignment order, then persistence's _init_args/_init_kwargs."""
+    case = BY_NAME["ada-conditional"]
+    obj, _ = symbolic_load(write_official_pickle(case, tmp_path / "s.pkl", layout=layout))
+    state = obj["G"].args[0]["state"]
+    attrs = list(case["nets"]["G"]["modules"][""]["attributes"])
+    assert list(state) == [*internals, *attrs, "_init_args", "_init_kwargs"]
+    assert state["training"] is False and state["c_dim"] == 3
+    assert case["seeds"] == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="torch-0.4"):
+        write_official_pickle(case, tmp_path / "t.pkl", layout="torch-0.4")

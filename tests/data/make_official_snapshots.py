@@ -15,15 +15,18 @@ Each checkout is imported in a subprocess of its own (the three share the module
 official ``bias_act``, ``upfirdn2d``, ``conv2d_gradfix`` and ``grid_sample_gradfix`` ops take their
 reference (plain PyTorch) paths. Runtime stand-ins so current torch/numpy import the old code
 (their files are never edited): ``pkg_resources`` (only ``parse_version``, from ``packaging``) and
-``psutil`` (empty) when absent.
+``psutil`` (empty) when absent; R3GAN train.py's Adam ``betas=[0,0]`` is given as ``[0.0, 0.0]``
+(current torch's Adam refuses integer betas; the loop overwrites them before each step anyway).
 
 The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commits": ...,
 "cases": [case, ...]}``; each case is a dict of plain values:
 
 - ``format``: ``"stylegan2-ada-pytorch"``, ``"stylegan3-stylegan2"`` or ``"r3gan"``; ``case``: its name.
-- ``snapshot_keys``: the keys of the official training loop's snapshot dict, in its order, with
-  ``None`` for a key whose value is None (ADA and StyleGAN3 write ``augment_pipe=None`` without
-  augmentation); ``training_set_kwargs`` (the plain dict the loop writes); ``cur_nimg`` (R3GAN).
+- ``snapshot_keys``: the keys of the official training loop's snapshot dict, in its order;
+  ``null_keys``: those whose value is None (ADA and StyleGAN3 write ``augment_pipe=None`` without
+  augmentation); ``training_set_kwargs`` (the plain dict the loop writes); R3GAN: ``cur_nimg`` and
+  ``opt_states`` (``{"D_opt_state", "G_opt_state"}``: Adam's state dicts after one step, as its loop
+  writes them).
 - ``nets``: ``{"G" | "D" | "G_ema" | "augment_pipe": tree}``, each as the loop pickles it (a deep
   copy in eval mode with ``requires_grad_(False)``). G_ema is G with other weights, so a reader
   that mixes them up fails. A tree is ``{"modules": {path: module}, "tensors": {name: tensor}}``;
@@ -36,8 +39,12 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
   "null_buffers", "null_children"`` (those that are None), ``"non_persistent_buffers"``,
   ``"requires_grad"`` (parameter names that require it), ``"training"}``. Values that are not
   plain Python (``attributes``, ``init_*``) are tagged dicts: ``{"__type__": "numpy.scalar", "dtype":
-  "float64", "value": v}``, ``{"__type__": "torch.dtype", "value": "torch.bfloat16"}``,
-  ``{"__type__": "dict" | "easydict", "items": {...}}``; tuples stay tuples.
+  "float64", "value": v, "ref": n}``, ``{"__type__": "torch.dtype", "value": "torch.bfloat16"}``,
+  ``{"__type__": "dict" | "easydict", "items": {...}}``; tuples stay tuples. Object identity, which
+  decides what a pickle writes once and then refers to: ``ref`` numbers the numpy scalar objects of
+  a snapshot (every ADA layer's ``act_gain`` is one object), ``"tuple_refs"`` (field path, e.g.
+  ``"init_args"``, ``"attributes.kernel_size"``, ``"init_kwargs.x"`` -> number) the tuples (G_ema,
+  a deep copy of G, shares G's).
 - ``seeds`` ``[0, 1, 2, 3]``, ``class_idx`` (None unconditional), ``z`` ``[4, z_dim]`` float64 (each row
   ``np.random.RandomState(seed).randn(1, z_dim)``, as the generation scripts draw it), ``c`` ``[4,
   c_dim]`` (the one-hot label, or ``[4, 0]``).
@@ -49,12 +56,25 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
   entry with ``truncation_psi``/``noise_mode`` None and no ``ws``.
 - ``w_file`` (StyleGAN2 kinds): ``{"w": [1, num_ws, w_dim], "img", "uint8"}``: a ``--projected-w``
   array and the image ``generate.py`` draws from it (``G.synthesis(w, noise_mode='const')``).
-- ``d_c``, ``d_logits_fake`` (D on the psi=1 const images), ``d_inputs_random``, ``d_logits_random``.
+- ``d_c``, ``d_logits_fake`` (D on the psi=1 const images), ``d_inputs_random``, ``d_logits_random``
+  (D on a batch of 4; G_ema runs one seed at a time; all on the snapshot copies).
 - ``augment`` (when there is an augment_pipe): ``{"kwargs", "p", "inputs", "seeds", "outputs"}``,
   the pipe's output on ``inputs`` after ``torch.manual_seed(seed)``.
 
+``ada-fp16-clamp``: ADA's blocks with ``use_fp16`` run in float16 on the CPU as well (StyleGAN3's
+``networks_stylegan2`` falls back to float32 off CUDA, so ``sg3-conditional``'s fp16 setting does
+not show in its outputs): that case's outputs carry float16 rounding and conv_clamp.
+
 The networks' initial biases are zeros and w_avg is zero, which would hide terms from a parity
-check, so every parameter and buffer is moved by seeded noise before recording.
+check, so every parameter and w_avg is moved by seeded noise before recording.
+
+Checks it prints (``check ...`` lines): each recorded case is rebuilt by
+``official_pickles.write_official_pickle`` (with the real source text in ``module_src``, to a
+temporary file only) and loaded by the official code (``legacy.load_network_pkl``; R3GAN: plain
+``pickle.load`` with its checkout on sys.path); all tensors and every recorded output must come
+back. ``--check-genuine DIR`` also writes the genuine ``pickle.dump`` of each snapshot into DIR
+(outside the repository: they embed NVIDIA's source) and checks that the writer, given this
+torch's module internals, gives the same globals, tree, opcodes and memo indices.
 """
 
 from __future__ import annotations
@@ -337,7 +357,7 @@ def _stylegan2_cases(fmt: str) -> list[dict]:
             dict(case="ada-orig-orig", res=8, channels=3, c_dim=0, kw=kw(8, 16, 0, "orig", "orig")),
             dict(case="ada-resnet-skip", res=8, channels=3, c_dim=0, kw=kw(8, 16, 0, "resnet", "skip")),
             dict(case="ada-conditional", res=8, channels=3, c_dim=3, class_idx=1, kw=kw(8, 16, 3, "skip", "resnet")),
-            dict(case="ada-fp16-clamp", res=16, channels=3, c_dim=0, kw=kw(16, 16, 0, "skip", "resnet", fp16=2, clamp=256)),
+            dict(case="ada-fp16-clamp", res=8, channels=3, c_dim=0, kw=kw(8, 16, 0, "skip", "resnet", fp16=2, clamp=256)),
             dict(case="ada-grayscale", res=8, channels=1, c_dim=0, kw=kw(8, 16, 0, "skip", "resnet")),
             dict(case="ada-mapping3-mbstd2", res=8, channels=3, c_dim=0,
                  kw=kw(8, 16, 0, "skip", "resnet", map_layers=3, mbstd=2, mbstd_ch=2)),
@@ -380,7 +400,7 @@ def _build_stylegan2_case(fmt: str, spec: dict, seed: int) -> dict:
             "augment_pipe": None if pipe is None else _snapshot_copy(pipe)}
     extra = {"random_seed": 0} if fmt == "sg3" else {}
     tsk = _dataset_kwargs(spec["res"], spec["c_dim"] > 0, 100, **extra)
-    case = {"format": FORMATS[fmt], "case": spec["case"], "class_idx": spec.get("class_idx"),
+    case = {"format": FORMATS[fmt], "case": spec["case"], "seeds": SEEDS, "class_idx": spec.get("class_idx"),
             "training_set_kwargs": tsk,
             "snapshot_keys": (["training_set_kwargs", "G", "D", "G_ema", "augment_pipe"] if fmt == "ada"
                               else ["G", "D", "G_ema", "augment_pipe", "training_set_kwargs"]),
@@ -407,7 +427,7 @@ def _r3gan_cases() -> list[dict]:
         return G_kwargs, D_kwargs
 
     return [
-        dict(case="r3gan-unconditional", res=16, c_dim=0, kw=kw([24, 16, 16], [4, 2, 2], [1, 1, 2], [], 0)),
+        dict(case="r3gan-unconditional", res=16, c_dim=0, kw=kw([16, 8, 8], [4, 2, 2], [1, 1, 2], [], 0)),
         dict(case="r3gan-conditional", res=8, c_dim=4, class_idx=3, kw=kw([16, 16], [2, 2], [1, 1], [], 4)),
         dict(case="r3gan-bf16", res=8, c_dim=0, kw=kw([16, 8], [2, 2], [1, 1], [-1], 0)),
     ]
@@ -425,11 +445,29 @@ def _build_r3gan_case(spec: dict, seed: int) -> dict:
     _perturb(D, seed + 1)
     G_ema = copy.deepcopy(G).eval()
     _perturb(G_ema, seed + 2)
+    # The loop's phases (D, then G) with train.py's Adam, one step on seeded gradients with the
+    # loop's per-step lr and betas, so the snapshot carries the optimizer states it would.
+    from training.training_loop import remap_optimizer_state_dict
+
+    opt_states = {}
+    gen = torch.Generator().manual_seed(seed + 3)
+    for name, net in (("D", D), ("G", G)):
+        opt = dnnlib.util.construct_class_by_name(params=net.parameters(), class_name="torch.optim.Adam",
+                                                  betas=[0.0, 0.0], eps=1e-8)  # train.py: [0,0]
+        net.requires_grad_(True)
+        for p in net.parameters():
+            p.grad = 0.01 * torch.randn(p.shape, generator=gen)
+        net.requires_grad_(False)
+        for g in opt.param_groups:
+            g["lr"] = 2e-4
+            g["betas"] = (0, 0.9)
+        opt.step()
+        opt_states[f"{name}_opt_state"] = remap_optimizer_state_dict(opt.state_dict(), "cpu")
     snap = {"G": _snapshot_copy(G), "D": _snapshot_copy(D), "G_ema": _snapshot_copy(G_ema)}
-    case = {"format": "r3gan", "case": spec["case"], "class_idx": spec.get("class_idx"),
+    case = {"format": "r3gan", "case": spec["case"], "seeds": SEEDS, "class_idx": spec.get("class_idx"),
             "training_set_kwargs": _dataset_kwargs(spec["res"], spec["c_dim"] > 0, 100, random_seed=0),
-            "snapshot_keys": ["G", "D", "G_ema", "training_set_kwargs", "cur_nimg"], "null_keys": [],
-            "cur_nimg": 12800, "nets": _record_nets(snap)}
+            "snapshot_keys": ["G", "D", "G_ema", "training_set_kwargs", "cur_nimg", *opt_states],
+            "null_keys": [], "cur_nimg": 12800, "opt_states": opt_states, "nets": _record_nets(snap)}
     _record_outputs(case, snap["G_ema"], snap["D"], False, (3, spec["res"], spec["res"]))
     return case, snap
 
@@ -557,7 +595,8 @@ def _worker(fmt: str, repo: str, out: str, check_file: str | None, genuine_dir: 
                 data = {}
                 for k in case["snapshot_keys"]:
                     data[k] = (case["training_set_kwargs"] if k == "training_set_kwargs" else
-                               case["cur_nimg"] if k == "cur_nimg" else snap.get(k))
+                               case["cur_nimg"] if k == "cur_nimg" else
+                               case["opt_states"][k] if k.endswith("_opt_state") else snap.get(k))
                 path = Path(genuine_dir) / f"{case['case']}.pkl"
                 with open(path, "wb") as f:
                     pickle.dump(data, f, protocol=4)
