@@ -184,7 +184,7 @@ def test_export_of_an_imported_model_runs_in_onnxruntime_as_in_torchscript(tmp_p
     np.testing.assert_allclose(onnx, ts, atol=1e-4, rtol=1e-4)
 
 
-FINE_TUNE = ["data.name='digits'", "data.upscale='allow'", "run.total_kimg=0.032", "run.tick_kimg=0.016",
+FINE_TUNE = ["augment={name='none'}", "run.total_kimg=0.032", "run.tick_kimg=0.016",
              "run.snapshot_ticks=1", "run.device='cpu'", "run.threads=1", "run.progress=false", "growth.batch_size=8",
              "run.sample_grid=4", "penalty=[{name='r1', weight=1.0, interval=4}]", "ema.half_life_kimg=0.01"]
 
@@ -198,9 +198,11 @@ def test_init_from_an_official_snapshot_trains_and_resumes_bit_identically(tmp_p
     assert invoke("import", path, "--out", tmp_path / "model").exit_code == 0
     recipe_file = tmp_path / "model" / "recipe.toml"
     source = ckpt.load(path)
+    # the imported recipe's own resolution; the digits stand in for the user's images
+    data = f"data={{name='digits', resolution={source['phase']['resolution']}, upscale='allow'}}"
 
     def start(name):
-        recipe, plugins = load_recipe(recipe_file, FINE_TUNE + [f"run.out_dir='{tmp_path / name}'"])
+        recipe, plugins = load_recipe(recipe_file, FINE_TUNE + [data, f"run.out_dir='{tmp_path / name}'"])
         run = build_run(recipe, plugins)
         init_from(run, path)
         return run
@@ -225,3 +227,40 @@ def test_init_from_an_official_snapshot_trains_and_resumes_bit_identically(tmp_p
     moved = [k for k, v in straight.G.state_dict().items() if v.is_floating_point() and k in source["G"]
              and not torch.equal(v, source["G"][k])]
     assert moved
+
+
+TF = torch.load(Path(__file__).parent / "data" / "tf_reference.pt", weights_only=True)
+TF_CASES = ["config_f", "ada_conditional"]  # the TF configurations gankit builds (skip G, resnet D)
+
+
+@pytest.mark.parametrize("case_name", TF_CASES)
+def test_a_tf_era_pickle_draws_legacy_pys_pixels_and_logits(case_name, tmp_path):
+    from tf_pickles import write_tf_pickle
+
+    case = TF["cases"][case_name]
+    path = tmp_path / f"{case_name}.pkl"
+    write_tf_pickle(case, path)
+    out = case["outputs"]
+    c_dim = out["c"].shape[1]
+    for k, psi in enumerate(out["psi"]):
+        official = (out["images"][k].float().permute(0, 2, 3, 1) * 127.5 + 128).clamp(0, 255).to(torch.uint8).numpy()
+        for i, seed in enumerate(out["seeds"]):
+            args = ["--class", str(seed % c_dim)] if c_dim else []
+            r = invoke("generate", path, "--seeds", str(seed), "--truncation", str(psi), "--outdir", tmp_path / "o",
+                       *args)
+            assert r.exit_code == 0, r.output
+            ours = _png(tmp_path / "o" / f"seed{seed:04d}.png")
+            assert np.abs(ours.astype(int) - official[i].astype(int)).max() <= 1, (case_name, psi, seed)
+    state, _ = import_file(path, build_plugins().registry)
+    assert state["imported"]["format"] == "stylegan2-tf"
+    recipe, plugins = load_recipe(tmp_path / "imported.toml", text=state["recipe"])
+    ctx = BuildContext(resolution=recipe.resolution, channels=state["channels"], recipe=recipe,
+                       num_classes=state["num_classes"])
+    arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
+    _, D = arch.build(recipe.resolution, state["channels"])
+    D.load_state_dict(state["D"])
+    labels = out["c"].argmax(1) if c_dim else None
+    with torch.no_grad():
+        images = out["images"][0].float()
+        logits = D.eval()(images, labels) if c_dim else D.eval()(images)
+    torch.testing.assert_close(logits.reshape(-1), out["d_logits"].reshape(-1).float(), atol=1e-4, rtol=1e-4)

@@ -357,7 +357,7 @@ def test_official_snapshot_trees_import_with_the_options_they_were_built_with(na
     d, d_attr = _plain(case["nets"]["D"])
     options = r3gan_options(g, g_attr, d, d_attr)
     expected = {  # make_official_snapshots.py's train.py kwargs, in gankit's terms
-        "r3gan-unconditional": (16, 0, {"latent_dim": 16, "width": 24, "width_by_resolution": {8: 16, 16: 16},
+        "r3gan-unconditional": (16, 0, {"latent_dim": 16, "width": 16, "width_by_resolution": {8: 8, 16: 8},
                                         "cardinality": 4, "cardinality_by_resolution": {8: 2, 16: 2},
                                         "blocks_per_stage": 1, "blocks_by_resolution": {16: 2},
                                         "bf16_resolutions": []}),

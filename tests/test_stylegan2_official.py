@@ -168,7 +168,7 @@ def test_options_refuse_what_gankit_does_not_implement_in_g(path, value, message
     (("num_fp16_res",), 3, "D.num_fp16_res = 3"),
     (("img_channels",), 1, "D.img_channels = 1"),
     (("epilogue_kwargs", "mbstd_group_size"), None, "D.epilogue_kwargs.mbstd_group_size = None"),
-    (("mapping_kwargs", "lr_multiplier"), 0.1, "D.mapping_kwargs.lr_multiplier = 0.1"),
+    (("mapping_kwargs", "num_layers"), -1, "D.mapping_kwargs.num_layers = -1"),
     (("block_kwargs", "resample_filter"), [1, 1], "D.block_kwargs.resample_filter = [1, 1]"),
     (("block_kwargs", "activation"), "relu", "D.block_kwargs.activation = 'relu'"),
     (("epilogue_kwargs", "unknown"), 2, "D.epilogue_kwargs.unknown = 2"),

@@ -18,15 +18,17 @@ Seeds: each of these codebases draws seed S's z as ``np.random.RandomState(S).ra
 
 from __future__ import annotations
 
+import copy
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
 import tomli_w
 
-from gan_kit import GankitError, ImportedModel, Importer, PickledModule, PickledTFNetwork, hookimpl
+from gan_kit import CheckpointError, GankitError, ImportedModel, Importer, PickledModule, hookimpl
 from gan_kit.builtin.importers.ada_official import ada_options_from_official
 from gan_kit.builtin.importers.r3gan_official import r3gan_options, r3gan_state_dict
 from gan_kit.builtin.importers.stylegan2_official import stylegan2_options, stylegan2_state_dict
+from gan_kit.builtin.importers.stylegan2_tf import convert_tf_snapshot, is_tf_snapshot
 
 __all__ = ["StyleGAN2Snapshot", "StyleGAN2TFSnapshot", "R3GANSnapshot", "imported_recipe"]
 
@@ -157,23 +159,28 @@ class StyleGAN2TFSnapshot(Importer):
         if not source.is_pickle:
             return None
         data = source.pickle()
-        if not (isinstance(data, tuple) and len(data) == 3 and all(isinstance(n, PickledTFNetwork) for n in data)):
+        if not is_tf_snapshot(data):
             return None
-        tf_G, tf_D, tf_Gs = data
-        from gan_kit.builtin.importers.stylegan2_tf import (tf_discriminator_kwargs, tf_discriminator_state_dict,
-                                                            tf_generator_kwargs, tf_generator_state_dict)
-
-        G_kwargs, D_kwargs = tf_generator_kwargs(tf_G.static_kwargs), tf_discriminator_kwargs(tf_D.static_kwargs)
-        config = stylegan2_options(G_kwargs, D_kwargs)
+        try:
+            nets = convert_tf_snapshot(data)
+        except CheckpointError as e:
+            raise CheckpointError(f"{source.path}: {e}") from None
+        G_kwargs, D_kwargs = dict(nets["G_ema"][0]), copy.deepcopy(nets["D"][0])
+        epilogue = D_kwargs.setdefault("epilogue_kwargs", {})
+        if epilogue.get("mbstd_group_size", 4) is None:
+            # legacy.py turns a TF D's missing group size into None (the whole minibatch); the TF
+            # networks used 4, which is the same function for batches of up to 4.
+            epilogue["mbstd_group_size"] = 4
+        config = stylegan2_options(G_kwargs, D_kwargs, source="stylegan2-ada-pytorch")
         arch = config["architecture"]
         recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
                                  data="your-data", family="stylegan2", source=source.path.name)
         return ImportedModel(
             format="stylegan2-tf", recipe=recipe, resolution=config["resolution"], channels=config["channels"],
             num_classes=config["num_classes"],
-            G_ema=stylegan2_state_dict(tf_generator_state_dict(tf_Gs), "G", config),
-            G=stylegan2_state_dict(tf_generator_state_dict(tf_G), "G", config),
-            D=stylegan2_state_dict(tf_discriminator_state_dict(tf_D), "D", config),
+            G_ema=stylegan2_state_dict(nets["G_ema"][1], "G", config),
+            G=stylegan2_state_dict(nets["G"][1], "G", config),
+            D=stylegan2_state_dict(nets["D"][1], "D", config),
             seeds="numpy", license=TF_LICENSE,
             notes=("TF-era StyleGAN2 networks converted as stylegan2-ada-pytorch's legacy.py does (transposes and "
                    "flips of the TF variables), then renamed to gankit's layout.",))

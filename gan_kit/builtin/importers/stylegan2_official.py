@@ -262,11 +262,13 @@ def _d_options(D_kwargs: dict, resolution: int, channels: int, num_classes: int,
     b.finish()
 
     m = d.sub("mapping_kwargs")
-    out["d_mapping_layers"] = _positive_int(m, "num_layers", 8)
+    layers = m.take("num_layers", 8)
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
+        raise _refuse(m.at("num_layers"), layers, "expected an integer >= 0")
     lr = _number(m, "lr_multiplier", 0.01)
-    if lr != g_arch["mapping_lr_mult"]:
-        raise _refuse(m.at("lr_multiplier"), lr, f"G's mapping has {g_arch['mapping_lr_mult']}; gankit's stylegan2 "
-                                                 "has one mapping_lr_mult for both networks")
+    if num_classes:  # an unconditional D builds no label mapping: its settings change nothing
+        out["d_mapping_layers"] = layers
+        out["d_mapping_lr_mult"] = None if lr == g_arch["mapping_lr_mult"] else lr
     cmap_dim = cmap or c4
     for key in ("embed_features", "layer_features"):
         value = m.take(key)

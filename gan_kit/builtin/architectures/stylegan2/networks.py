@@ -428,7 +428,13 @@ class StyleGAN2(Architecture):
                     "official code computes off CUDA.", min=0, max=32)
         d_mapping_layers: int = option(8, help="Class-conditional D (architecture.conditional): FC layers of its "
                                                "label mapping network, whose output the logit is projected on "
-                                               "(stylegan2-ada-pytorch: 8).", validator=_positive)
+                                               "(stylegan2-ada-pytorch: 8; TF-era StyleGAN2-ADA: 0, the normalised "
+                                               "label embedding itself).",
+                                       validator=lambda v: None if v >= 0 else f"must be >= 0, got {v}")
+        d_mapping_lr_mult: float | None = option(
+            None, help="Class-conditional D: learning-rate multiplier of its label mapping network; none = "
+                       "mapping_lr_mult (stylegan2-ada-pytorch: the same 0.01; TF-era StyleGAN2-ADA: 0.1).",
+            min=0, min_exclusive=True)
         # "auto" follows stylegan2-ada-pytorch's train.py, the setting StyleGAN2 researchers know:
         # conv_clamp = 256 exactly when fp16 layers exist (--fp32 turns both off). It reads the
         # recipe's run.precision, never the device ("auto" precision is bf16 or fp32, not fp16),
@@ -531,7 +537,8 @@ class StyleGAN2(Architecture):
                       truncation_cutoff=o.truncation_cutoff, embed_features=o.mapping_embed_features,
                       layer_features=o.mapping_layer_features)
         D = Discriminator(resolution, channels, self.d_nf, o.mbstd_group_size, resample=o.resample, num_classes=k,
-                          cmap_layers=o.d_mapping_layers, mapping_lr_mult=o.mapping_lr_mult,
+                          cmap_layers=o.d_mapping_layers,
+                          mapping_lr_mult=o.mapping_lr_mult if o.d_mapping_lr_mult is None else o.d_mapping_lr_mult,
                           conv_clamp=self.conv_clamp, architecture=o.d_architecture,
                           mbstd_num_channels=o.mbstd_num_channels, cmap_dim=o.d_cmap_dim)
         return G, D
