@@ -192,3 +192,41 @@ def test_whole_recipes_compared_are_labelled_by_their_runs_folder(tmp_path):
             (d / "recipe.toml").write_text(recipe)
     c = compare_runs([tmp_path / "study-a", tmp_path / "study-b"])
     assert [(g.label, g.n) for g in c.groups] == [("study-a", 2), ("study-b", 2)]
+
+
+def sweep_study(folder: Path, params: dict[str, dict]) -> Path:
+    """Two seeds of each named configuration of one sweep (its sweep.json ``params``)."""
+    for name, p in params.items():
+        for s, v in enumerate([30.0 + len(name), 33.0 + len(name)]):
+            d = fake_run(folder, name, s, [90.0, v], state="complete")
+            (d / "sweep.json").write_text(json.dumps({"state": "complete", "seed": s, "metric": "Metrics/swd",
+                                                      "higher_is_better": False, "params": p}))
+    return folder
+
+
+def test_the_ranking_is_readable_at_120_columns_and_names_only_the_differing_parameters(tmp_path):
+    """A newcomer's 120-column terminal showed "augm..." for both rows: the labels keep only the
+    sweep parameters that differ (the shared ones in the caption), each k=v whole on its line; a
+    terminal too narrow even for that lists the configurations under the table, one a line."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from gankit_sweep.compare import print_table
+
+    shared = {"optim.lr": 0.002, "loss.name": "hinge"}
+    study = sweep_study(tmp_path / "study", {"bce": {"augment.name": "ada", **shared},
+                                             "wgan": {"augment.name": "diffaugment", **shared}})
+    c = compare_runs([study])
+    assert [g.label for g in c.groups] == ["augment.name=ada", "augment.name=diffaugment"]
+    assert c.common == "optim.lr=0.002, loss.name=hinge"
+    for width in (120, 60):
+        out = StringIO()
+        print_table(c, Console(file=out, width=width))
+        text = out.getvalue()
+        assert max(len(line) for line in text.splitlines()[:-1]) <= width  # the note is soft-wrapped
+        assert "optim.lr=0.002, loss.name=hinge" in text
+        if width == 120:  # in the table, whole
+            assert "│ augment.name=ada         │" in text and "│ augment.name=diffaugment │" in text, text
+        else:  # under it, by rank
+            assert "\n1: augment.name=ada\n2: augment.name=diffaugment\n" in text, text

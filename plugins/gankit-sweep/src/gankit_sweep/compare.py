@@ -91,6 +91,8 @@ class Comparison:
     direction_note: str = ""
     #: Warnings for the terminal: a ``--show`` key that no run has.
     warnings: tuple = ()
+    #: The sweep parameters every configuration shares (``k=v, ...``), left out of the labels.
+    common: str = ""
 
 
 def _is_run(path: Path) -> bool:
@@ -231,10 +233,12 @@ def _metric_and_direction(paths: list[Path], metric: str | None) -> tuple[str, b
 MAX_LABEL_KEYS = 4
 
 
-def _labels(groups: list[Group]) -> None:
-    """``k=v`` labels: the sweep's parameters where every run has them, else the recipe keys in
-    which the configurations differ (more than ``MAX_LABEL_KEYS`` of them: the runs' folder, e.g.
-    the study folder of a seeds-only sweep of one recipe)."""
+def _labels(groups: list[Group]) -> str:
+    """``k=v`` labels: the sweep's parameters where every run has them (only those whose values
+    differ between the configurations, so a narrow terminal can show them), else the recipe keys
+    in which the configurations differ (more than ``MAX_LABEL_KEYS`` of them: the runs' folder,
+    e.g. the study folder of a seeds-only sweep of one recipe). Returns the sweep parameters all
+    configurations share, ``k=v, ...`` ("" when none were left out)."""
     from gankit_sweep.spaces import config_label
 
     known = [g for g in groups if g.runs[0].recipe]  # a trial without its recipe.toml yet differs in nothing
@@ -251,15 +255,26 @@ def _labels(groups: list[Group]) -> None:
             return g.runs[0].path.parent.name
         return ", ".join(f"{k}={ident.get(k)}" for k in differ) or g.runs[0].path.parent.name
 
+    swept = {id(g): g.runs[0].params for g in groups
+             if g.runs[0].params and all(r.params == g.runs[0].params for r in g.runs)}
+    shared: dict = {}
+    if len(swept) == len(groups) > 1:
+        # One sweep's configurations: a parameter with one value in all of them names none.
+        first = next(iter(swept.values()))
+        shared = {k: v for k, v in first.items()
+                  if all(k in p and json.dumps(p[k], default=str) == json.dumps(v, default=str) for p in swept.values())}
+        if len(shared) == len(first):
+            shared = {}
     for g in groups:
-        params = [r.params for r in g.runs]
-        g.label = config_label(params[0]) if params[0] and all(p == params[0] for p in params) else diff_label(g)
+        params = swept.get(id(g))
+        g.label = config_label({k: v for k, v in params.items() if k not in shared}) if params else diff_label(g)
     seen: dict[str, int] = {}
     for g in groups:
         seen[g.label] = seen.get(g.label, 0) + 1
     for g in groups:
         if seen[g.label] > 1:
             g.label = f"{g.label} | {diff_label(g)}"
+    return config_label(shared) if shared else ""
 
 
 def _mean(xs: list[float | None]) -> float | None:
@@ -329,7 +344,7 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
         gk = json.dumps(ident, sort_keys=True, default=str)
         by_key.setdefault(gk, Group(gk, [])).runs.append(info)
     groups = list(by_key.values())
-    _labels(groups)
+    common = _labels(groups)
     for g in groups:
         g.runs.sort(key=lambda r: (r.seed if isinstance(r.seed, int) else 1 << 40, str(r.path)))
         _statistics(g, higher)
@@ -343,7 +358,7 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
             g.p_vs_best = welch_p(g.finals, best)
             g.differs = None if g.p_vs_best is None else g.p_vs_best < ALPHA
     return Comparison(metric=key, higher_is_better=higher, groups=groups, extras=extra_keys,
-                      default_html=default_html, direction_note=note, warnings=warnings)
+                      default_html=default_html, direction_note=note, warnings=warnings, common=common)
 
 
 def _check_metric(metric: str, key: str, infos: list[RunInfo], row_keys: set[str]) -> None:
@@ -426,17 +441,47 @@ NOTE = ("n: finished seeds. 95% CI: Student's t interval of the mean over seeds.
         "configurations about 1 in 20 'yes' is chance). Needs 2+ seeds on both sides.")
 
 
-def print_table(c: Comparison) -> None:
+def print_table(c: Comparison, console: Any = None) -> None:
+    """The table on ``console`` (default: the terminal, or 240 columns when not one). Each
+    configuration's ``k=v`` on a line of its own; where the table with them would not fit the
+    terminal without cutting one, the configurations go under the table, one line each, and the
+    table names them by rank. The parameters all configurations share go in the caption."""
+    import io
     import sys
 
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 240, highlight=False)
+    console = console or Console(width=None if sys.stdout.isatty() else 240, highlight=False)
     head, rows = table_rows(c)
+    rows = [[row[0], row[1].replace(", ", "\n"), *row[2:]] for row in rows]
+    if all(row[-1] == "-" for row in rows):  # no unfinished or failed run: the column says nothing
+        head, rows = head[:-1], [row[:-1] for row in rows]
     direction = "higher" if c.higher_is_better else "lower"
-    table = Table(*head, title=f"{c.metric}: final value, {direction} is better")
-    for row in rows:
-        table.add_row(*row)
+
+    def build(legend: bool) -> Table:
+        table = Table(title=f"{c.metric}: final value, {direction} is better",
+                      caption=f"every configuration: {c.common}" if c.common else None)
+        for i, name in enumerate(head):
+            if i == 1 and legend:
+                continue
+            # a fixed width: rich narrows the widest column first, which would cut the labels
+            table.add_column(name, width=longest if i == 1 else None)
+        for row in rows:
+            table.add_row(*(cell for i, cell in enumerate(row) if i != 1 or not legend))
+        return table
+
+    longest = max(len(line) for row in rows for line in row[1].split("\n")) if rows else 0
+    table = build(legend=False)
+    trial = Console(file=io.StringIO(), width=console.width)
+    trial.print(table)
+    shown = trial.file.getvalue()  # every label line and every number whole, else the labels go under the table
+    legend = not (all(line in shown for row in rows for line in row[1].split("\n"))
+                  and all(word in shown for row in rows for cell in row[2:] for word in cell.split()))
+    if legend:
+        table = build(legend=True)
     console.print(table)
+    if legend:
+        for row in rows:  # the labels whole, one configuration a line
+            console.print(f"{row[0]}: {row[1].replace(chr(10), ', ')}", soft_wrap=True)
     console.print(NOTE + (f" Note: {c.direction_note}." if c.direction_note else ""), soft_wrap=True)
