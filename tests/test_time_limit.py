@@ -40,3 +40,24 @@ def test_max_minutes_ends_a_run_as_its_end_and_a_resume_needs_more(tmp_path, cap
     train(longer, resume=True)
     assert longer.step == 2 and longer.train_seconds > run.train_seconds  # one more step, time summed
     assert "stopped by run.max_minutes" in capsys.readouterr().err
+
+
+def test_a_time_limit_just_after_a_tick_folds_the_tail_into_the_final_tick(tmp_path, monkeypatch):
+    """The training clock made one second per step, ticks of 4 steps and a 9 s limit: without
+    care the tick at step 8 is reported and the limit at step 9 adds a final tick of one step
+    (its averages spike the plots, its metric repeats the tick's). The tick due 1 s before the
+    limit, under half a tick's time, runs on to the limit instead: the final tick has 5 steps."""
+    from types import SimpleNamespace
+
+    from gan_kit.runs.engine import ticks
+    from gan_kit.runs.session import train
+    from gan_kit.testing import make_run
+
+    run = make_run(tmp_path, overrides=["growth={name='static', batch_size=8}", "run.tick_kimg=0.032",
+                                        "run.total_kimg=50", "run.max_minutes=0.15", "metric=[]"])
+    monkeypatch.setattr(ticks, "time", SimpleNamespace(perf_counter=lambda: float(run.step)))
+    stats = train(run)
+    assert run.step == 9 and stats["Progress/final"] is True
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["Progress/kimg"], r["Progress/final"]) for r in rows] == [(0.032, False), (0.072, True)]
+    assert rows[-1]["Timing/sec_per_tick"] == 5.0  # steps 5 to 9
