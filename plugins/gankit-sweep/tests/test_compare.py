@@ -230,3 +230,40 @@ def test_the_ranking_is_readable_at_120_columns_and_names_only_the_differing_par
             assert "│ augment.name=ada         │" in text and "│ augment.name=diffaugment │" in text, text
         else:  # under it, by rank
             assert "\n1: augment.name=ada\n2: augment.name=diffaugment\n" in text, text
+
+
+def test_the_mean_over_seeds_is_drawn_only_where_every_seed_has_a_value(tmp_path):
+    """Seeds that ended at different kimg (a time limit): the mean of the seeds present would jump
+    where the shorter one ends; the curve stops there, each x the mean of both seeds."""
+    from gankit_sweep.page import curve
+
+    folder = tmp_path / "study"
+    fake_run(folder, "hinge", 0, [10.0, 20.0, 30.0, 40.0])  # kimg 0.5 .. 2.0
+    fake_run(folder, "hinge", 1, [30.0, 40.0])  # kimg 0.5, 1.0: stopped early
+    (g,) = compare_runs([folder]).groups
+    xs, mean, low, high = curve(g, "Metrics/swd")
+    assert xs == [0.5, 1.0] and mean == [20.0, 30.0] and low == [10.0, 20.0] and high == [30.0, 40.0]
+
+
+def test_a_two_seed_interval_of_a_distance_is_clipped_to_its_values_and_the_page_says_so(tmp_path):
+    """t(0.975, 1) = 12.7: two SWD values 10 and 300 give a Student interval reaching -1688; SWD
+    (Metric.value_range (0, inf)) cannot be negative, so the interval is clipped at 0, and the
+    table's note, the JSON and compare.html say so. A metric gankit cannot load is not clipped."""
+    from gankit_sweep.compare import metric_range, to_json
+    from gankit_sweep.page import write_page
+
+    folder = tmp_path / "study"
+    fake_run(folder, "hinge", 0, [90.0, 10.0])
+    fake_run(folder, "hinge", 1, [90.0, 300.0])
+    c = compare_runs([folder])
+    (g,) = c.groups
+    low, high = stats.t.interval(0.95, 1, loc=155.0, scale=g.sd / math.sqrt(2))
+    assert low < -1000
+    assert g.ci95 == (0.0, pytest.approx(high))
+    assert metric_range("Metrics/swd") == (0.0, math.inf) and metric_range("Metrics/fid") == (0.0, math.inf)
+    assert metric_range("Metrics/not-a-metric") == (-math.inf, math.inf)
+    assert to_json(c)["ci"].endswith("clipped to the values Metrics/swd can take, [0, inf]")
+    write_page(c, tmp_path / "compare.html")
+    assert "over seeds, clipped to the values Metrics/swd can take, [0, inf]." in (tmp_path / "compare.html").read_text()
+    result = CliRunner().invoke(cli, ["compare", str(folder), "--no-html"])
+    assert "clipped to the values Metrics/swd can take, [0, inf]" in result.output

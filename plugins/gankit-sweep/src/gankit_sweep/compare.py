@@ -4,7 +4,8 @@ Runs are read through the files every run has (recipe.toml, metrics.jsonl, sampl
 a sweep trial's sweep.json. Runs whose resolved recipes differ only in ``run.seed`` (and keys that
 do not change training: the run directory, threads, reporting intervals) form one configuration.
 Per configuration, over its finished runs (n seeds): the mean final value of the metric and its
-95% confidence interval (Student's t: mean +- t(0.975, n-1) * sd / sqrt(n)), the mean of each
+95% confidence interval (Student's t: mean +- t(0.975, n-1) * sd / sqrt(n), clipped to the values
+the metric can take, its ``value_range``: two seeds' t of 12.7 reaches far below 0), the mean of each
 seed's best value, kimg, training time and images/s; and Welch's t-test (two-sided, unequal
 variances; Welch 1947) of the configuration's final values against the best configuration's,
 p < 0.05 read as "differs beyond seed noise".
@@ -93,6 +94,8 @@ class Comparison:
     warnings: tuple = ()
     #: The sweep parameters every configuration shares (``k=v, ...``), left out of the labels.
     common: str = ""
+    #: The values the metric can take (its ``value_range``); the intervals are clipped to it.
+    value_range: tuple = (-math.inf, math.inf)
 
 
 def _is_run(path: Path) -> bool:
@@ -277,12 +280,25 @@ def _labels(groups: list[Group]) -> str:
     return config_label(shared) if shared else ""
 
 
+def metric_range(key: str) -> tuple[float, float]:
+    """``(low, high)``, the values the metric of ``Metrics/<name>`` can take as its class declares
+    them (``Metric.value_range``; SWD and FID ``(0, inf)``); unbounded for a metric this process
+    cannot load."""
+    try:
+        from gan_kit import component_class
+
+        low, high = getattr(component_class("metric", key.split("/")[1]), "value_range", (-math.inf, math.inf))
+        return float(low), float(high)
+    except Exception:  # noqa: BLE001 - a metric of a plugin this process does not load
+        return -math.inf, math.inf
+
+
 def _mean(xs: list[float | None]) -> float | None:
     xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
 
 
-def _statistics(g: Group, higher: bool) -> None:
+def _statistics(g: Group, higher: bool, value_range: tuple[float, float] = (-math.inf, math.inf)) -> None:
     from scipy import stats
 
     finals = g.finals
@@ -293,7 +309,8 @@ def _statistics(g: Group, higher: bool) -> None:
     if g.n >= 2:
         g.sd = math.sqrt(sum((x - g.mean) ** 2 for x in finals) / (g.n - 1))
         h = float(stats.t.ppf(0.975, g.n - 1)) * g.sd / math.sqrt(g.n)
-        g.ci95 = (g.mean - h, g.mean + h)
+        # t(0.975, 1) = 12.7: two seeds' interval of a distance would reach far below 0
+        g.ci95 = (max(g.mean - h, value_range[0]), min(g.mean + h, value_range[1]))
     g.best = _mean([r.best for r in counted])
     g.kimg, g.train_s = _mean([r.kimg for r in counted]), _mean([r.train_s for r in counted])
     g.img_per_s = _mean([r.img_per_s for r in counted])
@@ -345,9 +362,10 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
         by_key.setdefault(gk, Group(gk, [])).runs.append(info)
     groups = list(by_key.values())
     common = _labels(groups)
+    value_range = metric_range(key)
     for g in groups:
         g.runs.sort(key=lambda r: (r.seed if isinstance(r.seed, int) else 1 << 40, str(r.path)))
-        _statistics(g, higher)
+        _statistics(g, higher, value_range)
     sign = -1.0 if higher else 1.0
     groups.sort(key=lambda g: (g.mean is None, sign * g.mean if g.mean is not None else 0.0, g.label))
     for i, g in enumerate(groups):
@@ -358,7 +376,8 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
             g.p_vs_best = welch_p(g.finals, best)
             g.differs = None if g.p_vs_best is None else g.p_vs_best < ALPHA
     return Comparison(metric=key, higher_is_better=higher, groups=groups, extras=extra_keys,
-                      default_html=default_html, direction_note=note, warnings=warnings, common=common)
+                      default_html=default_html, direction_note=note, warnings=warnings, common=common,
+                      value_range=value_range)
 
 
 def _check_metric(metric: str, key: str, infos: list[RunInfo], row_keys: set[str]) -> None:
@@ -395,7 +414,7 @@ def to_json(c: Comparison) -> dict:
     """Every number of the comparison (null where there is none)."""
     out = {
         "metric": c.metric, "higher_is_better": c.higher_is_better, "alpha": ALPHA,
-        "ci": "95% Student's t interval of the mean final value over seeds",
+        "ci": "95% Student's t interval of the mean final value over seeds" + range_note(c),
         "test": "Welch's t-test (two-sided, unequal variances) of final values against the rank-1 configuration",
         "configurations": [],
     }
@@ -441,6 +460,14 @@ NOTE = ("n: finished seeds. 95% CI: Student's t interval of the mean over seeds.
         "configurations about 1 in 20 'yes' is chance). Needs 2+ seeds on both sides.")
 
 
+def range_note(c: Comparison) -> str:
+    """What the intervals were clipped to ("" for an unbounded metric)."""
+    low, high = c.value_range
+    if math.isinf(low) and math.isinf(high):
+        return ""
+    return f", clipped to the values {c.metric} can take, [{low:g}, {high:g}]"
+
+
 def print_table(c: Comparison, console: Any = None) -> None:
     """The table on ``console`` (default: the terminal, or 240 columns when not one). Each
     configuration's ``k=v`` on a line of its own; where the table with them would not fit the
@@ -484,4 +511,5 @@ def print_table(c: Comparison, console: Any = None) -> None:
     if legend:
         for row in rows:  # the labels whole, one configuration a line
             console.print(f"{row[0]}: {row[1].replace(chr(10), ', ')}", soft_wrap=True)
-    console.print(NOTE + (f" Note: {c.direction_note}." if c.direction_note else ""), soft_wrap=True)
+    console.print(NOTE.replace("over seeds.", f"over seeds{range_note(c)}.", 1)
+                  + (f" Note: {c.direction_note}." if c.direction_note else ""), soft_wrap=True)
