@@ -125,7 +125,9 @@ def test_config_and_model_card_say_what_the_model_is(tmp_path):
     assert config["architecture"] == "pggan" and config["latent_dim"] == 8 and config["channels"] == 1
     assert config["resolution"] == run.phase.resolution and config["num_classes"] == 0
     assert config["kimg"] == pytest.approx(run.cur_nimg / 1000)
-    assert config["recipe"] == torch.load(checkpoint, weights_only=True)["recipe"]
+    recorded = torch.load(checkpoint, weights_only=True)["recipe"]
+    assert config["recipe"] == recorded.replace(f'out_dir = "{run.out_dir.as_posix()}"', 'out_dir = "run"')
+    assert config["source_checkpoint"] == "run/checkpoints/latest.pt"
     card = (tmp_path / "export" / "README.md").read_text()
     front, body = card.split("---\n")[1], card.split("---\n", 2)[2]
     assert "library_name: gankit" in front and "- pggan" in front
@@ -138,6 +140,48 @@ def test_config_and_model_card_say_what_the_model_is(tmp_path):
     export_model(checkpoint, tmp_path / "weights-only", formats=["safetensors"])
     card = (tmp_path / "weights-only" / "README.md").read_text()
     assert "model.ts" not in card and "model.onnx" not in card and "gankit sample ." in card  # the files it has
+
+
+def test_no_folder_user_or_host_of_this_machine_leaves_in_an_export(tmp_path):
+    """An export folder is meant to be uploaded as it is: no file of it - config.json, the card,
+    the weights, model.ts (torch records source paths in it), model.onnx (torch.onnx records stack
+    traces) - holds the run's folder, gankit's or torch's install folder, the home folder or the
+    host name; the export still runs (the TorchScript and ONNX parity is test_torchscript_and_onnx_...)."""
+    import getpass
+    import socket
+    import zipfile
+
+    import gan_kit
+    from gan_kit.tools.shareable import shareable_recipe, shareable_value
+
+    from PIL import Image
+
+    (tmp_path / "my photos").mkdir()
+    for i in range(8):
+        Image.new("L", (8, 8), i * 30).save(tmp_path / "my photos" / f"{i}.png")
+    run = make_run(tmp_path / "deep" / "folders", overrides=[
+        "run.total_kimg=0.1", f"data={{name='image-folder', path='{(tmp_path / 'my photos').as_posix()}'}}"])
+    train(run, max_steps=2)
+    export_model(run.save_checkpoint("latest"), tmp_path / "export")
+    local = [str(tmp_path), tmp_path.as_posix(), str(Path(gan_kit.__file__).parent.parent), str(Path(torch.__file__).parent),
+             str(Path.home()), getpass.getuser() + "/", socket.gethostname()]
+    local = [s.encode() for s in local if len(s) >= 6]
+    files = sorted(p.name for p in (tmp_path / "export").iterdir())
+    assert files == ["README.md", "config.json", "model.onnx", "model.safetensors", "model.ts", "samples.png"]
+    for name in files:
+        data = (tmp_path / "export" / name).read_bytes()
+        if name == "model.ts":  # a zip archive: its entries as stored and as read (torch compresses some)
+            with zipfile.ZipFile(tmp_path / "export" / name) as archive:
+                data += b"".join(archive.read(entry) for entry in archive.namelist())
+        assert not [s for s in local if s in data], name
+    config = json.loads((tmp_path / "export" / "config.json").read_text())
+    assert "path = \"my photos\"" in config["recipe"] and config["source_checkpoint"] == "run/checkpoints/latest.pt"
+    assert torch.jit.load(tmp_path / "export" / "model.ts")(torch.zeros(1, 8)).shape == (1, 3, 4, 4)  # 2 steps: 4 px
+    # the rule on its own: absolute and climbing paths to their last part, URLs to their scheme
+    assert [shareable_value(v) for v in ["/home/ann/data/", "~/x.pt", "C:\\Users\\ann\\p.png", "../up/w.pt",
+                                         "runs/pggan", "http://gpu7.lab:5000/mlruns", "digits"]] == [
+        "data", "x.pt", "p.png", "w.pt", "runs/pggan", "http://...", "digits"]
+    assert shareable_recipe("a = '/srv/x'\nb = \"ok\"\n") == 'a = "x"\nb = "ok"\n'
 
 
 def test_an_exported_folder_samples_and_starts_a_new_run(tmp_path):

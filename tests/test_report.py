@@ -170,3 +170,28 @@ def test_tensorboard_keeps_every_tick_once_across_an_extension_and_a_crash_resum
     rows, _ = load_metrics(run_dir)
     want = [round(r["Progress/kimg"] * 1000) for r in rows]
     assert len(want) == len(set(want)) and _tb_steps(run_dir, "Loss/D") == want
+
+
+def test_a_single_phase_run_shows_its_samples_over_time(tmp_path):
+    """A static (one-phase) run has one phase grid, so only the tick grids show how its images
+    developed: the page shows them with their kimg, at most TICK_GRIDS of them, evenly spaced,
+    the first and the last tick among them."""
+    from gan_kit.testing import make_run
+    from gan_kit.tools.report import TICK_GRIDS, tick_grids
+
+    run = make_run(tmp_path, overrides=["growth={name='static', batch_size=8}", "run.tick_kimg=0.016",
+                                        "run.total_kimg=0.064", "metric=[]"])
+    train(run)
+    assert sorted(p.name for p in (run.out_dir / "samples").glob("tick-*.png")) == [
+        f"tick-{t:04d}.png" for t in range(4)]
+    assert CliRunner().invoke(cli, ["report", str(run.out_dir)]).exit_code == 0
+    html = (run.out_dir / "report.html").read_text()
+    assert "<h2>Samples over time</h2>" in html
+    for t in range(4):
+        assert f'src="samples/tick-{t:04d}.png" alt="tick {t}: {0.016 * (t + 1):g} kimg"' in html
+    # a long run: TICK_GRIDS of its grids, evenly spaced, the first and the last included
+    for t in range(4, 40):
+        Image.new("L", (4, 4)).save(run.out_dir / "samples" / f"tick-{t:04d}.png")
+    shown = [int(p.stem[5:]) for _, p in tick_grids(run.out_dir, load_metrics(run.out_dir)[0])]
+    assert len(shown) == TICK_GRIDS and shown[0] == 0 and shown[-1] == 39 and shown == sorted(set(shown))
+    assert max(np.diff(shown)) - min(np.diff(shown)) <= 1

@@ -86,13 +86,14 @@ def test_folders_without_a_generator_are_refused_in_one_line(tmp_path, trained_s
     with pytest.raises(CheckpointError, match="an export folder holds G_ema alone; gankit export needs the checkpoint"):
         checkpoint_file(export, "gankit export")
     result = invoke("eval", export)
-    assert result.exit_code == 2 and f"({checkpoint.resolve()})" in result.output and result.output.count("\n") == 1
+    assert result.exit_code == 2 and f"({checkpoint.parent.parent.name}/checkpoints/latest.pt)" in result.output
+    assert result.output.count("\n") == 1
 
 
 def test_eval_and_export_take_a_run_directory(tmp_path, trained_pggan):
     run_dir = trained_pggan.parent.parent
     config = export_model(run_dir, tmp_path / "export", formats=["safetensors"])
-    assert config["source_checkpoint"] == str(trained_pggan.resolve())
+    assert config["source_checkpoint"] == f"{run_dir.name}/checkpoints/latest.pt"  # no folder of this machine
     result = invoke("export", run_dir, "--out", tmp_path / "e2", "--format", "safetensors")
     assert result.exit_code == 0, result.output
     result = invoke("eval", run_dir, "--json", "--n", "16")

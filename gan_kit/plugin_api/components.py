@@ -537,13 +537,16 @@ class Metric(ComponentBase):
     tensor of real images at the same resolution. Keys are slash paths like ``Metrics/swd``.
 
     Declared: ``num_images`` (images of each set it wants; the run caps it at the data set's
-    size), ``min_images`` (fewer cannot give a value: the recipe is refused), ``unit`` and
-    ``higher_is_better`` (for reports).
+    size), ``min_images`` (fewer cannot give a value: the recipe is refused), ``unit``,
+    ``higher_is_better`` (for reports) and ``value_range`` (``(low, high)``, the values the metric
+    can take, e.g. ``(0.0, math.inf)`` for a distance: ``gankit compare`` clips its confidence
+    intervals to it; default unbounded).
     """
 
     min_images: ClassVar[int] = 2
     unit: ClassVar[str] = ""
     higher_is_better: ClassVar[bool] = False
+    value_range: ClassVar[tuple[float, float]] = (-math.inf, math.inf)
 
     #: Metrics with a ``num_images`` / ``seed`` option override these with properties.
     num_images: int = 1024

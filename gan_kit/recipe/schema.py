@@ -64,8 +64,9 @@ class RunOptions:
     max_minutes: float | None = option(
         None, help="A wall-clock budget: stop after this many minutes in the training loop (its ticks' metrics, "
                    "grids and checkpoints count; summed over resumes and saved in checkpoints), then end as if "
-                   "total_kimg were reached: the final tick, metrics, grid and checkpoint. None = no time limit "
-                   "(gankit sweep --budget-minutes sets it).",
+                   "total_kimg were reached: the final tick, metrics, grid and checkpoint. A tick due less than "
+                   "half a tick before the limit runs on to it, so the final tick is never a step or two. None = "
+                   "no time limit (gankit sweep --budget-minutes sets it).",
         min=0, min_exclusive=True, max=KIMG_MAX, hint="e.g. max_minutes = 3; \"none\" = no limit")
     tick_kimg: float = option(1.0, help="Reporting interval in kimg: metrics.jsonl line, progress, samples.",
                               min=0, min_exclusive=True, max=KIMG_MAX)

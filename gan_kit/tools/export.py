@@ -8,6 +8,11 @@ The folder has the layout the Hugging Face Hub expects of a model repository, so
   pickle;
 - ``config.json`` - what G is: architecture and options, resolution, alpha, channels, latent
   size, classes, truncation, the versions, the whole resolved recipe;
+
+No file of the folder names a folder, user or host of the machine it was made on: the recipe's
+absolute paths are cut to their last part, URLs to their scheme, the checkpoint is named from its
+run directory's name on, and the TorchScript and ONNX files leave out the source-file records
+torch writes into them (``gan_kit.tools.shareable``).
 - ``README.md`` - the model card (YAML front matter for the Hub; how it was trained, the run's
   metrics, a sample grid, how to load it);
 - ``samples.png`` - a grid of G_ema's images on latents of seed 0;
@@ -37,6 +42,7 @@ from gan_kit.base.errors import GankitError
 from gan_kit.runs.layout import CheckpointLayout
 from gan_kit.runs.exported import CONFIG_FILE, EXPORT_FORMAT, EXPORT_FORMAT_VERSION, WEIGHTS_FILE
 from gan_kit.tools.grids import save_grid
+from gan_kit.tools.shareable import shareable_recipe, strip_onnx_stack_traces, without_source_paths
 from gan_kit.tools.trained import check_finite_psi, checkpoint_file
 from gan_kit.base.version import __version__
 
@@ -105,6 +111,7 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
             warnings.simplefilter("ignore", FutureWarning)  # torch marks jit.trace deprecated; the file format stays
             traced = torch.jit.trace(model, example, check_trace=False)
         if "torchscript" in formats:
+            traced = without_source_paths(traced)
             traced.save(str(out / "model.ts"))
         if "onnx" in formats:
             _export_onnx(model, example, out / "model.onnx", num_classes > 0)
@@ -144,8 +151,9 @@ def _require_onnx() -> None:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401  (torch.onnx's exporter imports it; say what to install)
     except ImportError:
-        raise GankitError("--format onnx needs onnx and onnxscript: pip install 'gankit[export]' "
-                          "(or leave onnx out of --format, e.g. --format safetensors,torchscript)") from None
+        raise GankitError("--format onnx needs onnx and onnxscript: pip install 'gankit[export]' ('gankit[tools]' "
+                          "brings every after-training command's packages at once), or leave onnx out of --format, "
+                          "e.g. --format safetensors,torchscript") from None
 
 
 def _export_onnx(model: nn.Module, example: tuple, path: Path, conditional: bool) -> None:
@@ -164,6 +172,8 @@ def _export_onnx(model: nn.Module, example: tuple, path: Path, conditional: bool
         first = " ".join(str(e).split())[:300] or type(e).__name__
         raise GankitError(f"--format onnx: this G could not be exported to ONNX ({type(e).__name__}: {first}); "
                           f"export the other formats with --format safetensors,torchscript") from None
+    strip_onnx_stack_traces(path)
+
 
 
 def _config(state: dict, recipe: Any, arch: Any, phase: Any, psi: float, formats: Sequence[str],
@@ -197,12 +207,20 @@ def _config(state: dict, recipe: Any, arch: Any, phase: Any, psi: float, formats
                   "torchscript": "model.ts" if "torchscript" in formats else None,
                   "onnx": "model.onnx" if "onnx" in formats else None, "samples": "samples.png"},
         "kimg": round(int(state.get("cur_nimg", 0)) / 1000, 3),
-        "source_checkpoint": str(checkpoint.resolve()),
+        "source_checkpoint": _run_relative(checkpoint),
         "versions": {"gankit": __version__, "torch": torch.__version__, "checkpoint_gankit": state.get("gankit_version")},
-        "recipe": state["recipe"],
+        "recipe": shareable_recipe(state["recipe"]),
         # a model imported from another codebase: its format, file name, SHA-256, licence and seed rule
         "imported": state.get("imported"),
     }
+
+
+def _run_relative(checkpoint: Path) -> str:
+    """The checkpoint named from its run directory's name on (``pggan/checkpoints/latest.pt``), or
+    by its file name outside a run directory: no folder of this machine leaves it."""
+    path = checkpoint.resolve()
+    run_dir = CheckpointLayout.run_dir_of(path)
+    return f"{run_dir.name}/{path.relative_to(run_dir).as_posix()}" if run_dir is not None else path.name
 
 
 def _run_metrics(checkpoint: Path) -> dict[str, float]:

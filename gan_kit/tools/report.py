@@ -9,6 +9,10 @@ Writes ``RUN_DIR/report.html`` and PNG plots under ``RUN_DIR/report/``:
   the direction the metric declares (``higher_is_better``),
 - ``phases.png``: the sample grid of each finished phase side by side, then the final one.
 
+The page also shows samples over time: the tick grids ``samples/tick-<n>.png`` (``run.sample_ticks``)
+at up to ``TICK_GRIDS`` evenly spaced ticks, the first and the last among them, each captioned with
+its kimg - for a single-phase run the only view of how its images developed.
+
 Plots over kimg mark where each growth phase starts (dashed line, labelled with its resolution)
 and shade the fade-ins. Phase boundaries come from the run's resolved ``recipe.toml`` (exact);
 without it, from the ``Progress/phase`` and ``Progress/alpha`` columns of metrics.jsonl (to a tick).
@@ -294,6 +298,23 @@ def phase_grids(run_dir: Path) -> list[tuple[str, Path]]:
     return out
 
 
+#: The most tick grids the page shows (evenly spaced over the run: a long run writes hundreds).
+TICK_GRIDS = 12
+
+
+def tick_grids(run_dir: Path, rows: list[dict], most: int = TICK_GRIDS) -> list[tuple[str, Path]]:
+    """``(caption, path)`` of up to ``most`` of ``samples/tick-<n>.png``, evenly spaced over the
+    ticks there (the first and the last included), captioned ``tick n: K kimg`` with the kimg of
+    tick n's metrics.jsonl row (``tick n`` alone when the row is missing)."""
+    found = sorted((int(m.group(1)), p) for p in (run_dir / "samples").glob("tick-*.png")
+                   if (m := re.fullmatch(r"tick-(\d+)\.png", p.name)))
+    if len(found) > most:
+        found = [found[round(i * (len(found) - 1) / (most - 1))] for i in range(most)]
+    kimg = {int(r["Progress/tick"]): r["Progress/kimg"] for r in rows
+            if isinstance(r.get("Progress/tick"), int) and isinstance(r.get("Progress/kimg"), (int, float))}
+    return [(f"tick {t}: {kimg[t]:g} kimg" if t in kimg else f"tick {t}", p) for t, p in found]
+
+
 def plot_phase_grids(grids: list[tuple[str, Path]], path: Path) -> bool:
     if not grids:
         return False
@@ -350,7 +371,8 @@ def write_report(run_dir: str | Path) -> Path:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise GankitError("gankit report needs matplotlib for its plots: pip install 'gankit[report]'") from None
+        raise GankitError("gankit report needs matplotlib for its plots: pip install 'gankit[report]' (or "
+                          "'gankit[tools]': every after-training command's packages at once)") from None
     spans = phase_spans(run_dir, rows)
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
@@ -413,6 +435,13 @@ def write_report(run_dir: str | Path) -> Path:
                      'final resolution. Side by side as one picture: report/phases.png.</p>')
     else:
         parts.append('<p class="muted">No phase grids in samples/ yet.</p>')
+    over_time = tick_grids(run_dir, rows)
+    if over_time:
+        parts.append("<h2>Samples over time</h2>" + '<div class="grids">' + "".join(
+            f'<figure><img src="{html.escape(p.relative_to(run_dir).as_posix())}" alt="{html.escape(c)}">'
+            f"<figcaption>{html.escape(c)}</figcaption></figure>" for c, p in over_time) + "</div>")
+        parts.append('<p class="muted">G_ema on the same fixed latent batch at the end of the ticks shown (samples/'
+                     f'tick-*.png; up to {TICK_GRIDS}, evenly spaced).</p>')
     parts.append("<h2>Losses</h2>" + '<p class="muted">In every plot over kimg, a dashed line marks where a '
                  "growth phase starts (its resolution on top) and the shaded span is its fade-in.</p>"
                  + img("losses", "loss values"))

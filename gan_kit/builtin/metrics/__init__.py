@@ -10,6 +10,7 @@ disk: gankit never downloads them, and says in one line what is missing.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import attrs
@@ -149,6 +150,8 @@ class FromOptions(Metric):
 
 class SWD(FromOptions):
     """Multi-scale sliced Wasserstein distance x 1e3 on Laplacian-pyramid patches (PGGAN appendix D); lower is better."""
+
+    value_range = (0.0, math.inf)  # a distance
 
     @attrs.frozen
     class Options:

@@ -192,7 +192,8 @@ def extractor_problem(metric: str, extractor: str, weights: str | None = None) -
     except (ImportError, ValueError):
         has_pkg = False
     if not has_pkg:
-        missing.append("the torch-fidelity package (pip install 'gankit[fid]')")
+        missing.append("the torch-fidelity package (pip install 'gankit[fid]', or 'gankit[tools]' for every "
+                       "after-training command's packages)")
     path = weights_path(extractor, weights)
     if path is not None and not path.is_file():
         url = EXTRACTORS[extractor].url

@@ -20,6 +20,7 @@ not grow with ``num_images`` for fid; rank 0 combines the shares and returns the
 
 from __future__ import annotations
 
+import math
 import weakref
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -143,6 +144,7 @@ class FID(FeatureMetric):
 
     metric_name = "fid"
     families = ("fid",)
+    value_range = (0.0, math.inf)  # a squared Frechet distance
     keeps = frozenset({"stats"})
 
     def from_features(self, fake, real, device):
@@ -193,6 +195,7 @@ class PrecisionRecall(FeatureMetric):
     metric_name = "precision-recall"
     families = ("precision", "recall")
     higher_is_better = True
+    value_range = (0.0, 1.0)  # shares of images
     min_images = 4
 
     @attrs.frozen
@@ -230,6 +233,7 @@ class InceptionScore(FeatureMetric):
 
     metric_name = "is"
     families = ("is",)
+    value_range = (1.0, math.inf)  # exp of a mean KL divergence, which is >= 0
     needs_real = False
     needs_logits = True
     keeps = frozenset({"logits"})

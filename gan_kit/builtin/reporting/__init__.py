@@ -12,7 +12,7 @@ import math
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn
 
 from gan_kit import StashKey, hookimpl
 
@@ -22,6 +22,27 @@ state_key = StashKey[dict]()
 
 def _phase_text(phase) -> str:
     return f"phase {phase.index} {phase.resolution}px alpha {phase.alpha:.2f}"
+
+
+def _hms(seconds: float) -> str:
+    s = int(seconds + 0.5)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def run_end(run, img_s: float) -> tuple[float, str]:
+    """``(fraction done, time left)`` of a run that ends at ``run.total_kimg`` or after
+    ``run.max_minutes`` of training, whichever comes first (``img_s``: the recent images per
+    second, 0 = not known yet). The fraction is the larger of kimg shown / total_kimg and
+    training time / the limit; the text the time left to the end that comes first: ``0:12:05
+    left`` (to total_kimg) or ``0:03:10 left of the 9-minute limit``."""
+    done = min(run.cur_nimg / run.total_nimg, 1.0)
+    to_total = (run.total_nimg - run.cur_nimg) / img_s if img_s > 0 else math.inf
+    limit = run.recipe.run.max_minutes
+    if limit is not None:
+        left = max(limit * 60.0 - run.train_seconds, 0.0)
+        if left < to_total:
+            return max(done, min(run.train_seconds / (limit * 60.0), 1.0)), f"{_hms(left)} left of the {limit:g}-minute limit"
+    return done, ("-:--:--" if math.isinf(to_total) else _hms(to_total)) + " left"
 
 
 def drop_rows_after(path, tick: int) -> None:
@@ -62,6 +83,10 @@ def run_started(run):
 
         n = torch.get_num_threads()
         threads = f", {n} thread{'s' if n != 1 else ''}" if run.device.type == "cpu" else ""
+        limit = run.recipe.run.max_minutes
+        if limit is not None:  # the limit may well end the run first: say so, and how much of it is left
+            spent = f", {max(limit - run.train_seconds / 60, 0):.3g} left" if run.train_seconds else ""
+            start += f"; or {limit:g} minutes of training (run.max_minutes{spent}), whichever comes first"
         st["console"].print(f"[bold]gankit[/] training {run.recipe.path} -> {run.out_dir} "
                             f"on {run.device} ({run.precision}{threads}), {run.total_nimg / 1000:g} kimg{start}")
     if run.is_main and run.options.progress:
@@ -71,12 +96,13 @@ def run_started(run):
             TextColumn("{task.fields[kimg]} kimg"),
             TextColumn("D {task.fields[d]} G {task.fields[g]}"),
             TextColumn("{task.fields[ips]} img/s"),
-            TimeRemainingColumn(),
+            TextColumn("{task.fields[left]}"),  # to total_kimg or to run.max_minutes, whichever is first
             console=st["console"],
             transient=False,
         )
-        task = progress.add_task("train", total=run.total_nimg, completed=run.cur_nimg,
-                                 phase=_phase_text(run.phase), kimg="", d="-", g="-", ips="-")
+        done, left = run_end(run, 0.0)
+        task = progress.add_task("train", total=1.0, completed=done,
+                                 phase=_phase_text(run.phase), kimg="", d="-", g="-", ips="-", left=left)
         progress.start()
         st["progress"], st["task"] = progress, task
 
@@ -91,8 +117,9 @@ def step_finished(run, stats):
         return  # reading the stats is a host-device sync: the bar refreshes twice a second at most
     st["img_s"] = (run.cur_nimg - st["last_nimg"]) / (now - st["last_t"])
     st["last_t"], st["last_nimg"] = now, run.cur_nimg
+    done, left = run_end(run, st["img_s"])
     st["progress"].update(
-        st["task"], completed=min(run.cur_nimg, run.total_nimg), phase=_phase_text(run.phase),
+        st["task"], completed=done, left=left, phase=_phase_text(run.phase),
         kimg=f"{run.cur_nimg / 1000:.1f}/{run.total_nimg / 1000:g}",
         d=f"{stats.get('Loss/D', math.nan):+.3f}", g=f"{stats.get('Loss/G', math.nan):+.3f}",
         ips=f"{st['img_s']:.0f}")

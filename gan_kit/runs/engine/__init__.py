@@ -70,9 +70,12 @@ def loop(run: Run, max_steps: int | None = None) -> dict[str, Any]:
                 steps += 1
                 clock.update()
                 ticks.add(stats)
-                stop, timed_out, sigterm = _stop_flags(run, interrupt.requested, clock.out_of_time(), ticks.due(),
-                                                       interrupt.signal_name == "SIGTERM")
-                if ticks.due() and run.cur_nimg < run.total_nimg and not timed_out:
+                due = ticks.due()
+                stop, timed_out, sigterm, near = _stop_flags(run, interrupt.requested, clock.out_of_time(), due,
+                                                             interrupt.signal_name == "SIGTERM",
+                                                             due and ticks.ends_near(clock))
+                # near the time limit a due tick runs on to it as the final tick (no tick of 1 step)
+                if due and run.cur_nimg < run.total_nimg and not timed_out and not near:
                     ticks.finish(final=False)  # a tick that ends at this step is written before stopping
                 if stop:
                     ticks.settle()  # a non-finite "stop" pending wins: no checkpoint after it
@@ -103,18 +106,19 @@ FLAG_EVERY = 8
 
 
 def _stop_flags(run: Run, requested: bool, out_of_time: bool, tick_due: bool,
-                sigterm: bool = False) -> tuple[bool, bool, bool]:
-    """``(stop, timed_out, sigterm)`` after an iteration: this process's own flags with one
-    process; with several, every process stops at the same iteration, the first (every
-    ``FLAG_EVERY`` steps or at a tick) after one of them saw a signal or ran out of time, and
-    ``sigterm`` says whether the signal was SIGTERM on any of them."""
+                sigterm: bool = False, near_limit: bool = False) -> tuple[bool, bool, bool, bool]:
+    """``(stop, timed_out, sigterm, near_limit)`` after an iteration: this process's own flags
+    with one process; with several, every process stops at the same iteration, the first (every
+    ``FLAG_EVERY`` steps or at a tick) after one of them saw a signal or ran out of time,
+    ``sigterm`` says whether the signal was SIGTERM on any of them, and ``near_limit`` (a due
+    tick left to run on to the time limit, ``Ticks.ends_near``) whether any of them is near it."""
     if run.world_size == 1:
-        return requested, out_of_time, sigterm
+        return requested, out_of_time, sigterm, near_limit
     if run.step % FLAG_EVERY and not tick_due:
-        return False, False, False
+        return False, False, False, False
     from gan_kit.training.distributed import flags_over_processes
 
-    return flags_over_processes([requested, out_of_time, sigterm], run.device)
+    return flags_over_processes([requested, out_of_time, sigterm, near_limit], run.device)
 
 
 def real_loader(run: Run) -> GankitLoader:

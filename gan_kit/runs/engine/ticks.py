@@ -36,6 +36,8 @@ class Ticks:
         self.start_nimg = run.cur_nimg
         self.next_nimg = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
         self.pending: list[StepStats | dict[str, float]] = []
+        #: How long the last ``finish`` (its hooks: metrics, checkpoints, grids) took, seconds.
+        self.finish_seconds = 0.0
 
     def add(self, stats: StepStats | dict[str, float]) -> None:
         """Keep an iteration's stats for the tick (read at ``settle``, not now)."""
@@ -90,11 +92,20 @@ class Ticks:
     def due(self) -> bool:
         return self.run.cur_nimg >= self.next_nimg
 
+    def ends_near(self, clock: TrainClock) -> bool:
+        """Whether ``run.max_minutes`` will end the run less than half this tick's training time
+        (plus the last tick's hooks) after it: then the due tick is not finished but runs on to
+        the limit as the final tick, instead of leaving a final tick of a step or two whose
+        averages spike the plots and whose metric repeats the tick's."""
+        left = clock.seconds_left()
+        return left is not None and left < (time.perf_counter() - self.start_time) / 2 + self.finish_seconds
+
     def finish(self, final: bool) -> dict[str, Any]:
         """Fire ``tick_finished`` with the tick's averages and progress; returns those stats.
         ``run.tick`` counts the finished tick before the hooks run, so a checkpoint written by
         them resumes with the next tick number."""
         run = self.run
+        began = time.perf_counter()
         self.settle()  # the tick's one read of the device: stats and non-finite flags
         run.check_in_sync()  # before the tick's hooks write a checkpoint
         run.refresh_G_ema()
@@ -130,6 +141,7 @@ class Ticks:
         self.counts.clear()
         run.hook.tick_finished(run=run, stats=stats)
         self.start_time, self.start_nimg = time.perf_counter(), run.cur_nimg
+        self.finish_seconds = self.start_time - began
         self.next_nimg = (run.cur_nimg // run.tick_nimg + 1) * run.tick_nimg
         return stats
 
@@ -188,3 +200,7 @@ class TrainClock:
 
     def out_of_time(self) -> bool:
         return self.limit is not None and self.base + (time.perf_counter() - self.start) >= self.limit
+
+    def seconds_left(self) -> float | None:
+        """Training seconds left before ``run.max_minutes`` (None: no limit)."""
+        return None if self.limit is None else self.limit - self.base - (time.perf_counter() - self.start)

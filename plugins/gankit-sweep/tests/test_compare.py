@@ -192,3 +192,78 @@ def test_whole_recipes_compared_are_labelled_by_their_runs_folder(tmp_path):
             (d / "recipe.toml").write_text(recipe)
     c = compare_runs([tmp_path / "study-a", tmp_path / "study-b"])
     assert [(g.label, g.n) for g in c.groups] == [("study-a", 2), ("study-b", 2)]
+
+
+def sweep_study(folder: Path, params: dict[str, dict]) -> Path:
+    """Two seeds of each named configuration of one sweep (its sweep.json ``params``)."""
+    for name, p in params.items():
+        for s, v in enumerate([30.0 + len(name), 33.0 + len(name)]):
+            d = fake_run(folder, name, s, [90.0, v], state="complete")
+            (d / "sweep.json").write_text(json.dumps({"state": "complete", "seed": s, "metric": "Metrics/swd",
+                                                      "higher_is_better": False, "params": p}))
+    return folder
+
+
+def test_the_ranking_is_readable_at_120_columns_and_names_only_the_differing_parameters(tmp_path):
+    """A newcomer's 120-column terminal showed "augm..." for both rows: the labels keep only the
+    sweep parameters that differ (the shared ones in the caption), each k=v whole on its line; a
+    terminal too narrow even for that lists the configurations under the table, one a line."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from gankit_sweep.compare import print_table
+
+    shared = {"optim.lr": 0.002, "loss.name": "hinge"}
+    study = sweep_study(tmp_path / "study", {"bce": {"augment.name": "ada", **shared},
+                                             "wgan": {"augment.name": "diffaugment", **shared}})
+    c = compare_runs([study])
+    assert [g.label for g in c.groups] == ["augment.name=ada", "augment.name=diffaugment"]
+    assert c.common == "optim.lr=0.002, loss.name=hinge"
+    for width in (120, 60):
+        out = StringIO()
+        print_table(c, Console(file=out, width=width))
+        text = out.getvalue()
+        assert max(len(line) for line in text.splitlines()[:-1]) <= width  # the note is soft-wrapped
+        assert "optim.lr=0.002, loss.name=hinge" in text
+        if width == 120:  # in the table, whole
+            assert "│ augment.name=ada         │" in text and "│ augment.name=diffaugment │" in text, text
+        else:  # under it, by rank
+            assert "\n1: augment.name=ada\n2: augment.name=diffaugment\n" in text, text
+
+
+def test_the_mean_over_seeds_is_drawn_only_where_every_seed_has_a_value(tmp_path):
+    """Seeds that ended at different kimg (a time limit): the mean of the seeds present would jump
+    where the shorter one ends; the curve stops there, each x the mean of both seeds."""
+    from gankit_sweep.page import curve
+
+    folder = tmp_path / "study"
+    fake_run(folder, "hinge", 0, [10.0, 20.0, 30.0, 40.0])  # kimg 0.5 .. 2.0
+    fake_run(folder, "hinge", 1, [30.0, 40.0])  # kimg 0.5, 1.0: stopped early
+    (g,) = compare_runs([folder]).groups
+    xs, mean, low, high = curve(g, "Metrics/swd")
+    assert xs == [0.5, 1.0] and mean == [20.0, 30.0] and low == [10.0, 20.0] and high == [30.0, 40.0]
+
+
+def test_a_two_seed_interval_of_a_distance_is_clipped_to_its_values_and_the_page_says_so(tmp_path):
+    """t(0.975, 1) = 12.7: two SWD values 10 and 300 give a Student interval reaching -1688; SWD
+    (Metric.value_range (0, inf)) cannot be negative, so the interval is clipped at 0, and the
+    table's note, the JSON and compare.html say so. A metric gankit cannot load is not clipped."""
+    from gankit_sweep.compare import metric_range, to_json
+    from gankit_sweep.page import write_page
+
+    folder = tmp_path / "study"
+    fake_run(folder, "hinge", 0, [90.0, 10.0])
+    fake_run(folder, "hinge", 1, [90.0, 300.0])
+    c = compare_runs([folder])
+    (g,) = c.groups
+    low, high = stats.t.interval(0.95, 1, loc=155.0, scale=g.sd / math.sqrt(2))
+    assert low < -1000
+    assert g.ci95 == (0.0, pytest.approx(high))
+    assert metric_range("Metrics/swd") == (0.0, math.inf) and metric_range("Metrics/fid") == (0.0, math.inf)
+    assert metric_range("Metrics/not-a-metric") == (-math.inf, math.inf)
+    assert to_json(c)["ci"].endswith("clipped to the values Metrics/swd can take, [0, inf]")
+    write_page(c, tmp_path / "compare.html")
+    assert "over seeds, clipped to the values Metrics/swd can take, [0, inf]." in (tmp_path / "compare.html").read_text()
+    result = CliRunner().invoke(cli, ["compare", str(folder), "--no-html"])
+    assert "clipped to the values Metrics/swd can take, [0, inf]" in result.output

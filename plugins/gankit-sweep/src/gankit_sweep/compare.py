@@ -4,7 +4,8 @@ Runs are read through the files every run has (recipe.toml, metrics.jsonl, sampl
 a sweep trial's sweep.json. Runs whose resolved recipes differ only in ``run.seed`` (and keys that
 do not change training: the run directory, threads, reporting intervals) form one configuration.
 Per configuration, over its finished runs (n seeds): the mean final value of the metric and its
-95% confidence interval (Student's t: mean +- t(0.975, n-1) * sd / sqrt(n)), the mean of each
+95% confidence interval (Student's t: mean +- t(0.975, n-1) * sd / sqrt(n), clipped to the values
+the metric can take, its ``value_range``: two seeds' t of 12.7 reaches far below 0), the mean of each
 seed's best value, kimg, training time and images/s; and Welch's t-test (two-sided, unequal
 variances; Welch 1947) of the configuration's final values against the best configuration's,
 p < 0.05 read as "differs beyond seed noise".
@@ -91,6 +92,10 @@ class Comparison:
     direction_note: str = ""
     #: Warnings for the terminal: a ``--show`` key that no run has.
     warnings: tuple = ()
+    #: The sweep parameters every configuration shares (``k=v, ...``), left out of the labels.
+    common: str = ""
+    #: The values the metric can take (its ``value_range``); the intervals are clipped to it.
+    value_range: tuple = (-math.inf, math.inf)
 
 
 def _is_run(path: Path) -> bool:
@@ -231,10 +236,12 @@ def _metric_and_direction(paths: list[Path], metric: str | None) -> tuple[str, b
 MAX_LABEL_KEYS = 4
 
 
-def _labels(groups: list[Group]) -> None:
-    """``k=v`` labels: the sweep's parameters where every run has them, else the recipe keys in
-    which the configurations differ (more than ``MAX_LABEL_KEYS`` of them: the runs' folder, e.g.
-    the study folder of a seeds-only sweep of one recipe)."""
+def _labels(groups: list[Group]) -> str:
+    """``k=v`` labels: the sweep's parameters where every run has them (only those whose values
+    differ between the configurations, so a narrow terminal can show them), else the recipe keys
+    in which the configurations differ (more than ``MAX_LABEL_KEYS`` of them: the runs' folder,
+    e.g. the study folder of a seeds-only sweep of one recipe). Returns the sweep parameters all
+    configurations share, ``k=v, ...`` ("" when none were left out)."""
     from gankit_sweep.spaces import config_label
 
     known = [g for g in groups if g.runs[0].recipe]  # a trial without its recipe.toml yet differs in nothing
@@ -251,15 +258,39 @@ def _labels(groups: list[Group]) -> None:
             return g.runs[0].path.parent.name
         return ", ".join(f"{k}={ident.get(k)}" for k in differ) or g.runs[0].path.parent.name
 
+    swept = {id(g): g.runs[0].params for g in groups
+             if g.runs[0].params and all(r.params == g.runs[0].params for r in g.runs)}
+    shared: dict = {}
+    if len(swept) == len(groups) > 1:
+        # One sweep's configurations: a parameter with one value in all of them names none.
+        first = next(iter(swept.values()))
+        shared = {k: v for k, v in first.items()
+                  if all(k in p and json.dumps(p[k], default=str) == json.dumps(v, default=str) for p in swept.values())}
+        if len(shared) == len(first):
+            shared = {}
     for g in groups:
-        params = [r.params for r in g.runs]
-        g.label = config_label(params[0]) if params[0] and all(p == params[0] for p in params) else diff_label(g)
+        params = swept.get(id(g))
+        g.label = config_label({k: v for k, v in params.items() if k not in shared}) if params else diff_label(g)
     seen: dict[str, int] = {}
     for g in groups:
         seen[g.label] = seen.get(g.label, 0) + 1
     for g in groups:
         if seen[g.label] > 1:
             g.label = f"{g.label} | {diff_label(g)}"
+    return config_label(shared) if shared else ""
+
+
+def metric_range(key: str) -> tuple[float, float]:
+    """``(low, high)``, the values the metric of ``Metrics/<name>`` can take as its class declares
+    them (``Metric.value_range``; SWD and FID ``(0, inf)``); unbounded for a metric this process
+    cannot load."""
+    try:
+        from gan_kit import component_class
+
+        low, high = getattr(component_class("metric", key.split("/")[1]), "value_range", (-math.inf, math.inf))
+        return float(low), float(high)
+    except Exception:  # noqa: BLE001 - a metric of a plugin this process does not load
+        return -math.inf, math.inf
 
 
 def _mean(xs: list[float | None]) -> float | None:
@@ -267,7 +298,7 @@ def _mean(xs: list[float | None]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def _statistics(g: Group, higher: bool) -> None:
+def _statistics(g: Group, higher: bool, value_range: tuple[float, float] = (-math.inf, math.inf)) -> None:
     from scipy import stats
 
     finals = g.finals
@@ -278,7 +309,8 @@ def _statistics(g: Group, higher: bool) -> None:
     if g.n >= 2:
         g.sd = math.sqrt(sum((x - g.mean) ** 2 for x in finals) / (g.n - 1))
         h = float(stats.t.ppf(0.975, g.n - 1)) * g.sd / math.sqrt(g.n)
-        g.ci95 = (g.mean - h, g.mean + h)
+        # t(0.975, 1) = 12.7: two seeds' interval of a distance would reach far below 0
+        g.ci95 = (max(g.mean - h, value_range[0]), min(g.mean + h, value_range[1]))
     g.best = _mean([r.best for r in counted])
     g.kimg, g.train_s = _mean([r.kimg for r in counted]), _mean([r.train_s for r in counted])
     g.img_per_s = _mean([r.img_per_s for r in counted])
@@ -329,10 +361,11 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
         gk = json.dumps(ident, sort_keys=True, default=str)
         by_key.setdefault(gk, Group(gk, [])).runs.append(info)
     groups = list(by_key.values())
-    _labels(groups)
+    common = _labels(groups)
+    value_range = metric_range(key)
     for g in groups:
         g.runs.sort(key=lambda r: (r.seed if isinstance(r.seed, int) else 1 << 40, str(r.path)))
-        _statistics(g, higher)
+        _statistics(g, higher, value_range)
     sign = -1.0 if higher else 1.0
     groups.sort(key=lambda g: (g.mean is None, sign * g.mean if g.mean is not None else 0.0, g.label))
     for i, g in enumerate(groups):
@@ -343,7 +376,8 @@ def compare_runs(paths: list[Path], metric: str | None = None, extras: list[str]
             g.p_vs_best = welch_p(g.finals, best)
             g.differs = None if g.p_vs_best is None else g.p_vs_best < ALPHA
     return Comparison(metric=key, higher_is_better=higher, groups=groups, extras=extra_keys,
-                      default_html=default_html, direction_note=note, warnings=warnings)
+                      default_html=default_html, direction_note=note, warnings=warnings, common=common,
+                      value_range=value_range)
 
 
 def _check_metric(metric: str, key: str, infos: list[RunInfo], row_keys: set[str]) -> None:
@@ -380,7 +414,7 @@ def to_json(c: Comparison) -> dict:
     """Every number of the comparison (null where there is none)."""
     out = {
         "metric": c.metric, "higher_is_better": c.higher_is_better, "alpha": ALPHA,
-        "ci": "95% Student's t interval of the mean final value over seeds",
+        "ci": "95% Student's t interval of the mean final value over seeds" + range_note(c),
         "test": "Welch's t-test (two-sided, unequal variances) of final values against the rank-1 configuration",
         "configurations": [],
     }
@@ -426,17 +460,56 @@ NOTE = ("n: finished seeds. 95% CI: Student's t interval of the mean over seeds.
         "configurations about 1 in 20 'yes' is chance). Needs 2+ seeds on both sides.")
 
 
-def print_table(c: Comparison) -> None:
+def range_note(c: Comparison) -> str:
+    """What the intervals were clipped to ("" for an unbounded metric)."""
+    low, high = c.value_range
+    if math.isinf(low) and math.isinf(high):
+        return ""
+    return f", clipped to the values {c.metric} can take, [{low:g}, {high:g}]"
+
+
+def print_table(c: Comparison, console: Any = None) -> None:
+    """The table on ``console`` (default: the terminal, or 240 columns when not one). Each
+    configuration's ``k=v`` on a line of its own; where the table with them would not fit the
+    terminal without cutting one, the configurations go under the table, one line each, and the
+    table names them by rank. The parameters all configurations share go in the caption."""
+    import io
     import sys
 
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 240, highlight=False)
+    console = console or Console(width=None if sys.stdout.isatty() else 240, highlight=False)
     head, rows = table_rows(c)
+    rows = [[row[0], row[1].replace(", ", "\n"), *row[2:]] for row in rows]
+    if all(row[-1] == "-" for row in rows):  # no unfinished or failed run: the column says nothing
+        head, rows = head[:-1], [row[:-1] for row in rows]
     direction = "higher" if c.higher_is_better else "lower"
-    table = Table(*head, title=f"{c.metric}: final value, {direction} is better")
-    for row in rows:
-        table.add_row(*row)
+
+    def build(legend: bool) -> Table:
+        table = Table(title=f"{c.metric}: final value, {direction} is better",
+                      caption=f"every configuration: {c.common}" if c.common else None)
+        for i, name in enumerate(head):
+            if i == 1 and legend:
+                continue
+            # a fixed width: rich narrows the widest column first, which would cut the labels
+            table.add_column(name, width=longest if i == 1 else None)
+        for row in rows:
+            table.add_row(*(cell for i, cell in enumerate(row) if i != 1 or not legend))
+        return table
+
+    longest = max(len(line) for row in rows for line in row[1].split("\n")) if rows else 0
+    table = build(legend=False)
+    trial = Console(file=io.StringIO(), width=console.width)
+    trial.print(table)
+    shown = trial.file.getvalue()  # every label line and every number whole, else the labels go under the table
+    legend = not (all(line in shown for row in rows for line in row[1].split("\n"))
+                  and all(word in shown for row in rows for cell in row[2:] for word in cell.split()))
+    if legend:
+        table = build(legend=True)
     console.print(table)
-    console.print(NOTE + (f" Note: {c.direction_note}." if c.direction_note else ""), soft_wrap=True)
+    if legend:
+        for row in rows:  # the labels whole, one configuration a line
+            console.print(f"{row[0]}: {row[1].replace(chr(10), ', ')}", soft_wrap=True)
+    console.print(NOTE.replace("over seeds.", f"over seeds{range_note(c)}.", 1)
+                  + (f" Note: {c.direction_note}." if c.direction_note else ""), soft_wrap=True)

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 from gan_kit import REPORT_CSS
-from gankit_sweep.compare import NOTE, Comparison, Group, fmt, table_rows
+from gankit_sweep.compare import NOTE, Comparison, Group, fmt, range_note, table_rows
 
 __all__ = ["write_page", "curve"]
 
@@ -39,7 +39,9 @@ def _x(row: dict, axis: str, clock: list[float]) -> float | None:
 def curve(group: Group, key: str, axis: str = "kimg") -> tuple[list[float], list[float], list[float], list[float]]:
     """``(x, mean, low, high)`` of ``key`` over ``axis`` ("kimg" or "time", training seconds)
     across the group's runs: each run linearly interpolated onto the union of their x values
-    within its own range; mean, minimum and maximum over the runs present at each x."""
+    within its own range; mean, minimum and maximum over the runs, at the x where every run has
+    a value (seeds that ended at different kimg: a mean of the seeds present would jump where one
+    ends, so the curve stops at the shortest seed's end)."""
     import numpy as np
 
     series = []
@@ -56,14 +58,17 @@ def curve(group: Group, key: str, axis: str = "kimg") -> tuple[list[float], list
     for i, (xs, vs) in enumerate(series):
         order = np.argsort(xs)
         ys[i] = np.interp(grid, xs[order], vs[order], left=np.nan, right=np.nan)
-    return grid.tolist(), np.nanmean(ys, 0).tolist(), np.nanmin(ys, 0).tolist(), np.nanmax(ys, 0).tolist()
+    every = ~np.isnan(ys).any(0)
+    ys = ys[:, every]
+    return grid[every].tolist(), ys.mean(0).tolist(), ys.min(0).tolist(), ys.max(0).tolist()
 
 
 def _plot(c: Comparison, keys: list[tuple[str, str, str]]) -> str | None:
     """One figure, a row per ``(key, axis, title)``, a line and seed band per configuration."""
     from matplotlib.figure import Figure
 
-    shown = [(k, ax, t) for k, ax, t in keys if any(curve(g, k, ax)[0] for g in c.groups)]
+    shown = [(k, ax, t) for k, ax, t in keys
+             if any(curve(Group(g.key, [r]), k, ax)[0] for g in c.groups for r in g.runs)]
     if not shown:
         return None
     fig = Figure(figsize=(9, 3.0 * len(shown)), dpi=100, layout="constrained")
@@ -78,16 +83,24 @@ def _plot(c: Comparison, keys: list[tuple[str, str, str]]) -> str | None:
                             label=label if j == 0 else None)
                 continue
             xs, mean, lo, hi = curve(g, key, axis)
-            if not xs:
-                continue
             pts = [curve(Group(g.key, [r]), key, axis) for r in g.runs]
+            if not any(p[0] for p in pts):
+                continue
             if all(len(p[0]) <= 1 for p in pts):
                 # one value per seed (a metric computed only at the end): dots, never a line that
                 # would join different seeds' end points as if they were one curve
                 ax.scatter([p[0][0] for p in pts if p[0]], [p[1][0] for p in pts if p[0]], color=color, s=14,
                            label=label)
                 continue
+            if not xs:  # no kimg every seed reached: each seed its own thin line, no mean
+                for j, (px, py, _, _) in enumerate(pts):
+                    ax.plot(px, py, color=color, lw=0.8, ls="--", alpha=0.6, label=label if j == 0 else None)
+                continue
             ax.plot(xs, mean, color=color, lw=1.5, marker="o" if len(xs) < 30 else None, ms=3, label=label)
+            for px, py, _, _ in pts:  # a seed past the shortest one's end: its own thin line on from there
+                tail = [(x, y) for x, y in zip(px, py) if x >= xs[-1]]
+                if len(tail) > 1:
+                    ax.plot(*zip(*tail), color=color, lw=0.8, ls="--", alpha=0.6)
             if len(g.runs) > 1 and len(xs) > 1:
                 ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
             elif len(g.runs) > 1:  # one point (a metric computed only at the end): the range as a bar
@@ -159,7 +172,9 @@ def write_page(c: Comparison, path: Path) -> str | None:
         metric = c.metric
         plots = [
             ("Final values", _finals(c)),
-            ("The metric", _plot(c, [(metric, "kimg", f"{metric} over kimg (line: mean over seeds; band: their range)"),
+            ("The metric", _plot(c, [(metric, "kimg", f"{metric} over kimg (line: mean over seeds where every seed has "
+                                                       "a value; band: their range; dashed: a seed past the "
+                                                       "shortest one's end)"),
                                      (metric, "time", f"{metric} over training time (one line per seed)")])),
             ("Losses", _plot(c, [("Loss/D", "kimg", "D loss (tick mean)"), ("Loss/G", "kimg", "G loss (tick mean)")])),
         ]
@@ -170,7 +185,7 @@ def write_page(c: Comparison, path: Path) -> str | None:
              f"<h1>gankit compare: {html.escape(c.metric)} ({direction} is better)</h1>",
              f"<p class='muted'>{sum(len(g.runs) for g in c.groups)} runs in {len(c.groups)} configurations"
              + (f"; {html.escape(c.direction_note)}" if c.direction_note else "") + "</p>",
-             table, f"<p class='muted'>{html.escape(NOTE)}</p>"]
+             table, f"<p class='muted'>{html.escape(NOTE.replace('over seeds.', f'over seeds{range_note(c)}.', 1))}</p>"]
     if note:
         parts.append(f"<p class='muted'>{html.escape(note)}.</p>")
     for title, data in plots:
