@@ -128,6 +128,7 @@ def generate() -> str:
             out += _options_table(comp.Options)
     out += _schedules(registry)
     out += _distances(registry)
+    out += _importers(registry)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -177,6 +178,24 @@ def _distances(registry) -> list[str]:
     for name in registry.names("distance"):
         comp = registry.get("distance", name)
         out += [f"#### distance `{name}`", "", f"{comp.summary} (registered by `{comp.plugin}`)", ""]
+        out += _options_table(comp.Options)
+    return out
+
+
+IMPORTERS_INTRO = """\
+## Importers
+
+Not a recipe table: `gankit import FILE --out DIR` (and every command given a model file that is
+not a gankit checkpoint) asks these in turn, built-ins first, and the first that recognises the
+file converts it; nothing in the file is run. docs/using-a-trained-model.md, "Bring a model
+trained elsewhere", shows them at work.
+"""
+
+
+def _importers(registry) -> list[str]:
+    out = [IMPORTERS_INTRO]
+    for comp in registry.registered("importer"):
+        out += [f"#### importer `{comp.name}`", "", f"{comp.summary} (registered by `{comp.plugin}`)", ""]
         out += _options_table(comp.Options)
     return out
 
