@@ -264,3 +264,26 @@ def test_a_tf_era_pickle_draws_legacy_pys_pixels_and_logits(case_name, tmp_path)
         images = out["images"][0].float()
         logits = D.eval()(images, labels) if c_dim else D.eval()(images)
     torch.testing.assert_close(logits.reshape(-1), out["d_logits"].reshape(-1).float(), atol=1e-4, rtol=1e-4)
+
+
+def test_init_from_a_snapshot_with_an_augment_pipe_starts_at_its_p(tmp_path):
+    """The snapshot's ADA pipeline comes into the recipe gankit import writes (the same ops) and
+    its p into the run --init-from starts, so the fine-tune continues the file's augmentation."""
+    from gan_kit.runs.resume import init_from
+    from gan_kit.runs.run import build_run
+
+    case = CASES["ada-skip-resnet"]
+    path = _pickle("ada-skip-resnet", tmp_path)
+    assert invoke("import", path, "--out", tmp_path / "model").exit_code == 0
+    table = tomllib.loads((tmp_path / "model" / "recipe.toml").read_text())["augment"]
+    assert table["name"] == "ada" and table["pipeline"] == "bgcfnc"
+    images = tmp_path / "images"  # the user's own RGB images, at the file's 16 px
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(images / f"{i}.png")
+    recipe, plugins = load_recipe(tmp_path / "model" / "recipe.toml",
+                                  [f"data.path='{images}'", f"run.out_dir='{tmp_path / 'tuned'}'", "run.device='cpu'"])
+    run = build_run(recipe, plugins)
+    init_from(run, path)
+    assert float(run.augment.p) == pytest.approx(float(case["augment"]["p"]))
