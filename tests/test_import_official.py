@@ -282,8 +282,12 @@ def test_init_from_a_snapshot_with_an_augment_pipe_starts_at_its_p(tmp_path):
     rng = np.random.default_rng(0)
     for i in range(8):
         Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(images / f"{i}.png")
+    assert table["p_init"] == pytest.approx(float(case["augment"]["p"]))
+    # p is the adapted state: the file's value wins over the recipe's start value
     recipe, plugins = load_recipe(tmp_path / "model" / "recipe.toml",
-                                  [f"data.path='{images}'", f"run.out_dir='{tmp_path / 'tuned'}'", "run.device='cpu'"])
+                                  [f"data.path='{images}'", f"run.out_dir='{tmp_path / 'tuned'}'", "run.device='cpu'",
+                                   "augment.p_init=0.0"])
     run = build_run(recipe, plugins)
+    assert float(run.augment.p) == 0.0
     init_from(run, path)
     assert float(run.augment.p) == pytest.approx(float(case["augment"]["p"]))
