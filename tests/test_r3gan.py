@@ -258,3 +258,25 @@ def test_the_cifar10_preset_dry_runs_and_trains_tiny_with_labels_and_flips(tmp_p
     assert run.num_classes == 10 and len(run.dataset) == 40
     stats = train(run)
     assert run.step == 2 and math.isfinite(stats["Loss/D"]) and math.isfinite(stats["Loss/G"])
+
+
+def test_recipe_parameter_counts_per_network_against_stylegan2(tmp_path):
+    """recipes/r3gan.toml and recipes/stylegan2.toml, compared at equal parameters: equal in total
+    (within 3%), not per network - R3GAN's D mirrors its G (one set of widths, as the official
+    WidthPerStage), while StyleGAN2's G carries a 33k mapping network that no R3GAN network has;
+    StyleGAN2's synthesis network is 3/4 of R3GAN's G, its D 4/5 of R3GAN's D. The counts
+    docs/architectures.md quotes."""
+    counts = {}
+    for name in ("r3gan", "stylegan2"):
+        recipe, plugins = load_recipe(RECIPE.parent / f"{name}.toml", [f"run.out_dir={tmp_path / name}"])
+        run = build_run(recipe, plugins)
+        n = {"G": sum(p.numel() for p in run.G.parameters()), "D": sum(p.numel() for p in run.D.parameters())}
+        if name == "stylegan2":
+            n["mapping"] = sum(p.numel() for p in run.G.mapping_network.parameters())
+        counts[name] = n
+    r3, sg2 = counts["r3gan"], counts["stylegan2"]
+    assert (r3["G"], r3["D"]) == (85_032, 81_504)
+    assert (sg2["G"], sg2["D"], sg2["mapping"]) == (96_776, 65_089, 33_280)
+    assert abs((r3["G"] + r3["D"]) / (sg2["G"] + sg2["D"]) - 1) < 0.03
+    assert (sg2["G"] - sg2["mapping"]) / r3["G"] == pytest.approx(0.75, abs=0.01)
+    assert sg2["D"] / r3["D"] == pytest.approx(0.80, abs=0.01)
