@@ -6,8 +6,11 @@ is recorded). Here gankit's networks take the official networks' weights (rename
 and must give the same forwards, the same RpGAN loss, R1 and R2, the same gradients of both
 networks over one training iteration of its ``d-then-g`` strategy (and the lazy R1 + R2 step),
 the same initialisation statistics, resampling filters, schedules and G_ema decay, unconditional
-and class-conditional. Any one term changed - a sign, a gain, an exponent, a filter tap, a
-missing R2 - moves some number here beyond rounding.
+and class-conditional. Also: the residual block's hooked path as its fused one, a seeded build's
+initial weights bit for bit, and whole iterations of the engine on recipes/r3gan.toml (Adam with
+its settings and the lazy correction, the schedules, G_ema) against the official loop. Any one
+term changed - a sign, a gain, an exponent, a filter tap, a missing R2, an Adam setting - moves
+some number here beyond rounding.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ which ``tests/test_r3gan_parity.py`` compares gankit's ``r3gan`` with, point by 
 
 The official code (Huang et al. 2024, github.com/brownvc/R3GAN; recorded: commit 19a7ddf) is
 run, not copied: point ``--official`` at a checkout of it. The suite then needs neither the
-network nor that code, only the file this writes (about 500 KB).
+network nor that code, only the file this writes (about 1.7 MB).
 
     git clone https://github.com/brownvc/R3GAN /tmp/R3GAN
     python tests/data/make_r3gan_reference.py --official /tmp/R3GAN
