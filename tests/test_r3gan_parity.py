@@ -393,6 +393,13 @@ def test_the_recipe_says_what_the_reference_iterations_ran():
     hl = raw["ema"]["half_life_kimg"]
     assert (hl["schedule"], hl["start"] * 1000, hl["end"] * 1000) == ("cosine", *ran["ema_nimg"])
     assert raw["ema"]["rampup"] == "none" and "decay" not in raw["ema"]
+    # The defaults the recipe leaves to gankit, as the run resolves them.
+    from gan_kit.recipe import load_recipe
+
+    recipe, _ = load_recipe(RECIPE_PATH)
+    o = recipe.optim
+    assert (o.name, o.eps, o.g_lr, o.d_lr) == ("adam", 1e-8, None, None)  # one Adam for G and D, the official eps
+    assert recipe.ema.decay is None and recipe.ema.rampup is None  # the half-life schedule alone sets G_ema's beta
     assert all("kimg" not in s for s in (lr, betas[1], hl, raw["penalty"][0]["weight"]))  # over the whole run
 
 
