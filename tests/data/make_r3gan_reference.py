@@ -274,8 +274,11 @@ def record_resampling(official) -> dict:
         return {"low": low, "high": high, "up": up(low), "down": down(high), "kernel": up.Kernel.clone()}
 
 
+INIT_SEED = 11
+
+
 def record_init(official, classes: dict | None) -> dict:
-    torch.manual_seed(11)
+    torch.manual_seed(INIT_SEED)
     G, D = build(official, INIT_CONFIG, classes)
     stats = {}
     for net_name, net in (("G", G), ("D", D)):
@@ -283,7 +286,8 @@ def record_init(official, classes: dict | None) -> dict:
             p = p.detach().double()
             stats[f"{net_name}.{name}"] = torch.tensor([p.mean(), p.std() if p.numel() > 1 else 0.0,
                                                         (p == 0).double().mean()])
-    return {"config": dict(INIT_CONFIG), "classes": dict(classes) if classes else None, "stats": stats}
+    return {"config": dict(INIT_CONFIG), "classes": dict(classes) if classes else None, "stats": stats,
+            "seed": INIT_SEED}
 
 
 def record_schedules(official) -> dict:
