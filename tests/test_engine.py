@@ -238,3 +238,18 @@ def test_ema_rampup_reads_the_image_count_before_the_iteration(tmp_path, monkeyp
     train_steps(run, 3)
     assert equal_after_first == [True]
     assert betas == [0.0, pytest.approx(0.5 ** (8 / (8 * 0.05))), pytest.approx(0.5 ** (8 / (16 * 0.05)))]
+
+
+@pytest.mark.parametrize("steps,ticks", [(4, [2, 4]), (5, [2, 4, 5])])
+def test_max_steps_ending_on_a_tick_writes_no_extra_empty_tick(tiny_recipe, steps, ticks):
+    """A tick every 2 iterations (16 images at batch 8): stopping after 4 iterations writes the
+    ticks of steps 2 and 4 and no third one without a step; stopping after 5 still writes the
+    partial tick of step 5. The returned stats are those of the last tick written."""
+    run = build(tiny_recipe, ["run.tick_kimg=0.016"])
+    stats = train(run, max_steps=steps)
+    rows = [json.loads(line) for line in (run.out_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["Progress/step"] for r in rows] == ticks
+    assert [r["Progress/tick"] for r in rows] == list(range(len(ticks)))
+    assert not any(r["Progress/final"] for r in rows)
+    assert stats["Progress/step"] == steps and stats["Progress/tick"] == len(ticks) - 1
+    assert math.isfinite(stats["Loss/D"])

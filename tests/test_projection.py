@@ -295,3 +295,37 @@ def test_project_errors_are_one_line(sg2, trained_pggan, tmp_path, monkeypatch):
     assert (result.exit_code, result.stderr) == (2, "error: --video: writing MP4 needs the imageio package, not "
                                                     "installed here (pip install 'gankit[video]')\n")
     assert not (tmp_path / "out").exists()  # nothing was written before the refusal
+
+
+def test_lpips_computes_the_targets_features_once_per_projection(sg2, tmp_path):
+    """Over a projection with lpips-vgg16 (random VGG16 weights), the feature network sees the
+    target once - not at every step - and G's image at every step; the distance against the
+    target's stored features equals the distance computed on the pair."""
+    from gan_kit.builtin.distances.lpips import LpipsVGG16, VGG16Features
+
+    torch.manual_seed(0)
+    vgg = VGG16Features()
+    for m in vgg.modules():
+        if isinstance(m, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(m.weight)
+    torch.save({f"features.{k}": v for k, v in vgg.layers.state_dict().items()}, tmp_path / "vgg.pth")
+    lpips = LpipsVGG16(LpipsVGG16.Options(weights=str(tmp_path / "vgg.pth"), resize=32))
+    G, _, _, _ = load_generator(sg2[0])
+    target = png(sg2[1])
+    prepared_target = lpips.prepare(target)
+    seen = []
+    forward = lpips.net.forward
+
+    def counting(x):
+        seen.append(sum(bool(torch.equal(row, prepared_target[0])) for row in x))
+        return forward(x)
+
+    lpips.net.forward = counting
+    steps = 4
+    result = project(G, target, lpips, ProjectionSettings(steps=steps, w_avg_samples=100))
+    assert sum(seen) == 1 and seen[0] == 1  # the target: once, first
+    assert len(seen) == 1 + 1 + steps + 1  # the target, the average W's image, each step's image, the result
+    with torch.no_grad():
+        both = lpips.distance(result.image, target)
+        stored = lpips.distance_to(result.image, lpips.prepare_target(target))
+    assert torch.allclose(stored, both, rtol=1e-5) and stored.item() == pytest.approx(result.distance, rel=1e-5)

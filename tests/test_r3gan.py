@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,93 @@ def test_the_recipe_resumes_bit_identical_with_its_schedules(tmp_path):
     assert_same_state(straight, resumed)
     assert resumed.schedule_values == straight.schedule_values
     assert torch.equal(resumed.augment.p, straight.augment.p)
+
+
+# ---- recipes/r3gan-cifar10.toml: the official CIFAR-10 run (class-conditional, x-flips)
+
+CIFAR_RECIPE = RECIPE.parent / "r3gan-cifar10.toml"
+
+
+def fake_cifar10(root: Path) -> Path:
+    """CIFAR-10's python pickle batches with 4 random images each (labels 0-9) under ``root``."""
+    import pickle
+
+    import numpy as np
+
+    base = root / "cifar-10-batches-py"
+    base.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]:
+        entry = {"labels": [int(v) for v in rng.integers(0, 10, 4)], "data": rng.integers(0, 256, (4, 3072), dtype=np.uint8)}
+        (base / name).write_bytes(pickle.dumps(entry))
+    return root
+
+
+def test_the_cifar10_preset_is_the_official_conditional_mirrored_run():
+    """The official train.py --preset=CIFAR10 with the README's --cond=1 --mirror=1 --aug=1
+    --batch=512: 768 channels and 96 groups at every stage of 4-32 px, 2 blocks, z of 64;
+    class-conditional, x-flips; R1 + R2 every step; TF32 off; the preset's schedules over 20M
+    images (the same numbers tests/data/r3gan_reference.pt holds from the official code)."""
+    recipe, _ = load_recipe(CIFAR_RECIPE)
+    a = recipe.architecture.options
+    assert recipe.architecture.name == "r3gan" and recipe.architecture.slot.conditional
+    assert (a.latent_dim, a.width, a.cardinality, a.blocks_per_stage, a.expansion, a.kernel_size) == (64, 768, 96, 2, 2, 3)
+    assert not (a.width_by_resolution or a.cardinality_by_resolution or a.blocks_by_resolution)
+    assert a.g_class_dim is None and a.d_class_dim is None  # the official: z's width and the 4 px stage's
+    assert recipe.data.name == "cifar10" and recipe.resolution == 32 and recipe.data.options.xflip
+    assert recipe.growth.options.batch_size == 512 and recipe.run.tf32 is False
+    assert [(p.name, p.options.interval) for p in recipe.penalties] == [("r1", 1), ("r2", 1)]
+    ref = torch.load(Path(__file__).parent / "data" / "r3gan_reference.pt", weights_only=True)["schedules"]
+    raw = tomllib.loads(CIFAR_RECIPE.read_text())
+    kimg = ref["decay_nimg"] / 1000
+    scheduled = {"lr": raw["optim"]["lr"], "beta2": raw["optim"]["betas"][1], "gamma": raw["penalty"][0]["weight"],
+                 "aug_p": raw["augment"]["p_init"]}
+    assert raw["penalty"][1]["weight"] == raw["penalty"][0]["weight"] and raw["optim"]["betas"][0] == 0.0
+    for key, s in scheduled.items():
+        assert (s["schedule"], s["start"], s["end"], s["kimg"]) == ("cosine", *ref["preset"][key], kimg), key
+    ema = raw["ema"]["half_life_kimg"]
+    assert (ema["end"] * 1000, ema["kimg"]) == (ref["preset"]["ema_nimg"][1], kimg) and raw["ema"]["rampup"] == "none"
+    assert recipe.optim.eps == 1e-8 and recipe.augment.options.pipeline == "r3gan"
+
+
+def test_the_cifar10_preset_dry_runs_and_trains_tiny_with_labels_and_flips(tmp_path, monkeypatch):
+    """On a 20-image stand-in for CIFAR-10: --dry-run shows the set doubled by the x-flips (40)
+    and the networks; a tiny form of the recipe trains 2 class-conditional steps."""
+    monkeypatch.setenv("GANKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
+    root = fake_cifar10(tmp_path / "data")
+    result = CliRunner().invoke(cli, ["run", str(CIFAR_RECIPE), "--dry-run", "--out", str(tmp_path / "dry"),
+                                      "--set", f"data.root={root.as_posix()}"])
+    assert result.exit_code == 0, result.output
+    assert "data cifar10: 40 images 3x32x32" in result.stdout
+    assert "G r3gan: 20,781,952 parameters; D: 21,280,512 parameters" in result.stdout
+    recipe, plugins = load_recipe(CIFAR_RECIPE, [f"data.root={root.as_posix()}", "data.resolution=8",
+                                                 "architecture.width=8", "architecture.cardinality=2",
+                                                 "architecture.blocks_per_stage=1", "growth.batch_size=4",
+                                                 "metric=[]", "run.total_kimg=0.008", "run.tick_kimg=0.008",
+                                                 f"run.out_dir={tmp_path / 'run'}"])
+    run = build_run(recipe, plugins)
+    assert run.num_classes == 10 and len(run.dataset) == 40
+    stats = train(run)
+    assert run.step == 2 and math.isfinite(stats["Loss/D"]) and math.isfinite(stats["Loss/G"])
+
+
+def test_recipe_parameter_counts_per_network_against_stylegan2(tmp_path):
+    """recipes/r3gan.toml and recipes/stylegan2.toml, compared at equal parameters: equal in total
+    (within 3%), not per network - R3GAN's D mirrors its G (one set of widths, as the official
+    WidthPerStage), while StyleGAN2's G carries a 33k mapping network that no R3GAN network has;
+    StyleGAN2's synthesis network is 3/4 of R3GAN's G, its D 4/5 of R3GAN's D. The counts
+    docs/architectures.md quotes."""
+    counts = {}
+    for name in ("r3gan", "stylegan2"):
+        recipe, plugins = load_recipe(RECIPE.parent / f"{name}.toml", [f"run.out_dir={tmp_path / name}"])
+        run = build_run(recipe, plugins)
+        n = {"G": sum(p.numel() for p in run.G.parameters()), "D": sum(p.numel() for p in run.D.parameters())}
+        if name == "stylegan2":
+            n["mapping"] = sum(p.numel() for p in run.G.mapping_network.parameters())
+        counts[name] = n
+    r3, sg2 = counts["r3gan"], counts["stylegan2"]
+    assert (r3["G"], r3["D"]) == (85_032, 81_504)
+    assert (sg2["G"], sg2["D"], sg2["mapping"]) == (96_776, 65_089, 33_280)
+    assert abs((r3["G"] + r3["D"]) / (sg2["G"] + sg2["D"]) - 1) < 0.03
+    assert (sg2["G"] - sg2["mapping"]) / r3["G"] == pytest.approx(0.75, abs=0.01)
+    assert sg2["D"] / r3["D"] == pytest.approx(0.80, abs=0.01)

@@ -6,21 +6,28 @@ is recorded). Here gankit's networks take the official networks' weights (rename
 ``gan_kit.builtin.importers.r3gan_official``, the official-snapshot reader; nothing else) and must give the same forwards, the same RpGAN loss, R1 and R2, the same gradients of both
 networks over one training iteration of its ``d-then-g`` strategy (and the lazy R1 + R2 step),
 the same initialisation statistics, resampling filters, schedules and G_ema decay, unconditional
-and class-conditional. Any one term changed - a sign, a gain, an exponent, a filter tap, a
-missing R2 - moves some number here beyond rounding.
+and class-conditional. Also: the residual block's hooked path as its fused one, a seeded build's
+initial weights bit for bit, and whole iterations of the engine on recipes/r3gan.toml (Adam with
+its settings and the lazy correction, the schedules, G_ema) against the official loop. Any one
+term changed - a sign, a gain, an exponent, a filter tap, a missing R2, an Adam setting - moves
+some number here beyond rounding.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.nn.modules import module as torch_module
 
 from gan_kit.base.phase import Phase
-from gan_kit.builtin.architectures.r3gan import R3GAN, Downsample, Upsample
+from gan_kit.builtin.architectures import r3gan as r3gan_module
+from gan_kit.builtin.architectures.r3gan import R3GAN, BiasedActivation, Downsample, Upsample
 from gan_kit.builtin.importers.r3gan_official import gankit_key, r3gan_state_dict
 from gan_kit.builtin.objectives.losses import RpGAN
 from gan_kit.builtin.objectives.penalties import R1, R2, LazyOptions
@@ -34,6 +41,9 @@ from gan_kit.training.step import StepContext
 REF = torch.load(Path(__file__).parent / "data" / "r3gan_reference.pt", weights_only=True)
 CASES = ["unconditional", "conditional"]
 ATOL = 1e-5
+#: Weights after whole iterations with Adam, which moves a weight by about lr = 5e-4 a step
+#: whatever its gradient's size: 0.2% of a step (the float32 differences are 3e-7 here).
+WEIGHT_ATOL = 1e-6
 
 
 # ------------------------------------------------------------------ official -> gankit names --
@@ -258,3 +268,235 @@ def test_ema_decay_equals_the_official_loop():
                         dtype=torch.float64)
     assert torch.allclose(ours, s["values"]["ema_beta"], rtol=1e-9, atol=0)
     assert ours[0] == 0.0
+
+
+# ------------------------------------------------------------------- the hooked forward path --
+# ResidualBlock has two forward paths: a fused one (conv + bias + in-place leaky ReLU, the skip
+# added in place) and, when a forward hook would see the layers (feature extraction, FreezeD
+# probes, a global hook), the layers' own forwards. Both must equal the official networks.
+
+@contextlib.contextmanager
+def forward_path(path: str):
+    """Run the block's ``path`` ("fast" or "hooked") and check afterwards that it ran: the fused
+    helper counted on the fast path; a global forward hook (which switches every block to the
+    hooked path) counting BiasedActivation calls on the other."""
+    calls = []
+    if path == "fast":
+        fused = r3gan_module._conv_act
+
+        def counting(*args):
+            calls.append(1)
+            return fused(*args)
+
+        r3gan_module._conv_act = counting
+        try:
+            yield
+        finally:
+            r3gan_module._conv_act = fused
+    else:
+        def hook(module, inputs, output):
+            if isinstance(module, BiasedActivation):
+                calls.append(1)
+
+        handle = torch_module.register_module_forward_hook(hook)
+        try:
+            yield
+        finally:
+            handle.remove()
+    assert calls, f"the {path} path never ran"
+
+
+@pytest.mark.parametrize("path", ["fast", "hooked"])
+@pytest.mark.parametrize("case", CASES)
+def test_both_forward_paths_give_the_official_forwards_and_gradients(case, path):
+    """Forwards, one d-then-g iteration's gradients and the lazy R1 + R2 gradients of the official
+    code, on the fused path and on the hooked path (every layer's own forward)."""
+    with forward_path(path):
+        test_g_and_d_forwards_equal_the_official_networks(case)
+        test_one_d_then_g_iteration_moves_both_networks_as_the_official_loop(case)
+        test_lazy_r1_r2_step_is_the_interval_times_the_official_penalty_gradient(case)
+
+
+def test_a_hook_on_one_layer_switches_only_its_block_to_the_hooked_path():
+    """A forward hook on one block's layer makes that block run its layers' forwards (so the hook
+    fires) and leaves the other blocks fused; the output is the same either way."""
+    G, _, _ = networks("unconditional")
+    z = REF["unconditional"]["z_d"]
+    with torch.no_grad():
+        plain = G(z)
+    block = G.stages[1][1]
+    seen = []
+    handle = block.act2.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    try:
+        with torch.no_grad(), forward_path("fast"):  # the other blocks stay fused
+            hooked = G(z)
+    finally:
+        handle.remove()
+    assert seen == [torch.Size([REF["batch"], 16, 8, 8])]
+    assert torch.allclose(hooked, plain, atol=1e-6)
+
+
+# ------------------------------------------------------------------------ initial weights --
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_seeded_build_draws_the_official_initial_weights_exactly(case):
+    """From the same ``torch.manual_seed``, gankit's G and D hold the official networks' initial
+    weights bit for bit (the same layers drawn in the same order with the same fix-up gains): any
+    gain, fan-in or zero-init change, however small (a 5% gain), fails here."""
+    cfg, classes = REF["config"], REF["classes"] if case == "conditional" else None
+    arch = R3GAN(gankit_options(cfg, classes), BuildContext(resolution=cfg["resolution"], channels=cfg["channels"],
+                                                            num_classes=classes["num_classes"] if classes else 0))
+    torch.manual_seed(REF[case]["init_seed"])
+    G, D = arch.build(cfg["resolution"], cfg["channels"])
+    d_blocks = list(reversed(cfg["blocks"]))
+    ours_G, ours_D = dict(G.named_parameters()), dict(D.named_parameters())
+    assert len(ours_G) == len(REF[case]["init_G"]) and len(ours_D) == len(REF[case]["init_D"])
+    for name, value in REF[case]["init_G"].items():
+        assert torch.equal(ours_G[g_names(name)], value), f"G {g_names(name)}"
+    for name, value in REF[case]["init_D"].items():
+        assert torch.equal(ours_D[d_names(name, d_blocks)], value), f"D {d_names(name, d_blocks)}"
+
+
+# ------------------------------------------------ whole iterations as the engine runs them --
+
+RECIPE_PATH = Path(__file__).resolve().parents[1] / "recipes" / "r3gan.toml"
+
+
+def test_the_recipe_says_what_the_reference_iterations_ran():
+    """recipes/r3gan.toml's Adam (beta1, the beta2 and lr schedules, eps left at the default),
+    gamma schedule, G_ema half-life schedule and lazy interval are the settings the official loop
+    was run with for ``REF["training"]``; the default eps is Adam's 1e-8 of the official train.py."""
+    from gan_kit.recipe.schema import OptimOptions
+
+    ran = REF["training"]["lazy"]["recipe"]
+    raw = tomllib.loads(RECIPE_PATH.read_text())
+    lr, betas = raw["optim"]["lr"], raw["optim"]["betas"]
+    assert (lr["schedule"], lr["start"], lr["end"]) == ("cosine", *ran["lr"])
+    assert betas[0] == ran["beta1"] and (betas[1]["schedule"], betas[1]["start"], betas[1]["end"]) == ("cosine", *ran["beta2"])
+    assert "eps" not in raw["optim"] and OptimOptions().eps == ran["eps"] == 1e-8
+    assert raw["optim"].get("name", "adam") == "adam"
+    for penalty, name in zip(raw["penalty"], ("r1", "r2")):
+        w = penalty["weight"]
+        assert (penalty["name"], w["schedule"], w["start"], w["end"]) == (name, "cosine", *ran["gamma"])
+        assert penalty["interval"] == ran["interval"]
+    hl = raw["ema"]["half_life_kimg"]
+    assert (hl["schedule"], hl["start"] * 1000, hl["end"] * 1000) == ("cosine", *ran["ema_nimg"])
+    assert raw["ema"]["rampup"] == "none" and "decay" not in raw["ema"]
+    # The defaults the recipe leaves to gankit, as the run resolves them.
+    from gan_kit.recipe import load_recipe
+
+    recipe, _ = load_recipe(RECIPE_PATH)
+    o = recipe.optim
+    assert (o.name, o.eps, o.g_lr, o.d_lr) == ("adam", 1e-8, None, None)  # one Adam for G and D, the official eps
+    assert recipe.ema.decay is None and recipe.ema.rampup is None  # the half-life schedule alone sets G_ema's beta
+    assert all("kimg" not in s for s in (lr, betas[1], hl, raw["penalty"][0]["weight"]))  # over the whole run
+
+
+def engine_run(tmp_path: Path, variant: str):
+    """recipes/r3gan.toml at the reference networks' size, RGB images, fp32 and no augmentation,
+    ``run.total_kimg`` the reference run's; R1 and R2 in every D step for ``every_step``."""
+    from PIL import Image
+
+    from gan_kit.recipe import load_recipe
+    from gan_kit.runs.run import build_run
+
+    ref, cfg = REF["training"][variant], REF["config"]
+    folder = tmp_path / "images"
+    folder.mkdir()
+    gen = torch.Generator().manual_seed(0)
+    for i in range(4):  # the run needs a data set; its batches are the reference's
+        Image.fromarray(torch.randint(0, 256, (16, 16, 3), generator=gen, dtype=torch.uint8).numpy()).save(
+            folder / f"{i}.png")
+    stages = [4 * 2 ** i for i in range(len(cfg["widths"]))]
+
+    def table(values):
+        return "{" + ", ".join(f"{r} = {v}" for r, v in zip(stages, values)) + "}"
+
+    overrides = [f"data={{name = 'image-folder', path = '{folder.as_posix()}', resolution = {cfg['resolution']}}}",
+                 f"architecture.latent_dim={cfg['latent_dim']}", f"architecture.width_by_resolution={table(cfg['widths'])}",
+                 f"architecture.cardinality_by_resolution={table(cfg['cardinalities'])}",
+                 f"architecture.blocks_by_resolution={table(cfg['blocks'])}",
+                 f"architecture.expansion={cfg['expansion']}", f"architecture.kernel_size={cfg['kernel']}",
+                 f"growth.batch_size={REF['batch']}", f"run.total_kimg={ref['recipe']['total_nimg'] / 1000}",
+                 "run.precision=fp32", "augment={name = 'none'}", "metric=[]", f"run.out_dir={tmp_path / 'run'}"]
+    if variant == "every_step":
+        overrides += ["penalty.0.interval=1", "penalty.1.interval=1"]
+    recipe, plugins = load_recipe(RECIPE_PATH, overrides)
+    run = build_run(recipe, plugins)
+    d_blocks = list(reversed(cfg["blocks"]))
+    for net, names, key in ((run.G, g_names, "G"), (run.G_ema, g_names, "G"), (run.D, lambda k: d_names(k, d_blocks), "D")):
+        missing = net.load_state_dict({names(k): v for k, v in ref[key].items()}, strict=False).missing_keys
+        assert not [k for k in missing if k in dict(net.named_parameters())]
+    return run
+
+
+@pytest.mark.parametrize("path", ["fast", "hooked"])
+@pytest.mark.parametrize("variant", ["every_step", "lazy"])
+def test_the_engine_runs_the_recipes_adam_schedules_and_g_ema_as_the_official_loop(tmp_path, variant, path):
+    """Three whole iterations of ``train_step`` on recipes/r3gan.toml (the reference networks,
+    batches and latents): every Adam step has the official loop's lr, betas and eps for the
+    recipe's schedules at the images shown before the iteration - D's corrected by the lazy ratio
+    16/17 (lr x 16/17, beta2 ** (16/17)) in the ``lazy`` variant, the lazy R1 + R2 step third -
+    and G, D and G_ema after every iteration equal the official loop's (Adam, the G_ema lerp at
+    ``0.5 ** (batch / half-life)``)."""
+    from gan_kit.runs.engine import train_step
+
+    ref = REF["training"][variant]
+    run = engine_run(tmp_path, variant)
+    d_blocks = list(reversed(REF["config"]["blocks"]))
+    used = []
+    for name, opt in (("D", run.opt_D), ("G", run.opt_G)):
+        opt.register_step_pre_hook(lambda o, args, kwargs, name=name: used.append(
+            (name, {"lr": o.param_groups[0]["lr"], "beta1": o.param_groups[0]["betas"][0],
+                    "beta2": o.param_groups[0]["betas"][1], "eps": o.param_groups[0]["eps"]})))
+    queue: list[torch.Tensor] = []
+    run.latent = lambda n: queue.pop(0)  # the reference's latents, in the order the steps draw them
+    interval = ref["recipe"]["interval"] if ref["lazy"] else 1
+    for net in ("G", "D"):  # the weights left out below, whose gradient was a true zero: few
+        tiny = sum(int(m.sum()) for m in ref["tiny"][net].values())
+        assert tiny < 0.025 * sum(v.numel() for v in ref[net].values()), (net, tiny)
+    with forward_path(path):
+        for i, expected in enumerate(ref["after"]):
+            lazy_due = ref["lazy"] and i % interval == 0
+            queue[:] = [ref["z_d"][i], ref["z_g"][i]] + ([ref["z_r"][i]] if lazy_due else [])
+            used.clear()
+            phase = run.growth.phase_at(run.cur_nimg)
+            run.set_phase(phase)
+            train_step(run, phase, ref["reals"][i])
+            assert not queue, f"iteration {i}: {len(queue)} latents not drawn"
+            settings = ref["settings"][i]
+            want = [("D", settings["D"]), ("G", settings["G"])] + ([("D", settings["D_reg"])] if lazy_due else [])
+            assert [n for n, _ in used] == [n for n, _ in want], i
+            for (_, ours), (net, theirs) in zip(used, want):
+                assert ours == pytest.approx(theirs, rel=1e-12, abs=0), f"iteration {i}: {net}'s Adam settings"
+            for net, mod, names in (("G", run.G, g_names), ("G_ema", run.G_ema, g_names),
+                                    ("D", run.D, lambda k: d_names(k, d_blocks))):
+                ours = dict(mod.named_parameters())
+                tiny = ref["tiny"]["D" if net == "D" else "G"]
+                for k, v in expected[net].items():
+                    # A weight whose gradient was a true zero moved by rounding's Adam step.
+                    settled = ~tiny[k] if k in tiny else torch.ones_like(v, dtype=torch.bool)
+                    err = torch.where(settled, ours[names(k)].detach() - v, 0.0).abs().max().item()
+                    assert err < WEIGHT_ATOL, f"iteration {i}: {net} {names(k)} off by {err:.3g}"
+
+
+@pytest.mark.parametrize("key", ["init", "init_conditional"])
+def test_a_seeded_wide_build_has_the_official_init_statistics_to_rounding(key):
+    """At the wider size (256 channels at 4 px, 64 classes), built from the official run's seed:
+    every parameter's mean, standard deviation and share of zeros equal the official networks' to
+    float rounding - the same draws - so a gain changed by 5% (or 0.1%) fails for every layer,
+    the embeddings and G's basis included, where a sampling tolerance would hide it."""
+    ref = REF[key]
+    cfg, classes = ref["config"], ref["classes"]
+    k = classes["num_classes"] if classes else 0
+    arch = R3GAN(gankit_options(cfg, classes), BuildContext(resolution=16, channels=3, num_classes=k))
+    torch.manual_seed(ref["seed"])
+    G, D = arch.build(16, 3)
+    d_blocks = list(reversed(cfg["blocks"]))
+    ours = {f"G.{k}": p for k, p in G.named_parameters()} | {f"D.{k}": p for k, p in D.named_parameters()}
+    for name, (mean, std, zeros) in ref["stats"].items():
+        net, rest = name.split(".", 1)
+        p = ours[f"{net}.{g_names(rest) if net == 'G' else d_names(rest, d_blocks)}"].detach().double()
+        assert (p == 0).double().mean().item() == zeros.item(), name
+        assert p.std().item() == pytest.approx(std.item(), rel=1e-6, abs=1e-12), name
+        assert p.mean().item() == pytest.approx(mean.item(), rel=1e-6, abs=1e-9), name

@@ -567,11 +567,24 @@ class Distance(ComponentBase):
     BuildContext(resolution=r, channels=C))`` with the generator's resolution and channels, once
     per projection; an option that cannot work (a missing weights file) raises ``GankitError``
     there, in one line naming the option, the value and the fix.
+
+    A distance whose work on ``b`` can be done once (LPIPS's features of the target) overrides
+    ``prepare_target`` and ``distance_to``: the projector calls ``prepare_target`` once per
+    projection and ``distance_to`` every step. By default they are ``b`` and ``distance``.
     """
 
     def distance(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def prepare_target(self, b: torch.Tensor) -> Any:
+        """What ``distance_to`` needs of a fixed batch ``b[N,C,H,W]`` (the projection's target),
+        computed once and not differentiated; default: ``b`` itself."""
+        return b
+
+    def distance_to(self, a: torch.Tensor, target: Any) -> torch.Tensor:
+        """``distance(a, b)`` for ``target = prepare_target(b)``, ``Tensor[N]``, differentiable
+        in ``a``; default: ``distance(a, target)``."""
+        return self.distance(a, target)
 
 class Importer(ComponentBase):
     """A reader of another codebase's trained-model files (kind ``importer``): NVIDIA's

@@ -177,13 +177,18 @@ def project(G: nn.Module, target: torch.Tensor, distance: Any, settings: Project
     w_avg, w_std = w_statistics(G, latent_dim or G.latent_dim, s.w_avg_samples, labels, gen, device)
     num_ws = G.num_ws
     target = target.float()
+    # The target's part of the distance once (LPIPS: its VGG16 features), not at every step; a
+    # distance without the pair of methods (duck-typed) measures against the target itself.
+    prepare = getattr(distance, "prepare_target", None)
+    goal = prepare(target) if prepare is not None else target
+    measure = getattr(distance, "distance_to", distance.distance)
 
     def synth(w: torch.Tensor) -> torch.Tensor:
         ws = w.expand(-1, num_ws, -1) if w.shape[1] == 1 else w
         return G.synthesis(ws, noise_mode="const").float()
 
     with torch.no_grad():
-        start_distance = float(distance.distance(synth(w_avg), target).sum())
+        start_distance = float(measure(synth(w_avg), goal).sum())
     buffers = noise_buffers(G)
     maps = []
     for module, name in buffers:
@@ -197,7 +202,7 @@ def project(G: nn.Module, target: torch.Tensor, distance: Any, settings: Project
         for group in opt.param_groups:
             group["lr"] = lr
         noise = torch.randn(w_opt.shape, generator=gen).to(device) * w_noise_scale(step, w_std, s)
-        dist = distance.distance(synth(w_opt + noise), target).sum()
+        dist = measure(synth(w_opt + noise), goal).sum()
         loss = (dist + s.noise_weight * noise_regularisation(maps)) if maps else dist
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -215,7 +220,7 @@ def project(G: nn.Module, target: torch.Tensor, distance: Any, settings: Project
     with torch.no_grad():
         w = w_opt.detach()
         image = synth(w)
-        final = float(distance.distance(image, target).sum())
+        final = float(measure(image, goal).sum())
     names = {id(m): path for path, m in G.named_modules()}
     return Projection(w=w.expand(-1, num_ws, -1).float().cpu().contiguous(), image=image.cpu(), distance=final,
                       start_distance=start_distance,

@@ -3,7 +3,7 @@ which ``tests/test_r3gan_parity.py`` compares gankit's ``r3gan`` with, point by 
 
 The official code (Huang et al. 2024, github.com/brownvc/R3GAN; recorded: commit 19a7ddf) is
 run, not copied: point ``--official`` at a checkout of it. The suite then needs neither the
-network nor that code, only the file this writes (about 500 KB).
+network nor that code, only the file this writes (about 1.7 MB).
 
     git clone https://github.com/brownvc/R3GAN /tmp/R3GAN
     python tests/data/make_r3gan_reference.py --official /tmp/R3GAN
@@ -28,6 +28,20 @@ What it records, each for the networks below with their official state dicts:
   class-conditional.
 - ``schedules``: the CIFAR-10 preset's schedules (``train.py``) through the official
   ``cosine_decay_with_warmup`` at several images shown, and the G_ema beta the loop derives.
+- ``init_G``, ``init_D`` (in each case): the official networks as built from ``torch.manual_seed``
+  (``init_seed``), before ``_perturb``: gankit builds the same weights draw for draw.
+- ``training``: several whole iterations of the official loop (``training_loop.py``: the D phase,
+  D's Adam step, the G phase, G's Adam step, the G_ema update) with recipes/r3gan.toml's settings
+  (``RECIPE``: Adam with beta1 = 0 and eps, the cosine schedules of lr, beta2, gamma and the G_ema
+  half-life over the run) on fixed batches and latents: ``every_step`` with R1 + R2 in every D
+  step, as the official loop; ``lazy`` with the recipe's interval k, the StyleGAN2 lazy rule
+  applied to the official loss terms (each D step on the RpGAN loss alone with Adam's lr x c and
+  betas ** c, c = k / (k + 1), and every k-th iteration, after the G phase, a D step of its own on
+  ``k * gamma / 2 * (R1 + R2)`` - R2 on fakes of the G just stepped - with the same optimizer).
+  The networks' weights, G_ema's and each Adam step's lr, betas and eps after every iteration,
+  and (``tiny``) the weights whose gradient was a true zero at some step (below ``TINY_GRAD``:
+  a bias that shifts the real and fake logits alike, whose RpGAN gradient cancels), whose Adam
+  steps are rounding's.
 
 The networks' fix-up init starts every residual branch's last convolution and every bias at
 zero, which would hide every term behind them from the comparison, so the recorded networks'
@@ -37,6 +51,7 @@ weights are first moved off their initial values by seeded noise (``_perturb``).
 from __future__ import annotations
 
 import argparse
+import copy
 import subprocess
 import sys
 import types
@@ -68,6 +83,11 @@ PRESET = {"lr": (2e-4, 5e-5), "beta2": (0.9, 0.99), "gamma": (0.05, 0.005), "ema
 DECAY_NIMG = 2e7
 PRESET_BATCH = 512
 NIMG = [0, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 15_000_000, 19_999_488, 20_000_000, 30_000_000]
+#: recipes/r3gan.toml's optimizer, schedules and lazy interval (the test checks the recipe still
+#: says these), over a run of ``total_nimg`` images at BATCH images an iteration: every
+#: schedule a half cosine from its first to its last value over the whole run.
+RECIPE = {"lr": (5e-4, 1.25e-4), "beta1": 0.0, "beta2": (0.9, 0.99), "eps": 1e-8, "gamma": (0.05, 0.005),
+          "ema_nimg": (1.0, 2000.0), "interval": 16, "total_nimg": 16, "iterations": 3}
 
 
 def import_official(path: Path) -> types.SimpleNamespace:
@@ -126,6 +146,7 @@ def record_case(official, classes: dict | None, seed: int) -> dict:
     """Networks, inputs, forwards and one training iteration (see the module docstring)."""
     torch.manual_seed(seed)
     G, D = build(official, CONFIG, classes)
+    init_G, init_D = _state(G), _state(D)
     gen = torch.Generator().manual_seed(seed + 1)
     _perturb(G, gen)
     _perturb(D, gen)
@@ -157,7 +178,92 @@ def record_case(official, classes: dict | None, seed: int) -> dict:
     it.update(g_adversarial=g_adv, g_relativistic=g_rel, g_grads=_grads(G))
     G.requires_grad_(False)
     case["iteration"] = it
+    case.update(init_seed=seed, init_G=init_G, init_D=init_D)
     return case
+
+
+def _cosine(official, key: str, nimg: int) -> float:
+    first, last = RECIPE[key]
+    return official.loop.cosine_decay_with_warmup(nimg, first, RECIPE["total_nimg"], last)
+
+
+#: A gradient element below this is rounding (a true zero): Adam, which divides by |grad| + eps,
+#: turns its rounding into a step of up to lr, so its weight is rounding's, not the code's.
+TINY_GRAD = 1e-8
+
+
+def _adam_step(opt: torch.optim.Optimizer, lr: float, beta2: float, ratio: float, net: torch.nn.Module,
+               tiny: dict) -> dict:
+    """One Adam step at ``lr`` and betas ``(beta1, beta2)``, both corrected by ``ratio`` (lr x ratio,
+    betas ** ratio); marks in ``tiny`` the elements whose gradient is rounding; returns the
+    settings used."""
+    for name, p in net.named_parameters():
+        if p.grad is not None:
+            tiny[name] = tiny.get(name, torch.zeros_like(p, dtype=torch.bool)) | (p.grad.abs() < TINY_GRAD)
+    for g in opt.param_groups:
+        g["lr"] = lr * ratio
+        g["betas"] = (RECIPE["beta1"] ** ratio, beta2 ** ratio)
+    opt.step()
+    g = opt.param_groups[0]
+    return {"lr": g["lr"], "beta1": g["betas"][0], "beta2": g["betas"][1], "eps": g["eps"]}
+
+
+def record_training(official, lazy: bool, seed: int = 5) -> dict:
+    """``RECIPE["iterations"]`` iterations of the official loop (see the module docstring)."""
+    torch.manual_seed(seed)
+    G, D = build(official, CONFIG, None)
+    gen = torch.Generator().manual_seed(seed + 1)
+    _perturb(G, gen)
+    _perturb(D, gen)
+    G_ema = copy.deepcopy(G)
+    n, c, r, steps = BATCH, CONFIG["channels"], CONFIG["resolution"], RECIPE["iterations"]
+    reals = (torch.randn(steps, n, c, r, r, generator=gen) * 0.5).clamp(-1, 1)
+    z_d, z_g, z_r = (torch.randn(steps, n, CONFIG["latent_dim"], generator=gen) for _ in range(3))
+    rec = {"G": _state(G), "D": _state(D), "reals": reals, "z_d": z_d, "z_g": z_g, "z_r": z_r, "lazy": lazy,
+           "recipe": dict(RECIPE), "after": [], "settings": [], "tiny": {"G": {}, "D": {}}}
+    k = RECIPE["interval"] if lazy else 1
+    ratio = k / (k + 1) if lazy else 1.0
+    # The official train.py's optimizers: Adam, betas set per step by the loop, eps 1e-8.
+    opt_D = torch.optim.Adam(D.parameters(), betas=(0.0, 0.0), eps=RECIPE["eps"])
+    opt_G = torch.optim.Adam(G.parameters(), betas=(0.0, 0.0), eps=RECIPE["eps"])
+    trainer = official.trainer.AdversarialTraining(G, D)
+    for i in range(steps):
+        nimg = i * n
+        lr, beta2, gamma = (_cosine(official, key, nimg) for key in ("lr", "beta2", "gamma"))
+        ema_nimg = _cosine(official, "ema_nimg", nimg)
+        used = {}
+        opt_D.zero_grad(set_to_none=True)
+        D.requires_grad_(True)
+        trainer.AccumulateDiscriminatorGradients(z_d[i], reals[i], None, 0.0 if lazy else gamma)
+        D.requires_grad_(False)
+        used["D"] = _adam_step(opt_D, lr, beta2, ratio, D, rec["tiny"]["D"])
+        opt_G.zero_grad(set_to_none=True)
+        G.requires_grad_(True)
+        trainer.AccumulateGeneratorGradients(z_g[i], reals[i], None)
+        G.requires_grad_(False)
+        used["G"] = _adam_step(opt_G, lr, beta2, 1.0, G, rec["tiny"]["G"])
+        if lazy and i % k == 0:
+            # The lazy R1 + R2 step: the official penalty terms, k times their weight.
+            opt_D.zero_grad(set_to_none=True)
+            D.requires_grad_(True)
+            real = reals[i].detach().requires_grad_(True)
+            with torch.no_grad():
+                fake = G(z_r[i], None)
+            fake.requires_grad_(True)
+            penalty = official.trainer.AdversarialTraining.ZeroCenteredGradientPenalty
+            r1, r2 = penalty(real, D(real, None)), penalty(fake, D(fake, None))
+            (k * gamma / 2 * (r1 + r2)).mean().backward()
+            D.requires_grad_(False)
+            used["D_reg"] = _adam_step(opt_D, lr, beta2, ratio, D, rec["tiny"]["D"])
+        # The loop's G_ema update.
+        beta = 0.5 ** (n / max(ema_nimg, 1e-8))
+        with torch.no_grad():
+            for p_ema, p in zip(G_ema.parameters(), G.parameters()):
+                p_ema.copy_(p.lerp(p_ema, beta))
+        used["ema_beta"] = beta
+        rec["settings"].append(used)
+        rec["after"].append({"G": _state(G), "D": _state(D), "G_ema": _state(G_ema)})
+    return rec
 
 
 def record_resampling(official) -> dict:
@@ -168,8 +274,11 @@ def record_resampling(official) -> dict:
         return {"low": low, "high": high, "up": up(low), "down": down(high), "kernel": up.Kernel.clone()}
 
 
+INIT_SEED = 11
+
+
 def record_init(official, classes: dict | None) -> dict:
-    torch.manual_seed(11)
+    torch.manual_seed(INIT_SEED)
     G, D = build(official, INIT_CONFIG, classes)
     stats = {}
     for net_name, net in (("G", G), ("D", D)):
@@ -177,7 +286,8 @@ def record_init(official, classes: dict | None) -> dict:
             p = p.detach().double()
             stats[f"{net_name}.{name}"] = torch.tensor([p.mean(), p.std() if p.numel() > 1 else 0.0,
                                                         (p == 0).double().mean()])
-    return {"config": dict(INIT_CONFIG), "classes": dict(classes) if classes else None, "stats": stats}
+    return {"config": dict(INIT_CONFIG), "classes": dict(classes) if classes else None, "stats": stats,
+            "seed": INIT_SEED}
 
 
 def record_schedules(official) -> dict:
@@ -221,6 +331,8 @@ def main(argv=None) -> int:
         "init": record_init(official, None),
         "init_conditional": record_init(official, INIT_CLASSES),
         "schedules": record_schedules(official),
+        "training": {"every_step": record_training(official, lazy=False),
+                     "lazy": record_training(official, lazy=True)},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, args.out)

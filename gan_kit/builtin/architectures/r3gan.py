@@ -217,6 +217,9 @@ class ClassEmbedding(nn.Module):
     def __init__(self, num_classes: int, dim: int, gain: float = 1.0):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(dim, num_classes))
+        # The draws the official nn.Linear makes before its MSR init (overwritten), so one seed
+        # gives the official initial weights.
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         msr_init(self, gain)
 
     def forward(self, labels):
@@ -271,15 +274,19 @@ class Generator(nn.Module):
         dtypes = _stage_dtypes(bf16 or [False] * len(widths))
         num_blocks = sum(blocks)
         self.num_classes = num_classes
-        self.embed = ClassEmbedding(num_classes, class_dim) if num_classes else None
+        # Layers drawn in the official Generator's order (stages, the output convolution, then the
+        # class embedding), so one seed gives the official initial weights draw for draw;
+        # registered in gankit's order (the embedding first), which checkpoints keep.
         stages = []
         for i, width in enumerate(widths):
             first = (GenerativeBasis(latent_dim + (class_dim if num_classes else 0), width) if i == 0
                      else Upsample(widths[i - 1], width))
             stages.append(Stage(first, *(ResidualBlock(width, cardinalities[i], expansion, kernel, num_blocks)
                                          for _ in range(blocks[i])), dtype=dtypes[i]))
+        to_rgb = _conv(widths[-1], channels)
+        self.embed = ClassEmbedding(num_classes, class_dim) if num_classes else None
         self.stages = nn.ModuleList(stages)
-        self.to_rgb = _conv(widths[-1], channels)
+        self.to_rgb = to_rgb
         self.resolution = resolution
 
     def forward(self, z, labels=None):
@@ -309,14 +316,18 @@ class Discriminator(nn.Module):
         dtypes = list(reversed(_stage_dtypes(bf16 or [False] * len(widths))))
         num_blocks = sum(nblocks)
         self.num_classes = num_classes
-        stages = []
+        stages: list[list[nn.Module]] = []
         for i, width in enumerate(top):
-            layers: list[nn.Module] = [_conv(channels, width)] if i == 0 else []
-            layers += [ResidualBlock(width, cards[i], expansion, kernel, num_blocks) for _ in range(nblocks[i])]
-            layers.append(Downsample(width, top[i + 1]) if i + 1 < len(top)
+            # Drawn in the official order (a stage's transition before its blocks, the
+            # convolution from the image after every stage): one seed, the official initial
+            # weights; placed in the order the image flows through them.
+            transition = (Downsample(width, top[i + 1]) if i + 1 < len(top)
                           else DiscriminativeBasis(width, class_dim if num_classes else 1))
-            stages.append(Stage(*layers, dtype=dtypes[i]))
-        self.blocks = nn.ModuleList(stages)
+            layers: list[nn.Module] = [ResidualBlock(width, cards[i], expansion, kernel, num_blocks)
+                                       for _ in range(nblocks[i])]
+            stages.append([*layers, transition])
+        stages[0].insert(0, _conv(channels, top[0]))
+        self.blocks = nn.ModuleList(Stage(*layers, dtype=dtypes[i]) for i, layers in enumerate(stages))
         self.embed = ClassEmbedding(num_classes, class_dim, gain=1.0 / math.sqrt(class_dim)) if num_classes else None
         self.resolution = resolution
 

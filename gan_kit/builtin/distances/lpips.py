@@ -197,19 +197,47 @@ class LpipsVGG16(Distance):
                 x = F.interpolate(x, size=(s, s), mode="bilinear", align_corners=False)
         return ((x + 1) / 2 - self.mean) / self.std
 
+    def _features(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The unit-normalised (over channels) VGG16 features of ``x[N, C, H, W]``, one per layer."""
+        if x.shape[1] not in (1, 3):
+            raise ValueError(f"distance lpips-vgg16: takes grey or RGB images (C = 1 or 3), got C = {x.shape[1]}")
+        self._to(x.device)
+        return [f * torch.rsqrt(f.square().sum(dim=1, keepdim=True) + 1e-10) for f in self.net(self.prepare(x))]
+
+    def _between(self, fa: list[torch.Tensor], fb: list[torch.Tensor]) -> torch.Tensor:
+        total = fa[0].new_zeros(fa[0].shape[0], dtype=torch.float32)
+        for f_a, f_b, w in zip(fa, fb, self.lin):
+            total = total + ((f_a - f_b).square() * w).sum(dim=1).mean(dim=(1, 2))
+        return total
+
     def distance(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         check_pair("lpips-vgg16", a, b)
-        if a.shape[1] not in (1, 3):
-            raise ValueError(f"distance lpips-vgg16: takes grey or RGB images (C = 1 or 3), got C = {a.shape[1]}")
-        self._to(a.device)
         n = a.shape[0]
-        feats = self.net(torch.cat([self.prepare(a), self.prepare(b)]))  # one VGG16 pass for both
-        total = a.new_zeros(n, dtype=torch.float32)
-        for f, w in zip(feats, self.lin):
-            f = f * torch.rsqrt(f.square().sum(dim=1, keepdim=True) + 1e-10)
-            diff = (f[:n] - f[n:]).square()
-            total = total + (diff * w).sum(dim=1).mean(dim=(1, 2))
-        return total
+        feats = self._features(torch.cat([a, b]))  # one VGG16 pass for both
+        return self._between([f[:n] for f in feats], [f[n:] for f in feats])
+
+    def prepare_target(self, b: torch.Tensor) -> LpipsTarget:
+        """The target's features, computed once (a projection's target is fixed: its VGG16 pass
+        is not repeated every step)."""
+        with torch.no_grad():
+            return LpipsTarget(tuple(b.shape), self._features(b))
+
+    def distance_to(self, a: torch.Tensor, target) -> torch.Tensor:
+        if not isinstance(target, LpipsTarget):
+            return self.distance(a, target)
+        if tuple(a.shape) != target.shape:
+            raise ValueError(f"distance lpips-vgg16: expected two image batches [N, C, H, W] of one shape, "
+                             f"got {tuple(a.shape)} and {target.shape}")
+        return self._between(self._features(a), target.features)
+
+
+@attrs.frozen
+class LpipsTarget:
+    """``LpipsVGG16.prepare_target``'s result: the target's shape and its unit-normalised
+    features per VGG16 layer."""
+
+    shape: tuple[int, ...]
+    features: list[torch.Tensor]
 
 
 @hookimpl

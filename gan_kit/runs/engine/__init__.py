@@ -46,7 +46,8 @@ def loop(run: Run, max_steps: int | None = None) -> dict[str, Any]:
     reaching ``total_nimg`` does). Fires ``run_started``, ``phase_started``, ``step_finished``,
     ``tick_finished``, ``run_finished`` and, from a ``finally``, ``run_teardown``. SIGINT /
     SIGTERM finish the iteration, write ``checkpoints/latest.pt`` and raise ``Interrupted``; a
-    second Ctrl-C stops at once. Returns the final tick's stats. Raises ``TrainingError`` when
+    second Ctrl-C stops at once. Returns the stats of the last tick written (a run stopped by
+    ``max_steps`` right after a tick writes no empty one). Raises ``TrainingError`` when
     the non-finite policy stops the run."""
     loader = real_loader(run)
     batches = iter(loader)  # make_loader's loader raises a worker's GankitError as its one line
@@ -61,6 +62,7 @@ def loop(run: Run, max_steps: int | None = None) -> dict[str, Any]:
             steps = 0
             clock = TrainClock(run)
             timed_out = False
+            last_tick: dict[str, Any] | None = None  # the stats of the last tick written in this loop
             while run.cur_nimg < run.total_nimg and not timed_out and (max_steps is None or steps < max_steps):
                 phase = run.growth.phase_at(run.cur_nimg)
                 if phase.index != run.phase.index:
@@ -76,13 +78,16 @@ def loop(run: Run, max_steps: int | None = None) -> dict[str, Any]:
                                                              due and ticks.ends_near(clock))
                 # near the time limit a due tick runs on to it as the final tick (no tick of 1 step)
                 if due and run.cur_nimg < run.total_nimg and not timed_out and not near:
-                    ticks.finish(final=False)  # a tick that ends at this step is written before stopping
+                    last_tick = ticks.finish(final=False)  # a tick that ends at this step is written before stopping
                 if stop:
                     ticks.settle()  # a non-finite "stop" pending wins: no checkpoint after it
                     # A process stopped because another one got SIGTERM (a scheduler's preemption
                     # reaches one rank first) exits as SIGTERM does, 143.
                     stop_on_interrupt(run, "SIGTERM" if sigterm else (interrupt.signal_name or "SIGINT"))
             final = run.cur_nimg >= run.total_nimg or timed_out
+            if not final and last_tick is not None and run.cur_nimg == ticks.start_nimg:
+                # max_steps ended on a tick boundary: that tick is written; no empty one after it.
+                return last_tick
             stats = ticks.finish(final=final)
             if final:
                 run.hook.run_finished(run=run, stats=stats)
