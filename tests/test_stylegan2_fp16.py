@@ -202,3 +202,20 @@ def test_a_recipe_with_fp16_blocks_trains_on_the_cpu_with_finite_losses(tiny_rec
         for name, p in net.named_parameters():
             assert p.dtype == torch.float32 and torch.isfinite(p).all(), name
     assert not torch.equal(run.G.state_dict()["to_rgb.16.weight"], before["to_rgb.16.weight"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_layer_gain_scales_its_clamp(dtype):
+    """A layer called with a gain (a resnet block's sqrt(0.5) on conv1 and the skip) clamps at
+    conv_clamp * gain after the gain, as the official bias_act(gain=, clamp=conv_clamp * gain),
+    in float32 and in an fp16 block alike."""
+    torch.manual_seed(0)
+    conv = sg2.EqualizedConv2d(4, 4, 3, activation=True, clamp=2.0)
+    mod = sg2.ModulatedConv(4, 4, 8, 8, clamp=2.0)
+    x = (torch.randn(2, 4, 8, 8) * 1e3).to(dtype)
+    g = math.sqrt(0.5)
+    with torch.no_grad():
+        for layer, args in ((conv, (x,)), (mod, (x, torch.randn(2, 8), "const"))):
+            assert layer(*args).abs().max().item() == pytest.approx(2.0, rel=1e-3)
+            out = layer(*args, gain=g) if layer is conv else layer(*args, g)
+            assert out.dtype == dtype and out.abs().max().item() == pytest.approx(2.0 * g, rel=1e-3)
