@@ -61,7 +61,11 @@ def _fp16_blocks(case: dict) -> bool:
 
 
 def _tol(case: dict) -> float:
-    return 2e-2 if _fp16_blocks(case) else 1e-4
+    """Images: 1e-4 in float32. With fp16 blocks, drawn one seed at a time as recorded, gankit
+    rounds as the official code (measured: bit-equal on the CPU); 1e-3 leaves room for other fp16
+    kernels while staying far below one fp16 step at the images' magnitude (~8: 7.8e-3) and the
+    float32 function's 9.3e-3, so a block computed in the wrong precision fails."""
+    return 1e-3 if _fp16_blocks(case) else 1e-4
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -75,13 +79,17 @@ def test_options_name_the_source_and_the_data(name):
         g["img_resolution"], g["img_channels"], g["c_dim"])
     explicit = stylegan2_options(g, _kwargs(case, "D"), source=SOURCES[case["format"]])
     assert explicit == options
+    # stylegan2-ada-pytorch computes fp16 blocks on every device, the StyleGAN3 file on CUDA only
+    want = "all" if case["format"] == "stylegan2-ada-pytorch" else "cuda"
+    assert options["architecture"]["fp16_devices"] == want
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_imported_g_ema_draws_the_official_ws_and_images(name):
     """For every recorded call (psi 1 and 0.7, truncation cutoff 2, noise const and none) the
-    converted G_ema gives the official W and images, to 1e-4 in float32 (2e-2 where the official
-    code ran blocks in fp16)."""
+    converted G_ema gives the official W and images, to 1e-4 in float32 (1e-3 where the official
+    code ran blocks in fp16). One seed per call, as recorded (generate.py's batch of one), so
+    the float32 rounding of W, which fp16 blocks would amplify, is the official one."""
     case = CASES[name]
     _, G, _ = _imported(case)
     z, labels = case["z"].float(), _labels(case)
@@ -89,9 +97,10 @@ def test_imported_g_ema_draws_the_official_ws_and_images(name):
     with torch.no_grad():
         for gen in case["generations"]:
             G.truncation_cutoff = gen["truncation_cutoff"]
-            ws = G.mapping(z, labels, gen["truncation_psi"])
+            ws = torch.cat([G.mapping(z[i:i + 1], None if labels is None else labels[i:i + 1],
+                                      gen["truncation_psi"]) for i in range(len(z))])
             torch.testing.assert_close(ws, gen["ws"], rtol=0, atol=1e-5)
-            img = G.synthesis(ws, noise_mode=gen["noise_mode"])
+            img = torch.cat([G.synthesis(ws[i:i + 1], noise_mode=gen["noise_mode"]) for i in range(len(z))])
             err = (img - gen["img"]).abs().max().item()
             assert err <= tol, f"{name} psi={gen['truncation_psi']} cutoff={gen['truncation_cutoff']} " \
                                f"noise={gen['noise_mode']}: max |diff| {err:.3g}"
@@ -109,11 +118,12 @@ def test_imported_g_ema_draws_the_official_image_of_a_w_file(name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_imported_d_gives_the_official_logits(name):
-    """The converted D's logits equal the official D's on the official images and on noise."""
+    """The converted D's logits equal the official D's on the official images and on noise, to
+    1e-4 also where its top blocks ran in fp16 (measured 1.2e-7: the same roundings)."""
     case = CASES[name]
     _, _, D = _imported(case)
     labels = _labels(case)
-    tol = _tol(case)
+    tol = 1e-4
     with torch.no_grad():
         fake = D(case["generations"][0]["img"], labels)
         rand = D(case["d_inputs_random"], labels)

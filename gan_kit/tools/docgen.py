@@ -67,7 +67,8 @@ recipes/x.toml: loss.name: unknown loss 'hing' (did you mean 'hinge'?); availabl
 - The run directory gets `recipe.toml`: the resolved recipe with the versions of torch, gankit
   and every plugin distribution loaded. Resolved means what the run builds with: every default
   filled in, and a value a component works out from the rest of the recipe written as that value
-  (`architecture.conv_clamp = "auto"` as `256.0` under `run.precision = "fp16"`, else `"none"`;
+  (`architecture.conv_clamp = "auto"` as `256.0` under `run.precision = "fp16"` or with
+  `num_fp16_res` > 0, else `"none"`;
   image-folder's `pad_color` as its `background`; progressive growth's `base_batch_size` as the
   batch at `start_resolution`), as `gankit recipe show` prints it. So `gankit run --resume` keeps
   them even when a key they came from changes (a resume may change `run.precision`; the clamp,

@@ -190,6 +190,9 @@ def stylegan2_options(G_kwargs: dict, D_kwargs: dict | None = None, *, source: S
     if isinstance(fp16, bool) or not isinstance(fp16, int) or fp16 < 0:
         raise _refuse(syn.at("num_fp16_res"), fp16, "expected an integer >= 0")
     arch["num_fp16_res"] = fp16
+    # stylegan2-ada-pytorch computes its fp16 blocks in float16 on every device; the StyleGAN3
+    # repository's networks_stylegan2 forces float32 off CUDA (SynthesisBlock.forward).
+    arch["fp16_devices"] = "all" if src == "stylegan2-ada-pytorch" else "cuda"
     g_arch = syn.take("architecture", "skip")
     if g_arch not in ("skip", "orig", "resnet"):
         raise _refuse(syn.at("architecture"), g_arch, "gankit's stylegan2 implements 'skip', 'orig' or 'resnet'")
@@ -245,7 +248,7 @@ def _d_options(D_kwargs: dict, resolution: int, channels: int, num_classes: int,
     fp16 = d.take("num_fp16_res", defaults["num_fp16_res"])
     if fp16 != g_arch["num_fp16_res"]:
         raise _refuse(d.at("num_fp16_res"), fp16, f"G has {g_arch['num_fp16_res']}; gankit records one num_fp16_res "
-                                                  "for both networks (it computes neither in fp16 by itself)")
+                                                  "for both networks")
     clamp = _number(d, "conv_clamp", defaults["conv_clamp"], allow_none=True)
     if clamp != g_arch["conv_clamp"]:
         raise _refuse(d.at("conv_clamp"), clamp, f"G has {g_arch['conv_clamp']!r}; gankit's stylegan2 has one "

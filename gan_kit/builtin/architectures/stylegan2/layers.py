@@ -27,9 +27,21 @@ NoiseMode = Literal["random", "const", "none"]
 Resample = Literal["fir", "bilinear"]
 
 
-def _lrelu(x: torch.Tensor) -> torch.Tensor:
-    # He gain on the activation (official StyleGAN2 code) keeps unit variance through the layer.
-    return F.leaky_relu(x, 0.2) * _ACT_GAIN
+def _lrelu(x: torch.Tensor, gain: float = 1.0) -> torch.Tensor:
+    # He gain on the activation (official StyleGAN2 code) keeps unit variance through the layer;
+    # a layer's extra gain joins it in one product, so fp16 rounds as the official bias_act does.
+    return F.leaky_relu(x, 0.2) * (_ACT_GAIN * gain)
+
+
+def _act(x: torch.Tensor, activation: bool, gain: float, clamp: float | None) -> torch.Tensor:
+    """A layer's output after its bias: leaky ReLU (or none) times ``gain`` (with the He gain of
+    the activation), clamped to [-clamp * gain, +clamp * gain] (stylegan2-ada-pytorch's
+    ``bias_act(..., gain=, clamp=)``: a layer's ``gain`` scales its clamp too)."""
+    if activation:
+        x = _lrelu(x, gain)
+    elif gain != 1:
+        x = x * gain
+    return _clamp(x, None if clamp is None else clamp * gain)
 
 
 def _clamp(x: torch.Tensor, clamp: float | None) -> torch.Tensor:
@@ -103,7 +115,8 @@ class EqualizedConv2d(nn.Module):
         # whichever resampling a recipe picks.
         self.register_buffer("resample_filter", setup_filter() if down or up else None, persistent=False)
 
-    def forward(self, x):
+    def forward(self, x, gain: float = 1.0):
+        """``gain``: the output (and the clamp) times ``gain`` (a resnet block's sqrt(0.5))."""
         weight = (self.weight * self.weight_gain).to(x.dtype)
         if (self.down or self.up) and self.resample == "fir":
             x = conv2d_resample(x, weight, self.resample_filter, down=2 if self.down else 1, up=2 if self.up else 1)
@@ -115,7 +128,7 @@ class EqualizedConv2d(nn.Module):
                 x = F.avg_pool2d(x, 2)
         if self.bias is not None:
             x = x + self.bias.to(x.dtype).reshape(1, -1, 1, 1)
-        return _clamp(_lrelu(x) if self.activation else x, self.clamp)
+        return _act(x, self.activation, gain, self.clamp)
 
 
 # ----------------------------------------------------------------------- modulated convolution --
@@ -145,7 +158,8 @@ def _fp16_prenormalize(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tens
     if not demodulate or x.dtype != torch.float16:
         return weight, styles
     cout, cin, kh, kw = weight.shape
-    weight = weight * (1.0 / math.sqrt(cin * kh * kw)) / weight.abs().amax(dim=(1, 2, 3), keepdim=True)
+    # The official order of the float32 products, so the fp16 casts after them round the same.
+    weight = weight * ((1.0 / math.sqrt(cin * kh * kw)) / weight.abs().amax(dim=(1, 2, 3), keepdim=True))
     styles = styles / styles.abs().amax(dim=1, keepdim=True)
     return weight, styles
 
@@ -251,7 +265,8 @@ class ModulatedConv(nn.Module):
         else:
             self.noise_strength = None
 
-    def forward(self, x, w, noise_mode: NoiseMode = "random"):
+    def forward(self, x, w, noise_mode: NoiseMode = "random", gain: float = 1.0):
+        """``gain``: the output (and the clamp) times ``gain`` (a resnet block's sqrt(0.5))."""
         styles = self.affine(w)
         up = 1
         if self.up and self.resample == "bilinear":
@@ -259,14 +274,22 @@ class ModulatedConv(nn.Module):
         elif self.up:
             up = 2
         conv = _MODCONV[self.modconv]
-        x = conv(x, self.weight * self.weight_gain, styles, demodulate=self.demodulate,
+        # Demodulation divides weight_gain out, so the stored weight goes in as it is; without it
+        # the gain scales the styles. Both as the official code orders its float32 products, so
+        # an fp16 block's casts round as the official ones do.
+        if not self.demodulate:
+            styles = styles * self.weight_gain
+        x = conv(x, self.weight, styles, demodulate=self.demodulate,
                  padding=self.weight.shape[-1] // 2, up=up, resample_filter=self.resample_filter)
         if self.noise_strength is not None and noise_mode != "none":
             if noise_mode == "random":
                 # One map per sample, drawn for the global batch (N processes train as one).
                 noise = batch_randn(x.shape[0], 1, x.shape[2], x.shape[3], device=x.device, dtype=x.dtype)
             else:
-                noise = self.noise_const.to(x.dtype)
-            x = x + noise * self.noise_strength.to(x.dtype)
+                noise = self.noise_const
+            # Scaled by the strength in float32 (at least) and added in place, so an fp16 x
+            # rounds once, as the official code's x.add_(noise). The conv output is a fresh
+            # tensor no backward needs, so the in-place add is safe for autograd.
+            x = x.add_(noise * self.noise_strength)
         x = x + self.bias.to(x.dtype).reshape(1, -1, 1, 1)
-        return _clamp(_lrelu(x) if self.activation else x, self.clamp)
+        return _act(x, self.activation, gain, self.clamp)

@@ -24,7 +24,30 @@ from gan_kit.builtin.architectures.pggan import mbstd_batch_problem, MinibatchSt
 from gan_kit.builtin.architectures.stylegan2.fir import downsample2d, setup_filter, upsample2d
 from gan_kit.builtin.architectures.stylegan2.layers import EqualizedConv2d, EqualizedLinear, ModulatedConv, NoiseMode, Resample
 
-__all__ = ["MappingNetwork", "Generator", "DBlock", "Discriminator", "StyleGAN2"]
+__all__ = ["MappingNetwork", "Generator", "DBlock", "Discriminator", "StyleGAN2", "Fp16Devices", "fp16_resolution"]
+
+#: Where the fp16 blocks (``num_fp16_res``) compute in float16: "cuda" on CUDA devices only (the
+#: StyleGAN3 repository's networks_stylegan2 forces float32 elsewhere), "all" on every device
+#: (stylegan2-ada-pytorch's networks, also on the CPU).
+Fp16Devices = Literal["cuda", "all"]
+
+
+def fp16_resolution(resolution: int, num_fp16_res: int) -> int:
+    """The lowest resolution whose G block and D block compute in float16 when the networks have
+    ``num_fp16_res`` fp16 resolutions: ``max(2 ** (log2(resolution) + 1 - num_fp16_res), 8)``
+    (stylegan2-ada-pytorch, Karras et al. 2020b: the ``num_fp16_res`` highest resolutions, never
+    the 4x4 block or D's epilogue). ``num_fp16_res = 0``: ``2 * resolution``, i.e. no block."""
+    return max(2 ** (int(math.log2(resolution)) + 1 - num_fp16_res), 8)
+
+
+def _fp16_enabled(num_fp16_res: int, devices: str, force_fp32: bool, device: torch.device) -> bool:
+    """Whether this forward computes the fp16 blocks in float16: some exist, ``force_fp32`` is
+    off, the device is one ``devices`` names, and no autocast is active on it (autocast, i.e.
+    ``run.precision = "bf16"`` / ``"fp16"``, sets the precision of the whole networks)."""
+    if num_fp16_res == 0 or force_fp32 or (devices == "cuda" and device.type != "cuda"):
+        return False
+    return not torch.is_autocast_enabled(device.type)
+
 
 
 def _normalize(x: torch.Tensor) -> torch.Tensor:
@@ -85,9 +108,9 @@ class Generator(nn.Module):
     "skip" (the paper's G, fig. 7b): a toRGB at every resolution, ``img = upsample(img) +
     toRGB(x)``; "orig" (StyleGAN's plain network, no skips): one toRGB, at the last block; "resnet"
     (fig. 7c): one toRGB at the last block, and every block after 4x4 is residual, ``(skip(x) +
-    conv1(conv0(x))) * sqrt(0.5)`` with ``skip`` a 1x1 upsampling convolution without bias (the
-    clamp of conv1 applies before the sqrt(0.5), as the reference's gain with its clamp scaled by
-    the same gain).
+    conv1(conv0(x))) * sqrt(0.5)`` with ``skip`` a 1x1 upsampling convolution without bias
+    (computed as the reference: each branch times sqrt(0.5), conv1's clamp scaled by the same gain,
+    then summed).
 
     ``w_avg`` (buffer ``[w_dim]``) is the running average of mapped W, updated in training-mode
     ``forward`` as ``w_avg <- lerp(mean_N(w), w_avg, w_avg_beta)`` (the mean over the global batch
@@ -98,6 +121,11 @@ class Generator(nn.Module):
     ``conv_clamp``: every synthesis layer's and ToRGB layer's output is clamped to [-conv_clamp,
     +conv_clamp] (stylegan2-ada-pytorch's ``conv_clamp``, 256 with its fp16 layers); None clamps
     nothing. The mapping network and the resnet skips are never clamped (as the reference).
+    ``num_fp16_res``: the blocks at resolutions >= ``fp16_resolution(resolution, num_fp16_res)``
+    compute in float16 (the const or the incoming features cast at the block's entry, weights
+    cast to float16, styles and demodulation in float32, each toRGB's output cast back to float32
+    before it is added to the float32 skip image), on the devices ``fp16_devices`` names, when no
+    autocast is active and ``force_fp32`` is False (stylegan2-ada-pytorch's ``SynthesisBlock``).
     """
 
     def __init__(self, resolution: int, channels: int, latent_dim: int, w_dim: int, nf, *, mapping_layers: int = 8,
@@ -105,7 +133,7 @@ class Generator(nn.Module):
                  modconv: str = "grouped", resample: Resample = "fir", num_classes: int = 0,
                  conv_clamp: float | None = None, architecture: GArchitecture = "skip",
                  truncation_cutoff: int | None = None, embed_features: int | None = None,
-                 layer_features: int | None = None):
+                 layer_features: int | None = None, num_fp16_res: int = 0, fp16_devices: Fp16Devices = "cuda"):
         super().__init__()
         if architecture not in ("skip", "orig", "resnet"):
             raise ValueError(f"Generator: architecture must be 'skip', 'orig' or 'resnet', got {architecture!r}")
@@ -113,6 +141,10 @@ class Generator(nn.Module):
         self.conv_clamp = conv_clamp
         self.architecture = architecture
         self.truncation_cutoff = truncation_cutoff
+        self.num_fp16_res, self.fp16_devices = num_fp16_res, fp16_devices
+        self.fp16_resolution = fp16_resolution(resolution, num_fp16_res)
+        # True: every block in float32 whatever num_fp16_res (the official force_fp32; exports).
+        self.force_fp32 = False
         self.style_mixing_prob, self.w_avg_beta = float(style_mixing_prob), float(w_avg_beta)
         self.resample, self.num_classes = resample, num_classes
         self.resolutions = [2 ** i for i in range(2, int(math.log2(resolution)) + 1)]
@@ -186,19 +218,28 @@ class Generator(nn.Module):
         only. Raises ValueError when ws does not hold num_ws layers."""
         if ws.shape[1] != self.num_ws:
             raise ValueError(f"synthesis: expected ws[N, {self.num_ws}, {self.w_dim}], got {tuple(ws.shape)}")
+        half = _fp16_enabled(self.num_fp16_res, self.fp16_devices, self.force_fp32, ws.device)
         x = self.const.to(ws.dtype).unsqueeze(0).expand(ws.shape[0], -1, -1, -1)
         img = None
         idx = 0
         for res in self.resolutions:
             key = str(res)
-            y = self.skips[key](x) if key in self.skips else None
-            for conv in self.convs[key]:
-                x = conv(x, ws[:, idx], noise_mode)
+            fp16 = half and res >= self.fp16_resolution
+            if half:  # each block casts its input (official); otherwise dtypes flow as computed
+                x = x.to(torch.float16 if fp16 else ws.dtype)
+            # resnet: skip and last conv each scaled by sqrt(0.5) (the clamp too), then summed, as
+            # the official SynthesisBlock, so fp16 blocks round the same way.
+            y = self.skips[key](x, math.sqrt(0.5)) if key in self.skips else None
+            last = len(self.convs[key]) - 1
+            for i, conv in enumerate(self.convs[key]):
+                x = conv(x, ws[:, idx], noise_mode, math.sqrt(0.5) if y is not None and i == last else 1.0)
                 idx += 1
             if y is not None:
-                x = (y + x) * math.sqrt(0.5)
+                x = y + x
             if key in self.to_rgb:
                 rgb = self.to_rgb[key](x, ws[:, idx])
+                if fp16:
+                    rgb = rgb.to(ws.dtype)  # the skip image stays float32 (official)
                 img = rgb if img is None else self._upsample(img) + rgb
         return img
 
@@ -235,8 +276,6 @@ class DBlock(nn.Module):
         self.from_rgb = (EqualizedConv2d(from_rgb_channels, in_channels, 1, activation=True, clamp=conv_clamp)
                          if from_rgb_channels else None)
         self.conv0 = EqualizedConv2d(in_channels, in_channels, 3, activation=True, clamp=conv_clamp)
-        # The reference clamps conv1 at conv_clamp * sqrt(0.5) after its gain of sqrt(0.5); here
-        # the gain comes after the clamp (forward), which is the same function.
         self.conv1 = EqualizedConv2d(in_channels, out_channels, 3, activation=True, down=True, resample=resample,
                                      clamp=conv_clamp)
         self.skip = (EqualizedConv2d(in_channels, out_channels, 1, bias=False, down=True, resample=resample)
@@ -247,7 +286,9 @@ class DBlock(nn.Module):
             x = x + self.from_rgb(img)
         if self.skip is None:
             return self.conv1(self.conv0(x))
-        return (self.skip(x) + self.conv1(self.conv0(x))) * math.sqrt(0.5)
+        # Each branch scaled by sqrt(0.5) (conv1's clamp too), then summed: the official
+        # DiscriminatorBlock's order, so fp16 blocks round the same way.
+        return self.skip(x, math.sqrt(0.5)) + self.conv1(self.conv0(x), math.sqrt(0.5))
 
 
 class Discriminator(nn.Module):
@@ -271,20 +312,32 @@ class Discriminator(nn.Module):
     4x4 conv are clamped to [-conv_clamp, +conv_clamp] (stylegan2-ada-pytorch's ``conv_clamp``);
     the 1x1 skips, the epilogue's fromRGB ("skip") and the FC layers are not, as the reference.
     None clamps nothing.
+
+    ``num_fp16_res``: the blocks at resolutions >= ``fp16_resolution(resolution, num_fp16_res)``
+    (with their fromRGB and, for "skip", the downsampling of the image they pass on) compute in
+    float16, the features and the image cast at each block's entry; the 4x4 epilogue casts back
+    and computes in float32 (stylegan2-ada-pytorch's ``DiscriminatorBlock`` /
+    ``DiscriminatorEpilogue``). On the devices ``fp16_devices`` names, with no autocast active and
+    ``force_fp32`` False, as the Generator's.
     """
 
     def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4, *,
                  resample: Resample = "fir", num_classes: int = 0, cmap_layers: int = 8,
                  mapping_lr_mult: float = 0.01, conv_clamp: float | None = None,
-                 architecture: DArchitecture = "resnet", mbstd_num_channels: int = 1, cmap_dim: int | None = None):
+                 architecture: DArchitecture = "resnet", mbstd_num_channels: int = 1, cmap_dim: int | None = None,
+                 num_fp16_res: int = 0, fp16_devices: Fp16Devices = "cuda"):
         super().__init__()
         if architecture not in ("resnet", "orig", "skip"):
             raise ValueError(f"Discriminator: architecture must be 'resnet', 'orig' or 'skip', got {architecture!r}")
         self.num_classes = num_classes
         self.conv_clamp = conv_clamp
         self.architecture, self.resample = architecture, resample
+        self.num_fp16_res, self.fp16_devices = num_fp16_res, fp16_devices
+        self.fp16_resolution = fp16_resolution(resolution, num_fp16_res)
+        self.force_fp32 = False  # as Generator.force_fp32
         self.from_rgb = EqualizedConv2d(channels, nf(resolution), 1, activation=True, clamp=conv_clamp)
         res = [2 ** i for i in range(int(math.log2(resolution)), 2, -1)]
+        self.block_resolutions = res  # each block's input resolution
         skip = architecture == "skip"
         self.blocks = nn.ModuleList(DBlock(nf(r), nf(r // 2), resample, conv_clamp, architecture=architecture,
                                            from_rgb_channels=channels if skip and i else 0)
@@ -319,11 +372,20 @@ class Discriminator(nn.Module):
 
     def forward(self, img, labels=None):
         check_labels(self, self.num_classes, labels, img.shape[0])
+        half = _fp16_enabled(self.num_fp16_res, self.fp16_devices, self.force_fp32, img.device)
+        dtype = img.dtype
+        if half and self.block_resolutions and self.block_resolutions[0] >= self.fp16_resolution:
+            img = img.to(torch.float16)  # the top block's fromRGB belongs to it (official)
         x = self.from_rgb(img)
-        for block in self.blocks:
+        for block, res in zip(self.blocks, self.block_resolutions):
+            if half:  # each block casts its inputs (official); otherwise dtypes flow as computed
+                block_dtype = torch.float16 if res >= self.fp16_resolution else dtype
+                x, img = x.to(block_dtype), img.to(block_dtype)
             x = block(x, img)
             if self.epilogue_from_rgb is not None:
                 img = self._downsample(img)
+        if half:  # the epilogue in float32 (official)
+            x, img = x.to(dtype), img.to(dtype)
         if self.epilogue_from_rgb is not None:
             x = x + self.epilogue_from_rgb(img)
         if self.mbstd is not None:
@@ -347,12 +409,14 @@ def _unit(v):
     return None if 0 <= v <= 1 else f"must be in [0, 1], got {v}"
 
 
-def _clamp_of(value, recipe) -> float | None:
-    """``conv_clamp``'s bound: ``"auto"`` is 256 under the recipe's ``run.precision = "fp16"``
-    (stylegan2-ada-pytorch's train.py: ``conv_clamp = 256`` with its fp16 layers), else None."""
+def _clamp_of(value, recipe, num_fp16_res: int = 0) -> float | None:
+    """``conv_clamp``'s bound: ``"auto"`` is 256 under the recipe's ``run.precision = "fp16"`` or
+    with fp16 blocks (``num_fp16_res`` > 0; stylegan2-ada-pytorch's train.py: ``conv_clamp = 256``
+    with its fp16 layers), else None."""
     if value != "auto":
         return value
-    return 256.0 if recipe is not None and recipe.run.precision == "fp16" else None
+    fp16 = num_fp16_res > 0 or (recipe is not None and recipe.run.precision == "fp16")
+    return 256.0 if fp16 else None
 
 
 #: The largest finite fp16 value (torch.finfo(torch.float16).max): a conv_clamp above it bounds
@@ -416,16 +480,23 @@ class StyleGAN2(Architecture):
         d_cmap_dim: int | None = option(
             None, help="Class-conditional D: size of the label mapping the logit is projected on; None = D's 4x4 "
                        "feature maps (stylegan2-ada-pytorch's cmap_dim).", min=1)
-        # Recorded, not acted on: the official code runs these blocks in fp16 on CUDA only (on
-        # other devices, or with force_fp32, it computes them in float32, the function gankit
-        # computes). gankit picks precision for the whole run (run.precision, autocast), so the
-        # value only travels with an imported snapshot's recipe.
+        # The official rule (stylegan2-ada-pytorch, Karras et al. 2020b): the top num_fp16_res
+        # blocks in float16, trained without loss scaling, with conv_clamp bounding activations.
+        # Under autocast (run.precision bf16 / fp16) the autocast precision already covers the
+        # whole networks, so the blocks follow it instead: one precision machinery at a time.
         num_fp16_res: int = option(
-            0, help="The official snapshot's num_fp16_res (its top resolutions computed in fp16 on CUDA), kept so "
-                    "an imported recipe records it. gankit does not compute those blocks in fp16 on its own: "
-                    "run.precision sets the precision of the whole networks (with conv_clamp bounding the "
-                    "activations under fp16); every value builds the same float32 function, the one the "
-                    "official code computes off CUDA.", min=0, max=32)
+            0, help="Compute G's and D's blocks at the num_fp16_res highest resolutions in float16 "
+                    "(stylegan2-ada-pytorch's num_fp16_res: the blocks at resolutions >= max(2 ** (log2(resolution) + "
+                    "1 - num_fp16_res), 8); styles, demodulation, the toRGB skip image, the mapping networks and "
+                    "D's 4x4 epilogue stay float32). Only on the devices fp16_devices names, and only when no "
+                    "autocast is active: under run.precision = \"bf16\" / \"fp16\" the whole networks follow "
+                    "run.precision instead; with \"fp32\" these blocks train in float16 without loss scaling, as "
+                    "the official code (conv_clamp \"auto\" is then 256). Exports compute float32 everywhere. "
+                    "0 = none (the checkpoint holds the same tensors whatever the value).", min=0, max=32)
+        fp16_devices: Fp16Devices = option(
+            "cuda", help='Where the num_fp16_res blocks compute in float16: "cuda" (CUDA devices only, float32 '
+                         'elsewhere: the StyleGAN3 repository\'s networks_stylegan2) or "all" (also on the CPU: '
+                         'stylegan2-ada-pytorch\'s networks, whose snapshots draw their images that way).')
         d_mapping_layers: int = option(8, help="Class-conditional D (architecture.conditional): FC layers of its "
                                                "label mapping network, whose output the logit is projected on "
                                                "(stylegan2-ada-pytorch: 8; TF-era StyleGAN2-ADA: 0, the normalised "
@@ -445,8 +516,8 @@ class StyleGAN2(Architecture):
             "auto", help="Clamp the output of every synthesis layer, ToRGB layer and D conv layer (after bias, "
                          "activation and gain; not the mapping networks, D's 1x1 skips or FC layers) to "
                          "[-conv_clamp, +conv_clamp], so fp16 activations cannot overflow (stylegan2-ada-pytorch's "
-                         'conv_clamp). "auto" = 256 under run.precision = "fp16" (the reference\'s setting with '
-                         'its fp16 layers), none otherwise; none = no clamp. Under fp16 at most 65504 (the largest fp16 '
+                         'conv_clamp). "auto" = 256 under run.precision = "fp16" or with num_fp16_res > 0 '
+                         '(the reference\'s setting with its fp16 layers), none otherwise; none = no clamp. Under fp16 at most 65504 (the largest fp16 '
                          "number). Part of the network's function: G_ema is clamped when sampled and exported too.",
             min=0, min_exclusive=True,
             hint="e.g. conv_clamp = 256 (stylegan2-ada-pytorch's); \"none\" = no clamp")
@@ -486,7 +557,7 @@ class StyleGAN2(Architecture):
 
     @classmethod
     def resolved_options(cls, o, recipe):
-        return attrs.evolve(o, conv_clamp=_clamp_of(o.conv_clamp, recipe))
+        return attrs.evolve(o, conv_clamp=_clamp_of(o.conv_clamp, recipe, o.num_fp16_res))
 
     def batch_problem(self, batch: int, world_size: int = 1) -> str | None:
         return mbstd_batch_problem(self.options.mbstd_group_size, batch, world_size)
@@ -515,13 +586,17 @@ class StyleGAN2(Architecture):
     def conv_clamp(self) -> float | None:
         """The clamp the networks are built with: the option (a loaded recipe holds it
         resolved), "auto" resolved to 256 under ``run.precision = "fp16"`` (the recipe's,
-        ``self.context.recipe``) and to None otherwise (also when built without a recipe)."""
-        return _clamp_of(self.options.conv_clamp, self.context.recipe)
+        ``self.context.recipe``) or with ``num_fp16_res`` > 0, and to None otherwise (also when
+        built without a recipe)."""
+        return _clamp_of(self.options.conv_clamp, self.context.recipe, self.options.num_fp16_res)
 
     def export_view(self, G: nn.Module) -> nn.Module:
         # The "scaled" modulated convolution is the same formula with one shared-weight conv, so
         # the traced graph does not bake the batch size into a grouped convolution.
         view = copy.deepcopy(G)
+        # float32 everywhere (the official force_fp32): a trace of the fp16 blocks would bake the
+        # casts of the tracing device into a graph that runtimes without fp16 kernels run.
+        view.force_fp32 = True
         for module in view.modules():
             if isinstance(module, ModulatedConv):
                 module.modconv = "scaled"
@@ -535,10 +610,12 @@ class StyleGAN2(Architecture):
                       w_avg_beta=o.w_avg_beta, modconv=o.modconv, resample=o.resample, num_classes=k,
                       conv_clamp=self.conv_clamp, architecture=o.g_architecture,
                       truncation_cutoff=o.truncation_cutoff, embed_features=o.mapping_embed_features,
-                      layer_features=o.mapping_layer_features)
+                      layer_features=o.mapping_layer_features, num_fp16_res=o.num_fp16_res,
+                      fp16_devices=o.fp16_devices)
         D = Discriminator(resolution, channels, self.d_nf, o.mbstd_group_size, resample=o.resample, num_classes=k,
                           cmap_layers=o.d_mapping_layers,
                           mapping_lr_mult=o.mapping_lr_mult if o.d_mapping_lr_mult is None else o.d_mapping_lr_mult,
                           conv_clamp=self.conv_clamp, architecture=o.d_architecture,
-                          mbstd_num_channels=o.mbstd_num_channels, cmap_dim=o.d_cmap_dim)
+                          mbstd_num_channels=o.mbstd_num_channels, cmap_dim=o.d_cmap_dim,
+                          num_fp16_res=o.num_fp16_res, fp16_devices=o.fp16_devices)
         return G, D
