@@ -173,6 +173,10 @@ class StyleGAN2TFSnapshot(Importer):
             epilogue["mbstd_group_size"] = 4
         config = stylegan2_options(G_kwargs, D_kwargs, source="stylegan2-ada-pytorch")
         arch = config["architecture"]
+        if arch.get("num_fp16_res"):
+            # the TF networks ran their fp16 layers on GPUs only; legacy.py's reference conversion
+            # is compared in float32 (force_fp32), which is what the CPU draws here
+            arch["fp16_devices"] = "cuda"
         recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
                                  data="your-data", family="stylegan2", source=source.path.name)
         return ImportedModel(
