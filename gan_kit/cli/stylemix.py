@@ -9,6 +9,7 @@ import click
 
 from gan_kit.base.errors import GankitError
 from gan_kit.cli.errors import user_errors
+from gan_kit.cli.paths import OutputPath
 
 __all__ = ["style_mix"]
 
@@ -20,7 +21,7 @@ __all__ = ["style_mix"]
 @click.option("--styles", required=True, metavar="LIST",
               help="Layers taken from the row seed, 0 (coarsest) to num_ws - 1, the first third (coarse: pose, shape) "
                    "or the last (fine: colour, texture); a 16 px G has num_ws = 6, a 1024 px one 18.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The grid's .png file.")
+@click.option("--out", type=OutputPath(dir_okay=False, path_type=Path), required=True, help="The grid's .png file.")
 @click.option("--truncation", "psi", type=float, default=1.0, show_default=True,
               help="Truncation psi of every seed's W (0 = the average image, 1 = none).")
 @click.option("--class", "class_", default=None, metavar="K",
@@ -37,6 +38,7 @@ def style_mix(checkpoint: Path, rows: str, cols: str, styles: str, out: Path, ps
     (stylegan2-ada-pytorch's style_mixing.py). CHECKPOINT is a checkpoint file, a run directory
     or a folder written by `gankit export`."""
     from gan_kit.tools.grids import save_image
+    from gan_kit.tools.outputs import check_file, staged_outputs
     from gan_kit.tools.seeds import SEED_LIMIT, parse_numbers
     from gan_kit.tools.stylemix import style_mix_grid
     from gan_kit.tools.trained import open_generator
@@ -46,10 +48,12 @@ def style_mix(checkpoint: Path, rows: str, cols: str, styles: str, out: Path, ps
     row_seeds = parse_numbers(rows, "--rows", limit=SEED_LIMIT)
     col_seeds = parse_numbers(cols, "--cols", limit=SEED_LIMIT)
     layers = parse_numbers(styles, "--styles", example="0-1")
+    check_file(out, "--out")  # before the generator is read and any image drawn
     trained = open_generator(checkpoint, device=device)
     trained.style_generator("style mixing")  # before anything else is checked: the reason it cannot work
     label = trained.class_label(class_) if class_ is not None else None
     grid = style_mix_grid(trained, row_seeds, col_seeds, layers, truncation_psi=psi, label=label, noise_mode=noise_mode)
-    save_image(grid, out)
+    with staged_outputs("--out") as staged:  # a temporary name beside it, renamed when whole
+        save_image(grid, staged.path(out))
     click.echo(f"wrote a {len(row_seeds)} x {len(col_seeds)} style-mixing grid (layers {styles} of "
                f"{trained.G.num_ws} from the row seeds) of {trained.resolution}px images to {out}")
