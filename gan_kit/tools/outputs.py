@@ -37,20 +37,28 @@ def write_error(option: str, path: str | Path, e: OSError, staged: StagedFiles |
 
 
 def check_folder(folder: str | Path, option: str) -> Path:
-    """Make ``folder`` (and its parents) when missing and prove a file can be created in it
-    (one temporary file, removed at once). Returns it. Raises ``GankitError`` (one line naming
+    """Prove a file can be created in ``folder``: the folder (and its parents) made when
+    missing, one temporary file created in it, then the file and the folders made removed again
+    (the writer makes them when it writes). Returns it. Raises ``GankitError`` (one line naming
     ``option``, the folder and the reason) for a path that is a file, or a folder that cannot be
     made or written."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise GankitError(f"{option}: {folder} is a file, not a folder; {_FIX}")
+    made = []  # the folders this check makes, removed again: a later refusal leaves no empty folder behind
+    for parent in [folder, *folder.parents]:
+        if parent.exists():
+            break
+        made.append(parent)
     try:
         temporary_sibling(folder / "write-check").unlink()
+        for parent in made:
+            parent.rmdir()
     except OSError as e:
-        made = e.filename is None or Path(e.filename).name.startswith(".write-check")
+        inside = e.filename is None or Path(e.filename).name.startswith(".write-check")
         reason = e.strerror or clip(str(e)) or type(e).__name__
-        where = folder if made else Path(e.filename)
-        raise GankitError(f"{option}: cannot {'create files in' if made else 'make the folder'} {where} ({reason}); "
+        where = folder if inside else Path(e.filename)
+        raise GankitError(f"{option}: cannot {'create files in' if inside else 'make the folder'} {where} ({reason}); "
                           f"{_FIX}") from None
     return folder
 

@@ -133,20 +133,20 @@ def draw_walk(trained, keys: torch.Tensor, steps: int, start: int, stop: int, lo
 
 
 def walk_frames(trained, points: torch.Tensor, steps: int, loop: bool = False, *, labels: torch.Tensor | None = None,
-                truncation_psi: float = 1.0, space: str = "z", batch: int = FRAME_BATCH) -> Iterator[torch.Tensor]:
+                truncation_psi: float = 1.0, space: str = "z", batch: int | None = None) -> Iterator[torch.Tensor]:
     """Draw the walks through ``points[R, P, latent_dim]`` (z) with ``trained`` (a
     ``gan_kit.tools.trained.TrainedGenerator``) and yield their frames in order, each
     ``uint8 [H, W, C]``: the R walks' images at that frame laid out by
     ``gan_kit.tools.grids.grid_frame``. ``space`` "z" walks between the points spherically
     (``slerp``); "w" between their W linearly (``walk_keys``) - the keyframes are the points' own
-    images either way. ``labels[R]``: one class a walk. About ``batch`` images are drawn at a
-    time, so memory does not grow with the walk's length."""
+    images either way. ``labels[R]``: one class a walk. About ``batch`` (default ``FRAME_BATCH``)
+    images are drawn at a time, so memory does not grow with the walk's length."""
     from gan_kit.tools.grids import grid_frame
 
     r, p = points.shape[:2]
     keys = walk_keys(trained, points, labels=labels, truncation_psi=truncation_psi, space=space)
     total = walk_length(p, steps, loop)
-    per = max(1, batch // r)
+    per = max(1, (FRAME_BATCH if batch is None else batch) // r)
     for start in range(0, total, per):
         stop = min(total, start + per)
         images = draw_walk(trained, keys, steps, start, stop, loop, labels=labels, truncation_psi=truncation_psi,
@@ -163,11 +163,11 @@ def gif_delay(fps: float, option: str = "--fps") -> int:
     if not fps > 0:
         raise GankitError(f"{option}: {fps} is not a frame rate; give a number above 0")
     delay = round(100 / fps)
-    if delay < 2:
+    if fps > GIF_MAX_FPS:
         raise GankitError(f"{option}: {fps:g} frames per second is faster than a GIF plays (it stores delays in "
                           f"1/100 s, and browsers play delays under 2/100 s at 10 fps): give --fps {GIF_MAX_FPS:g} or "
                           f"less, or write an .mp4")
-    if delay > _GIF_MAX_DELAY:
+    if 100 / fps > _GIF_MAX_DELAY:
         raise GankitError(f"{option}: {fps:g} frames per second is slower than a GIF stores (at most "
                           f"{_GIF_MAX_DELAY / 100:g} s a frame): give --fps {math.ceil(1e4 * 100 / _GIF_MAX_DELAY) / 1e4:g} or more")
     return delay
