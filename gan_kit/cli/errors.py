@@ -48,9 +48,11 @@ def user_errors(fn):
         except OSError as e:  # a path the command cannot write or read: the path and the cause, in one line
             if debug:
                 raise
-            where = e.filename if e.filename is not None else "a file"
-            click.echo(redact(f"error: {where}: {e.strerror or type(e).__name__} (check the path and its permissions, "
-                              f"or name another)"), err=True)
+            from gan_kit.base.errors import clip
+
+            reason = e.strerror or clip(str(e)) or type(e).__name__
+            where = f"{e.filename}: " if e.filename is not None else ""  # never "a file": the reason names what it can
+            click.echo(redact(f"error: {where}{reason} (check the path and its permissions, or name another)"), err=True)
             sys.exit(2)
         except Exception as e:  # an unexpected failure: one line, the traceback with --debug
             if debug:
