@@ -236,6 +236,24 @@ def test_a_walk_through_seeds_passes_each_seeds_own_image(trained_sg2):
         assert (walk[1] - own[0]).abs().max() > 1e-3  # between keyframes: other images
 
 
+@pytest.mark.parametrize("loop", [False, True])
+def test_a_walk_segment_is_the_same_latents_as_that_part_of_the_whole_walk(loop):
+    from gan_kit.tools.sampling import walk_latents, walk_length, walk_segment
+
+    points = torch.randn(3, 4, 8)
+    whole = walk_latents(points, 5, loop=loop)
+    total = walk_length(4, 5, loop)
+    assert whole.shape[1] == total
+    for start, stop in ((0, total), (0, 3), (3, total), (total - 1, total), (5, 9)):
+        assert torch.equal(walk_segment(points, 5, start, stop, loop), whole[:, start:stop]), (start, stop)
+    w = torch.randn(2, 3, 6, 4)  # W keyframes [R, P, num_ws, w_dim], linear between them
+    linear = walk_segment(w, 3, 0, walk_length(3, 3, loop), loop, spherical=False)
+    assert torch.equal(linear[:, 2], w[:, 1]) and torch.allclose(linear[:, 1], (w[:, 0] + w[:, 1]) / 2)
+    if not loop:  # an open walk ends on its last keyframe exactly, not on a + (b - a) * 1
+        w = torch.randn(2, 3, 64, 64)
+        assert torch.equal(walk_segment(w, 3, 0, 5, spherical=False)[:, -1], w[:, -1])
+
+
 def test_walk_frames_are_drawn_a_few_at_a_time_in_order(trained_sg2, monkeypatch):
     from gan_kit.tools import sampling
     from gan_kit.tools.grids import grid_frame
