@@ -404,3 +404,28 @@ def test_a_jpeg_over_pillows_pixel_limit_is_read_in_draft_mode_and_its_size_repo
     with pytest.raises(GankitError) as e:
         read_target(png, 16, 3)
     assert str(e.value).endswith("raise PIL.Image.MAX_IMAGE_PIXELS in a plugin module if the file is trusted)")
+
+
+def test_no_library_warning_is_shown_for_a_checkpoint_that_is_refused(trained_sg2, tmp_path, monkeypatch):
+    import warnings
+
+    from gan_kit.base.errors import CheckpointError
+    from gan_kit.runs import checkpoint as ckpt
+
+    _, path, _ = trained_sg2
+    state = torch.load(path, weights_only=True)
+    real = ckpt.build_generator
+
+    def build_with_a_warning(*args, **kwargs):
+        warnings.warn("a library's warning while the file is read", UserWarning)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "build_generator", build_with_a_warning)
+    bad = {**state, "G_ema": {f"old.{k}": v for k, v in state["G_ema"].items()}}
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with pytest.raises(CheckpointError):
+            ckpt.load_generator(tmp_path / "bad.pt", state=bad)
+        assert shown == []
+        ckpt.load_generator(path, state=state)  # a checkpoint that opens: its warning is shown
+    assert [str(w.message) for w in shown] == ["a library's warning while the file is read"]
