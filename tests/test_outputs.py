@@ -417,7 +417,7 @@ def test_no_library_warning_is_shown_for_a_checkpoint_that_is_refused(trained_sg
     real = ckpt.build_generator
 
     def build_with_a_warning(*args, **kwargs):
-        warnings.warn("a library's warning while the file is read", UserWarning)
+        warnings.warn("a library's warning while the file is read", UserWarning, stacklevel=2)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(ckpt, "build_generator", build_with_a_warning)
