@@ -66,7 +66,8 @@ def test_list_plugins_verbose_options():
 def test_list_plugins_rejects_unknown_kind():
     result = invoke("list-plugins", "--kind", "losses")
     assert result.exit_code == 2
-    assert "Invalid value for '--kind'" in result.stderr
+    assert result.stderr.startswith("error: --kind: 'losses' is not one of ") and result.stderr.count("\n") == 1
+    assert "(choose one of " in result.stderr and "Usage:" not in result.stderr
 
 
 def test_recipe_check_ok(tiny_recipe):

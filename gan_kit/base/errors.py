@@ -55,3 +55,15 @@ def redact(text: str) -> str:
     for s in sorted(_SECRETS, key=len, reverse=True):
         text = text.replace(s, "***")
     return text
+
+
+def clip(text: str, limit: int = 240) -> str:
+    """The first non-empty line of ``text`` (a library's message quoted in a one-line error),
+    its runs of spaces collapsed, cut at a word boundary before ``limit`` characters with " ..."
+    when longer - never in the middle of a word, a path or a number. ``""`` for an empty text."""
+    lines = [" ".join(line.split()) for line in str(text).splitlines()]
+    first = next((line for line in lines if line), "")
+    if len(first) <= limit:
+        return first
+    cut = first.rfind(" ", 0, limit + 1)
+    return (first[:cut] if cut > limit // 2 else first[:limit]).rstrip(" ,;:(") + " ..."

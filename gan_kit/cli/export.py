@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from gan_kit.cli.errors import user_errors
+from gan_kit.cli.paths import OutputPath
 from gan_kit.tools.export import FORMATS, export_model
 
 __all__ = ["export"]
@@ -15,7 +16,7 @@ __all__ = ["export"]
 
 @click.command("export")
 @click.argument("checkpoint", type=click.Path(path_type=str))  # str: hf:// names stay whole
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("--out", type=OutputPath(file_okay=False, path_type=Path), required=True,
               help="Folder to write (created; files in it are replaced): the Hub's model layout.")
 @click.option("--format", "formats", default=",".join(FORMATS), show_default=True,
               help="Comma-separated: safetensors (weights for gankit sample / --init-from), torchscript "

@@ -8,6 +8,7 @@ import click
 
 from gan_kit.base.errors import GankitError
 from gan_kit.cli.errors import user_errors
+from gan_kit.cli.paths import OutputPath
 
 __all__ = ["generate"]
 
@@ -16,8 +17,9 @@ __all__ = ["generate"]
 @click.argument("checkpoint", type=click.Path(path_type=str))  # str: hf:// names stay whole
 @click.option("--seeds", default=None, metavar="LIST",
               help="Seeds to draw: numbers and inclusive ranges, e.g. 0-7,42; one PNG each, seedNNNN.png.")
-@click.option("--outdir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder for the PNGs (created; files of the same names are replaced).")
+@click.option("--outdir", type=OutputPath(file_okay=False, path_type=Path), required=True,
+              help="Folder for the PNGs (created; files of the same names are replaced, all together once every image "
+                   "is drawn).")
 @click.option("--truncation", "psi", type=float, default=1.0, show_default=True,
               help="Truncation psi: W pulled toward its average (0 = the average image, 1 = none); "
                    "architectures with a mapping network (stylegan2).")
@@ -39,6 +41,7 @@ def generate(checkpoint: str, seeds: str | None, outdir: Path, psi: float, class
     CHECKPOINT is a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder
     written by `gankit export`."""
     from gan_kit.tools.generate import generate_from_w, generate_seeds, load_ws
+    from gan_kit.tools.outputs import check_folder
     from gan_kit.tools.seeds import SEED_LIMIT, parse_numbers
     from gan_kit.tools.trained import open_generator
 
@@ -52,6 +55,7 @@ def generate(checkpoint: str, seeds: str | None, outdir: Path, psi: float, class
         raise GankitError("--class: --w draws the file's W vectors, whose class the mapping network already put "
                           "in; leave --class out")
     numbers = parse_numbers(seeds, "--seeds", limit=SEED_LIMIT) if seeds is not None else []
+    check_folder(outdir, "--outdir")  # before the generator is read and any image drawn
     trained = open_generator(checkpoint, device=device)
     trained.check(psi, noise_mode)
     if w_path is not None:

@@ -4,9 +4,13 @@ plugins prints."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from gan_kit.base.version import __version__
+from gan_kit.cli.errors import UsageLine
 
 __all__ = ["Group", "cli", "warn_broken", "warn_unknown_disabled"]
 
@@ -16,6 +20,21 @@ class Group(click.Group):
     where click cuts it at the terminal width with '...' (plugin commands included)."""
 
     group_class = type  # `@cli.group()` sub-groups list their commands the same way (and `cls=Group` ones)
+
+    # Click's own usage errors (a value of the wrong type or range, a missing or unknown option)
+    # in gankit's one-line form, exit code 2, like every other error; --debug keeps click's text
+    # and the traceback. The group's parse and every sub-command's (made inside invoke) pass here.
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            raise _one_line(e, None) from None
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise _one_line(e, ctx) from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, cmd.get_short_help_str(limit=10_000)) for name in self.list_commands(ctx)
@@ -37,6 +56,12 @@ def cli(ctx: click.Context, debug: bool) -> None:
     --debug (or GANKIT_DEBUG=1) shows the traceback instead.
     """
     ctx.meta["gankit.debug"] = debug
+
+
+def _one_line(e: click.UsageError, ctx: click.Context | None) -> click.UsageError:
+    debug = (bool(ctx and ctx.params.get("debug")) or "--debug" in sys.argv[1:]
+             or os.environ.get("GANKIT_DEBUG", "") not in ("", "0"))
+    return e if debug or isinstance(e, UsageLine) else UsageLine(e)
 
 
 def _version(ctx: click.Context, value: bool) -> None:

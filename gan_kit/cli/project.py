@@ -10,6 +10,7 @@ import click
 
 from gan_kit.base.errors import GankitError
 from gan_kit.cli.errors import user_errors
+from gan_kit.cli.paths import OutputPath
 
 __all__ = ["project_command"]
 
@@ -19,7 +20,7 @@ __all__ = ["project_command"]
 @click.option("--target", "target", type=click.Path(path_type=Path), required=True,
               help="Image file to project (any size and mode: converted as the image-folder data set reads a training "
                    "image, and a line says how).")
-@click.option("--outdir", type=click.Path(path_type=Path), required=True,
+@click.option("--outdir", type=OutputPath(path_type=Path), required=True,
               help="Folder for projected_w.npz, target.png, proj.png, compare.png (and proj.mp4); made when missing.")
 @click.option("--steps", type=click.IntRange(1), default=1000, show_default=True, help="Optimisation steps.")
 @click.option("--space", type=click.Choice(["w", "w+"]), default="w", show_default=True,

@@ -9,6 +9,7 @@ import click
 
 from gan_kit.base.errors import GankitError
 from gan_kit.cli.errors import user_errors
+from gan_kit.cli.paths import OutputPath
 
 __all__ = ["style_mix"]
 
@@ -24,7 +25,7 @@ __all__ = ["style_mix"]
                    "num_ws, rounded (0-6 at num_ws 18 as style_mixing.py, 0-1 at 6).")
 @click.option("--from-rows", is_flag=True,
               help="Swap the roles: each cell is the column seed's W with the layers --styles taken from the row seed.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The grid's .png file.")
+@click.option("--out", type=OutputPath(dir_okay=False, path_type=Path), required=True, help="The grid's .png file.")
 @click.option("--truncation", "psi", type=float, default=1.0, show_default=True,
               help="Truncation psi of every seed's W (0 = the average image, 1 = none).")
 @click.option("--class", "class_", default=None, metavar="K",
@@ -41,6 +42,7 @@ def style_mix(checkpoint: str, rows: str, cols: str, styles: str | None, from_ro
     top, the row seeds' down the left, as stylegan2-ada-pytorch's style_mixing.py. CHECKPOINT is
     a checkpoint file, a run directory or a folder written by `gankit export`."""
     from gan_kit.tools.grids import save_image
+    from gan_kit.tools.outputs import check_file, staged_outputs
     from gan_kit.tools.seeds import SEED_LIMIT, parse_numbers
     from gan_kit.tools.stylemix import default_styles, style_mix_grid
     from gan_kit.tools.trained import open_generator
@@ -50,12 +52,14 @@ def style_mix(checkpoint: str, rows: str, cols: str, styles: str | None, from_ro
     row_seeds = parse_numbers(rows, "--rows", limit=SEED_LIMIT)
     col_seeds = parse_numbers(cols, "--cols", limit=SEED_LIMIT)
     layers = parse_numbers(styles, "--styles", example="0-1") if styles is not None else None
+    check_file(out, "--out")  # before the generator is read and any image drawn
     trained = open_generator(checkpoint, device=device)
     trained.style_generator("style mixing")  # before anything else is checked: the reason it cannot work
     label = trained.class_label(class_) if class_ is not None else None
     grid = style_mix_grid(trained, row_seeds, col_seeds, layers, truncation_psi=psi, label=label, noise_mode=noise_mode,
                           from_rows=from_rows)
-    save_image(grid, out)
+    with staged_outputs("--out") as staged:  # a temporary name beside it, renamed when whole
+        save_image(grid, staged.path(out))
     if styles is None:
         coarse = default_styles(trained.G.num_ws)
         styles = f"0-{coarse[-1]}" if len(coarse) > 1 else "0"

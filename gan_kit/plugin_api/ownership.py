@@ -31,7 +31,7 @@ import attrs
 import torch
 from torch import nn
 
-from gan_kit.base.errors import CheckpointError, GankitError
+from gan_kit.base.errors import CheckpointError, GankitError, clip
 from gan_kit.base.layers import weight_layers, weight_of
 
 __all__ = ["FrozenFile", "own_init", "load_frozen", "frozen_loads_deferred", "load_deferred", "recipe_layers",
@@ -120,7 +120,7 @@ def _read_into(module: nn.Module, path: Path) -> None:
     try:
         module.load_state_dict(state)
     except Exception as e:
-        first = " ".join(str(e).split())[:200] or type(e).__name__
+        first = clip(str(e)) or type(e).__name__
         raise GankitError(f"{path}: cannot load frozen weights into {type(module).__name__}: {first}") from None
 
 

@@ -2,59 +2,31 @@
 
 A save writes to a temporary file in the same folder, flushes and fsyncs it, renames it over
 the target (atomic on POSIX) and fsyncs the folder, so a crash or SIGKILL mid-write leaves the
-previous checkpoint intact.
+previous checkpoint intact (``write_atomic``, from ``gan_kit.base.atomic``, the one owner of
+atomic writing, is re-exported here).
 """
 
 from __future__ import annotations
 
-import os
 import pickle
 import random
-import tempfile
+import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-from gan_kit.base.errors import CheckpointError
+from gan_kit.base.atomic import write_atomic
+from gan_kit.base.errors import CheckpointError, clip
 
 #: Bumped whenever the layout of the saved dict changes incompatibly.
 FORMAT_VERSION = 1
 MAGIC = "gankit-checkpoint"
 
-
-def write_atomic(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
-    """Write a file at ``path`` atomically: ``write(f)`` fills a temporary file in the same
-    folder, which is flushed to disk and renamed over ``path`` (a reader sees the old file or the
-    new one, never half of it; a crash leaves no partial file). Returns the path. For a file
-    saved beside a checkpoint (``<name>.json`` next to ``<name>.pt``), e.g.
-    ``write_atomic(p, lambda f: f.write(json.dumps(d).encode()))``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; a checkpoint is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path
+__all__ = ["FORMAT_VERSION", "MAGIC", "write_atomic", "save_atomic", "load", "rng_state", "set_rng_state",
+           "build_generator", "check_generator_files", "GENERATOR_KEYS", "written_by", "misfit", "load_generator"]
 
 
 def save_atomic(state: dict, path: str | Path) -> Path:
@@ -89,7 +61,7 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if first.startswith("Weights only load failed"):
             first = "it holds objects a safe (weights_only) load refuses"
-        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or foreign file: {first[:200]})") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or foreign file: {clip(first)})") from None
     if not isinstance(state, dict) or state.get("magic") != MAGIC:
         raise CheckpointError(f"{path}: not a gankit checkpoint (no '{MAGIC}' marker)")
     version = state.get("format_version")
@@ -231,6 +203,48 @@ def check_generator_files(state: dict, G: torch.nn.Module, path: str | Path) -> 
     check_frozen_files(saved, {f"G.{k}" if k else "G": v for k, v in frozen_files(G).items()}, Path(path), "")
 
 
+#: What ``load_generator`` reads from a checkpoint.
+GENERATOR_KEYS = ("recipe", "channels", "phase", "G_ema")
+
+
+def written_by(state: dict) -> str:
+    """``"written by gankit 0.9.0 (checkpoint format 1)"``: who wrote a loaded checkpoint, for
+    errors about a checkpoint that does not fit."""
+    version = state.get("gankit_version") if isinstance(state, dict) else None
+    fmt = state.get("format_version") if isinstance(state, dict) else None
+    return f"written by gankit {version or '(version not recorded)'} (checkpoint format {fmt})"
+
+
+def misfit(own: dict, saved: Any, skip: list[str] | tuple[str, ...] = ()) -> str:
+    """What differs between the state dict a network has (``own``) and a saved one: weights
+    missing from ``saved`` (keys under a prefix of ``skip`` aside: frozen sub-networks loaded from
+    their own files), weights the network has not (renamed or another layout), weights of
+    another shape - counts and the first names, in one line."""
+    if not isinstance(saved, dict):
+        return f"the saved weights are a {type(saved).__name__}, not a state dict"
+
+    def names(keys: list[str]) -> str:
+        return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+    def skipped(key: str) -> bool:
+        return any(key == p or key.startswith(p + ".") for p in skip if p)
+
+    missing = [k for k in own if k not in saved and not skipped(k)]
+    extra = [k for k in saved if k not in own]
+    shapes = [k for k in own if k in saved and hasattr(saved[k], "shape") and hasattr(own[k], "shape")
+              and tuple(saved[k].shape) != tuple(own[k].shape)]
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} weight{'s' if len(missing) != 1 else ''} missing ({names(missing)})")
+    if extra:
+        parts.append(f"{len(extra)} it has no place for ({names(extra)})")
+    if shapes:
+        k = shapes[0]
+        parts.append(f"{len(shapes)} of another shape ({k}: {list(saved[k].shape)} saved, {list(own[k].shape)} built"
+                     f"{', ...' if len(shapes) > 1 else ''})")
+    return "; ".join(parts) or "the weights' values do not load"
+
+
 def load_generator(path: str | Path, device: str | torch.device = "cpu", state: dict | None = None):
     """G_ema of a checkpoint, rebuilt from the recipe saved in it and set to the saved phase.
 
@@ -241,16 +255,36 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu", state: 
     ``RecipeError``.
     """
     from gan_kit.base.phase import Phase
-    from gan_kit.plugin_api.ownership import load_without_frozen
+    from gan_kit.base.version import __version__
+    from gan_kit.plugin_api.ownership import frozen_files, load_without_frozen
     from gan_kit.plugin_api.components import set_phase
 
     if state is None:
         state = load(path, map_location=device)
-    G, recipe, arch = build_generator(state["recipe"], int(state["channels"]), int(state.get("num_classes", 0)),
-                                      source=f"{path}[recipe]")
-    check_generator_files(state, G, path)
-    load_without_frozen(G, state["G_ema"])  # a frozen sub-network came from its own file
+    with warnings.catch_warnings(record=True) as caught:  # shown only for a checkpoint that opens
+        written = written_by(state)
+        missing = [key for key in GENERATOR_KEYS if key not in state]
+        if missing:
+            raise CheckpointError(f"{path}: {written} has no {', '.join(repr(k) for k in missing)} (another layout: this "
+                                  f"gankit {__version__} reads {', '.join(repr(k) for k in GENERATOR_KEYS)}); open it "
+                                  f"with the gankit that wrote it")
+        G, recipe, arch = build_generator(state["recipe"], int(state["channels"]), int(state.get("num_classes", 0)),
+                                          source=f"{path}[recipe]")
+        check_generator_files(state, G, path)
+        try:
+            load_without_frozen(G, state["G_ema"])  # a frozen sub-network came from its own file
+        except (RuntimeError, KeyError, TypeError, AttributeError):
+            frozen = list(frozen_files(G))
+            raise CheckpointError(f"{path}: {written}; its G_ema does not fit the G that this gankit {__version__} "
+                                  f"builds from its recipe: {misfit(G.state_dict(), state['G_ema'], frozen)} (open it "
+                                  f"with the gankit that wrote it)") from None
+        try:
+            phase = Phase(**state["phase"])
+        except (TypeError, ValueError):
+            raise CheckpointError(f"{path}: {written}; its phase {clip(repr(state['phase']), 120)} is not the phase "
+                                  f"this gankit {__version__} reads (open it with the gankit that wrote it)") from None
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     G = G.to(device).eval().requires_grad_(False)
-    phase = Phase(**state["phase"])
     set_phase(G, phase.resolution, phase.alpha)
     return G, phase, recipe, arch

@@ -14,9 +14,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from gan_kit.runs.checkpoint import build_generator
+from gan_kit.runs.checkpoint import build_generator, misfit
+from gan_kit.base.version import __version__
 from gan_kit.plugin_api.components import set_phase
-from gan_kit.base.errors import CheckpointError
+from gan_kit.base.errors import CheckpointError, clip
 from gan_kit.base.phase import Phase
 
 __all__ = ["EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "CONFIG_FILE", "WEIGHTS_FILE", "is_export_dir",
@@ -48,9 +49,14 @@ def read_config(folder: str | Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{folder}: no {CONFIG_FILE} (not a folder written by gankit export)")
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: not readable JSON ({str(e).splitlines()[0][:200]})") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or clip(str(e))})") from None
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({clip(str(e))}); export the checkpoint again with gankit "
+                              f"export") from None
     if not isinstance(config, dict) or config.get("format") != EXPORT_FORMAT:
         raise CheckpointError(f"{path}: not a gankit export (no format = {EXPORT_FORMAT!r})")
     version = config.get("format_version")
@@ -72,7 +78,7 @@ def load_weights(folder: str | Path, device: str | torch.device = "cpu") -> dict
     try:
         return load_file(str(weights), device=str(device))
     except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{weights}: not a readable safetensors file ({str(e).splitlines()[0][:200]})") from None
+        raise CheckpointError(f"{weights}: not a readable safetensors file ({clip(str(e))})") from None
 
 
 def load_exported_generator(folder: str | Path, device: str | torch.device = "cpu"):
@@ -92,9 +98,11 @@ def load_exported_generator(folder: str | Path, device: str | torch.device = "cp
                                       source=f"{folder / CONFIG_FILE}[recipe]", frozen_from_files=False)
     try:
         G.load_state_dict(state)
-    except RuntimeError as e:
-        text = " ".join(str(e).split())
-        raise CheckpointError(f"{weights}: the weights do not fit the G its config.json describes ({text[:200]})") from None
+    except RuntimeError:
+        versions = config.get("versions") if isinstance(config.get("versions"), dict) else {}
+        raise CheckpointError(f"{weights}: written by gankit {versions.get('gankit') or '(version not recorded)'}; the "
+                              f"weights do not fit the G its config.json describes to this gankit {__version__}: "
+                              f"{misfit(G.state_dict(), state)} (export the checkpoint again)") from None
     G = G.to(device).eval().requires_grad_(False)
     phase = Phase(**config["phase"]) if isinstance(config.get("phase"), dict) else None
     set_phase(G, int(config["resolution"]), float(config["alpha"]))

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.base.errors import CheckpointError, GankitError
+from gan_kit.base.errors import CheckpointError, GankitError, clip
 from gan_kit.runs.exported import is_export_dir, load_weights, read_config
 from gan_kit.plugin_api.ownership import load_without_frozen
 from gan_kit.base.options import toml_value
@@ -228,7 +228,7 @@ def resume_run(run: Any, path: str | Path | ResumePoint | None = None) -> list[s
         run.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"--resume: {path} does not fit this recipe's networks ({first[:160]})") from None
+        raise CheckpointError(f"--resume: {path} does not fit this recipe's networks ({clip(first)})") from None
     run.last_checkpoint = run.resumed_from = path
     return changes
 
@@ -371,7 +371,7 @@ def init_from(run: Any, value: str | Path) -> Path:
         except (RuntimeError, KeyError, ValueError) as e:
             text = " ".join(str(e).split()).replace("Error(s) in loading state_dict for ", "")
             problem = (f"its {name} does not fit this recipe's (the architecture's options must match the "
-                       f"{'exported model' if exported else 'checkpoint'}'s run: {text[:500]})")
+                       f"{'exported model' if exported else 'checkpoint'}'s run: {clip(text, 500)})")
     if problem:
         raise CheckpointError(f"--init-from {path}: {problem}")
     if state.get("imported"):

@@ -229,10 +229,12 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
         from gan_kit.plugin_api.ownership import load_without_frozen
 
         load_without_frozen(run.G_ema, state["G_ema"])  # a frozen sub-network came from its own file
-    except RuntimeError as e:  # e.g. --set changed an architecture option
-        first = str(e).strip().splitlines()
-        detail = next((line.strip() for line in first if "size mismatch" in line or "Missing" in line), first[0])
-        raise GankitError(f"{path}: its G_ema does not fit the recipe's networks ({detail[:200]}); "
+    except (RuntimeError, KeyError):  # e.g. --set changed an architecture option
+        from gan_kit.plugin_api.ownership import frozen_files
+        from gan_kit.runs.checkpoint import misfit, written_by
+
+        detail = misfit(run.G_ema.state_dict(), state.get("G_ema"), list(frozen_files(run.G_ema)))
+        raise GankitError(f"{path}: {written_by(state)}; its G_ema does not fit the recipe's networks ({detail}); "
                           f"--set may change the data and metrics, not the architecture") from None
     run.set_phase(phase)
     for name, metric in built.items():

@@ -20,13 +20,18 @@ torch writes into them (``gan_kit.tools.shareable``).
   truncation: ``images[N, C, r, r] = model(z[N, latent_dim])`` (``model(z, labels[N])`` for a
   class-conditional G), values in about [-1, 1]; they run with only ``torch`` or only
   ``onnxruntime`` installed.
+
+The folder is checked before the checkpoint is read: a run directory, the checkpoint's own
+folder or a folder holding checkpoints is refused (an export there would shadow the run for the
+commands given that folder), and a folder that cannot be written fails in one line. Every file
+is written under a temporary name and renamed once all are written, so a failed export leaves
+the folder as it was.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -38,11 +43,12 @@ from torch import nn
 
 from gan_kit.runs.checkpoint import load as load_checkpoint
 from gan_kit.runs.checkpoint import load_generator
-from gan_kit.base.errors import GankitError
+from gan_kit.base.errors import GankitError, clip
 from gan_kit.runs.layout import CheckpointLayout
 from gan_kit.runs.exported import CONFIG_FILE, EXPORT_FORMAT, EXPORT_FORMAT_VERSION, WEIGHTS_FILE
 from gan_kit.tools.grids import save_grid
 from gan_kit.tools.shareable import shareable_recipe, strip_onnx_stack_traces, without_source_paths
+from gan_kit.tools.outputs import check_folder, staged_outputs
 from gan_kit.tools.trained import check_finite_psi, checkpoint_file
 from gan_kit.base.version import __version__
 
@@ -89,6 +95,7 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
         _require_onnx()  # before anything is written: no half-written folder that reads as foreign
     check_finite_psi(truncation_psi)
     checkpoint, out = checkpoint_file(checkpoint, "gankit export"), Path(out)  # a run directory: its latest.pt
+    _check_out(out, checkpoint)
     state = load_checkpoint(checkpoint)
     G, phase, recipe, arch = load_generator(checkpoint, state=state)
     if truncation_psi != 1.0 and not arch.supports_truncation:
@@ -97,37 +104,64 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
     num_classes = int(arch.context.num_classes)
     kwargs = {"truncation_psi": float(truncation_psi), "noise_mode": "const"} if arch.supports_truncation else {}
     model = ExportedGenerator(arch.export_view(G), conditional=num_classes > 0, kwargs=kwargs).eval()
-    out.mkdir(parents=True, exist_ok=True)
     config = _config(state, recipe, arch, phase, truncation_psi, formats, checkpoint)
-    if "safetensors" in formats:
-        # Tied or shared storages would be refused by safetensors: every tensor saved on its own.
-        save_file({k: v.detach().cpu().contiguous().clone() for k, v in G.state_dict().items()},
-                  str(out / WEIGHTS_FILE), metadata={"format": EXPORT_FORMAT, "gankit_version": __version__})
-        _ordinary_file(out / WEIGHTS_FILE)
     example = _example_inputs(arch.latent_dim, num_classes, batch=2, seed=seed)
-    if "torchscript" in formats or "onnx" in formats:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            warnings.simplefilter("ignore", FutureWarning)  # torch marks jit.trace deprecated; the file format stays
-            traced = torch.jit.trace(model, example, check_trace=False)
-        if "torchscript" in formats:
-            traced = without_source_paths(traced)
-            traced.save(str(out / "model.ts"))
-        if "onnx" in formats:
-            _export_onnx(model, example, out / "model.onnx", num_classes > 0)
     grid_inputs = _example_inputs(arch.latent_dim, num_classes, batch=_grid_count(num_classes), seed=seed)
-    with torch.no_grad():
-        save_grid(model(*grid_inputs).float(), out / "samples.png", nrow=_grid_rows(num_classes))
-    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    (out / "README.md").write_text(model_card(config, _run_metrics(checkpoint)), encoding="utf-8")
+    # Every file under a temporary name beside its own, all renamed once the last is written: a
+    # failed or interrupted export leaves the folder as it was (a previous export whole).
+    with staged_outputs("--out") as staged:
+        if "safetensors" in formats:
+            # Tied or shared storages would be refused by safetensors: every tensor saved on its own.
+            save_file({k: v.detach().cpu().contiguous().clone() for k, v in G.state_dict().items()},
+                      str(staged.path(out / WEIGHTS_FILE)), metadata={"format": EXPORT_FORMAT,
+                                                                      "gankit_version": __version__})
+        if "torchscript" in formats or "onnx" in formats:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                warnings.simplefilter("ignore", FutureWarning)  # torch marks jit.trace deprecated; the file format stays
+                traced = torch.jit.trace(model, example, check_trace=False)
+            if "torchscript" in formats:
+                traced = without_source_paths(traced)
+                traced.save(str(staged.path(out / "model.ts")))
+            if "onnx" in formats:
+                _export_onnx(model, example, staged.path(out / "model.onnx"), num_classes > 0)
+        with torch.no_grad():
+            save_grid(model(*grid_inputs).float(), staged.path(out / "samples.png"), nrow=_grid_rows(num_classes))
+        staged.path(out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        staged.path(out / "README.md").write_text(model_card(config, _run_metrics(checkpoint)), encoding="utf-8")
+        for plugin in _plugin_files(state["recipe"]):
+            # the recipe names its plugin files by their last part (shareable_recipe): they travel
+            # with the export, so G rebuilds from the folder alone
+            staged.path(out / plugin.name).write_bytes(plugin.read_bytes())
     return config
 
 
-def _ordinary_file(path: Path) -> None:
-    # safetensors writes its file private (0600); an export is meant to be shared, so the umask decides
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+def _plugin_files(recipe_text: str) -> list[Path]:
+    """The recipe's ``plugins`` entries that are .py files on this machine (module names are
+    installed packages, which do not travel)."""
+    plugins = tomllib.loads(recipe_text).get("plugins") or []
+    return [Path(p) for p in plugins if isinstance(p, str) and p.endswith(".py") and Path(p).is_file()]
+
+
+def _check_out(out: Path, checkpoint: Path) -> None:
+    """Refuse (one line) an ``--out`` that is a run directory or the folder of the checkpoint:
+    an export's config.json there would make ``gankit sample RUN`` read the export (frozen at
+    export time) instead of the run's latest checkpoint. Then prove the folder can be written
+    (``check_folder``), before the checkpoint is read."""
+    from gan_kit.runs.rundir import RUN_FILES
+
+    here = out.resolve()
+    run_dir = CheckpointLayout.run_dir_of(checkpoint.resolve())
+    if here == checkpoint.resolve().parent or (run_dir is not None and here == run_dir):
+        what = "the run directory of" if run_dir is not None and here == run_dir else "the folder of"
+        raise GankitError(f"--out: {out} is {what} {checkpoint}; export into a folder of its own (e.g. --out "
+                          f"{(run_dir or checkpoint.parent).name}-export), so that the run and the export stay apart")
+    if out.is_dir() and any((out / name).exists() for name in RUN_FILES[:4]):
+        raise GankitError(f"--out: {out} is a run directory; export into a folder of its own, so that commands "
+                          f"given the run keep reading its checkpoints")
+    if out.is_dir() and any(out.glob("*.pt")):
+        raise GankitError(f"--out: {out} holds checkpoint files (.pt); export into a folder of its own")
+    check_folder(out, "--out")
 
 
 def _example_inputs(latent_dim: int, num_classes: int, *, batch: int, seed: int):
@@ -169,7 +203,7 @@ def _export_onnx(model: nn.Module, example: tuple, path: Path, conditional: bool
             torch.onnx.export(model, example, str(path), dynamo=True, input_names=names, output_names=["images"],
                               dynamic_shapes=shapes, opset_version=ONNX_OPSET, external_data=False, verbose=False)
     except Exception as e:  # torch.export / onnxscript raise many kinds; one line names the cause
-        first = " ".join(str(e).split())[:300] or type(e).__name__
+        first = clip(str(e), 300) or type(e).__name__
         raise GankitError(f"--format onnx: this G could not be exported to ONNX ({type(e).__name__}: {first}); "
                           f"export the other formats with --format safetensors,torchscript") from None
     strip_onnx_stack_traces(path)

@@ -2,6 +2,12 @@
 (the files and names of stylegan2-ada-pytorch's generate.py, Karras et al. 2020b), each at G's
 own resolution, lossless.
 
+The folder is checked before any drawing (``gan_kit.tools.outputs.check_folder``: one line
+naming it when it cannot be written), and the PNGs are drawn into temporary files beside their
+names and renamed together once all are drawn: an interrupted or failed run leaves the folder
+as it was, never some new images beside old ones of the same list. Files of other names in the
+folder are left alone.
+
 Seed ``s`` draws ``z = seed_latents([s])`` (``gan_kit.tools.seeds``: on the CPU, so the same on
 every device), the z that ``gankit sample --seed s`` draws first and that the exported
 ``model.ts`` / ``model.onnx`` turn into the same image. A W file is what ``gankit project``
@@ -17,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gan_kit.base.errors import GankitError
+from gan_kit.base.errors import GankitError, clip
 from gan_kit.tools.grids import MODES, save_image
+from gan_kit.tools.outputs import check_folder, staged_outputs
 from gan_kit.tools.trained import BATCH, TrainedGenerator
 
 __all__ = ["seed_name", "w_name", "load_ws", "generate_seeds", "generate_from_w"]
@@ -65,7 +72,7 @@ def load_ws(path: str | Path, trained: TrainedGenerator) -> torch.Tensor:
         try:
             w = data["w"]
         except ValueError as e:  # an object array, which only pickle could read
-            raise GankitError(f"{where}: w is not a plain array ({str(e).splitlines()[0][:200]})") from None
+            raise GankitError(f"{where}: w is not a plain array ({clip(str(e))})") from None
     if not np.issubdtype(w.dtype, np.floating):
         raise GankitError(f"{where}: w is {w.dtype}, not floats (W vectors are float32)")
     shape = f"[N, {G.num_ws}, {G.w_dim}] or [{G.num_ws}, {G.w_dim}]"
@@ -93,13 +100,16 @@ def generate_seeds(trained: TrainedGenerator, seeds: list[int], outdir: str | Pa
     trained.check(truncation_psi, noise_mode)
     seeds = list(dict.fromkeys(seeds))
     trained.labels(label, 1)  # a class-conditional G without a class: one line, before any work
-    outdir = Path(outdir)
+    outdir = check_folder(outdir, "--outdir")
     written = []
-    for i in range(0, len(seeds), BATCH):
-        chunk = seeds[i:i + BATCH]
-        images = trained.draw(trained.seed_latents(chunk), trained.labels(label, len(chunk)),
-                              truncation_psi=truncation_psi, noise_mode=noise_mode, batch_size=1)
-        written += [save_image(image, outdir / seed_name(seed)) for seed, image in zip(chunk, images)]
+    with staged_outputs("--outdir") as staged:  # every PNG drawn first, then all renamed
+        for i in range(0, len(seeds), BATCH):
+            chunk = seeds[i:i + BATCH]
+            images = trained.draw(trained.seed_latents(chunk), trained.labels(label, len(chunk)),
+                                  truncation_psi=truncation_psi, noise_mode=noise_mode, batch_size=1)
+            for seed, image in zip(chunk, images):
+                save_image(image, staged.path(outdir / seed_name(seed)))
+                written.append(outdir / seed_name(seed))
     return written
 
 
@@ -110,9 +120,12 @@ def generate_from_w(trained: TrainedGenerator, ws: torch.Tensor, outdir: str | P
     generate.py ``--projected-w`` draws them. Returns the files. Raises ``GankitError`` for a G without per-layer
     styles, a refused noise mode or more than 4 channels."""
     _check_channels(trained)
-    outdir = Path(outdir)
+    outdir = check_folder(outdir, "--outdir")
     written = []
-    for i in range(0, ws.shape[0], BATCH):
-        images = trained.synthesize(ws[i:i + BATCH], noise_mode=noise_mode, batch_size=1)
-        written += [save_image(image, outdir / w_name(i + k)) for k, image in enumerate(images)]
+    with staged_outputs("--outdir") as staged:  # every PNG drawn first, then all renamed
+        for i in range(0, ws.shape[0], BATCH):
+            images = trained.synthesize(ws[i:i + BATCH], noise_mode=noise_mode, batch_size=1)
+            for k, image in enumerate(images):
+                save_image(image, staged.path(outdir / w_name(i + k)))
+                written.append(outdir / w_name(i + k))
     return written

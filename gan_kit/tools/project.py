@@ -12,6 +12,11 @@ its name and ``--set-distance`` items (``build_distance``), runs the optimisatio
 - ``compare.png``: target | projection side by side, each upscaled (nearest) to at least
   ``COMPARE_CELL`` pixels, to look at;
 - with ``video``: ``proj.mp4``, target | projection side by side, every k-th step.
+
+The folder is checked before the generator is read (one line naming it when it cannot be
+written), and every file is written under a temporary name and renamed once all are written
+(``gan_kit.tools.outputs``): Ctrl-C or an error mid-projection leaves the previous projection's
+files as they were.
 """
 
 from __future__ import annotations
@@ -69,7 +74,7 @@ def read_target(path: str | Path, resolution: int, channels: int, recipe: Any = 
     recipe's data says ``fit = "pad"``), scaled to [-1, 1]. ``recipe``: the generator's, whose
     image-folder framing options are used when it has them. Raises ``GankitError`` (one line
     naming ``--target`` and the file) for a missing file or one Pillow cannot read."""
-    from gan_kit.training.imageio import DECODE_ERRORS, load_image, open_image, reason
+    from gan_kit.training.imageio import DECODE_ERRORS, load_image, reason
 
     path = Path(path)
     if not path.is_file():
@@ -78,13 +83,11 @@ def read_target(path: str | Path, resolution: int, channels: int, recipe: Any = 
     framing = _framing(recipe)
     facts: dict = {}
     try:
-        with open_image(path) as im:
-            mode = im.mode
         pixels = load_image(path, resolution, channels, framing=framing, facts=facts)
     except DECODE_ERRORS as e:
         raise GankitError(f"--target: {str(path)!r} is not an image Pillow can read ({reason(e)})") from None
     image = pixels.float().div(127.5).sub(1).unsqueeze(0)
-    (w, h), alpha = facts["size"], facts["alpha"]
+    (w, h), alpha, mode = facts["size"], facts["alpha"], facts["mode"]
     target_mode = _MODE_NAMES[channels]
     steps = []
     pad = framing.fit == "pad"
@@ -219,6 +222,7 @@ def project_image(checkpoint: str | Path, target: str | Path, outdir: str | Path
     the target file, the distance or its options, the class, the device, ``outdir`` being a
     file, or a missing video library (checked before any work)."""
     from gan_kit.tools.grids import grid_frame, save_grid
+    from gan_kit.tools.outputs import check_folder, staged_outputs
     from gan_kit.tools.trained import open_generator
     from gan_kit.tools.video import VideoWriter, check_video_support
 
@@ -228,6 +232,7 @@ def project_image(checkpoint: str | Path, target: str | Path, outdir: str | Path
         raise GankitError(f"--outdir: {str(outdir)!r} is a file; name a folder (it is made when missing)")
     if video:
         check_video_support("--video")
+    check_folder(outdir, "--outdir")  # before the generator is read and any step taken
     gen = open_generator(checkpoint, device)
     G = gen.style_generator("projecting an image into W")
     label = gen.class_label(class_) if class_ is not None else None
@@ -237,29 +242,34 @@ def project_image(checkpoint: str | Path, target: str | Path, outdir: str | Path
     dist = build_distance(distance, distance_options, gen.resolution, gen.channels)
     if before is not None:
         before(gen, goal)
-    outdir.mkdir(parents=True, exist_ok=True)
     every = video_every or max(1, settings.steps // 100)
     image = goal.image.to(gen.device)
-    writer = VideoWriter(outdir / "proj.mp4", fps=fps) if video else None
-
-    def step(state: ProjectionStep) -> None:
-        if writer is not None and (state.step % every == 0 or state.step == state.steps):
-            writer.append(grid_frame(torch.cat([image, state.image()]).cpu()))
-        if on_step is not None:
-            on_step(state)
-
-    try:
-        result = project(G, image, dist, settings, latent_dim=gen.latent_dim, seed=seed, labels=labels, on_step=step)
-    finally:
-        if writer is not None:
-            writer.close()
     files = [outdir / "projected_w.npz", outdir / "target.png", outdir / "proj.png", outdir / "compare.png"]
-    save_projected_w(files[0], result.w)
-    to_png(goal.image, files[1])
-    to_png(result.image, files[2])
-    save_grid(torch.cat([goal.image, result.image]), files[3], size=max(gen.resolution, COMPARE_CELL), nrow=2)
-    if writer is not None:
-        files.append(writer.path)
-    return ProjectedImage(projection=result, target=goal, files=tuple(files), frames=writer.frames if writer else 0,
+    frames = 0
+    # Every file under a temporary name, all renamed once the last is written: an interrupted or
+    # failed projection leaves the previous projection's files (or none), never a mix.
+    with staged_outputs("--outdir") as staged:
+        writer = VideoWriter(outdir / "proj.mp4", fps=fps, staged=staged) if video else None
+
+        def step(state: ProjectionStep) -> None:
+            if writer is not None and (state.step % every == 0 or state.step == state.steps):
+                writer.append(grid_frame(torch.cat([image, state.image()]).cpu()))
+            if on_step is not None:
+                on_step(state)
+
+        if writer is not None:
+            with writer:
+                result = project(G, image, dist, settings, latent_dim=gen.latent_dim, seed=seed, labels=labels,
+                                 on_step=step)
+            files.append(writer.path)
+            frames = writer.frames
+        else:
+            result = project(G, image, dist, settings, latent_dim=gen.latent_dim, seed=seed, labels=labels, on_step=step)
+        save_projected_w(staged.path(files[0]), result.w)
+        to_png(goal.image, staged.path(files[1]))
+        to_png(result.image, staged.path(files[2]))
+        save_grid(torch.cat([goal.image, result.image]), staged.path(files[3]), size=max(gen.resolution, COMPARE_CELL),
+                  nrow=2)
+    return ProjectedImage(projection=result, target=goal, files=tuple(files), frames=frames,
                           num_ws=int(G.num_ws), w_dim=int(G.w_dim), resolution=gen.resolution, channels=gen.channels,
                           device=gen.device, distance=distance)

@@ -362,7 +362,9 @@ def write_report(run_dir: str | Path) -> Path:
     Raises GankitError for a folder without metrics.jsonl or when matplotlib is missing.
     """
     # One function on purpose: it writes the page top to bottom, section by section, as it reads.
+    from gan_kit.base.atomic import write_atomic
     from gan_kit.base.errors import GankitError
+    from gan_kit.tools.outputs import check_folder, staged_outputs
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -374,15 +376,23 @@ def write_report(run_dir: str | Path) -> Path:
         raise GankitError("gankit report needs matplotlib for its plots: pip install 'gankit[report]' (or "
                           "'gankit[tools]': every after-training command's packages at once)") from None
     spans = phase_spans(run_dir, rows)
-    out = run_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_folder(run_dir / "report", "report")  # before any plot is drawn
     grids = phase_grids(run_dir)
-    made = {
-        "losses": plot_losses(rows, spans, out / "losses.png"),
-        "penalties": plot_penalties(rows, spans, out / "penalties.png"),
-        "metrics": plot_metrics(rows, spans, out / "metrics.png"),
-        "phases": plot_phase_grids(grids, out / "phases.png"),
-    }
+    with staged_outputs("report") as staged:  # the plots appear together, each whole
+
+        def plot(draw, name: str, *args) -> bool:
+            tmp = staged.path(out / f"{name}.png")
+            drawn = draw(*args, tmp)
+            if not drawn:
+                staged.drop(tmp)
+            return drawn
+
+        made = {
+            "losses": plot(plot_losses, "losses", rows, spans),
+            "penalties": plot(plot_penalties, "penalties", rows, spans),
+            "metrics": plot(plot_metrics, "metrics", rows, spans),
+            "phases": plot(plot_phase_grids, "phases", grids),
+        }
     last = rows[-1]
     finished = bool(last.get("Progress/final"))
     summary = [
@@ -453,5 +463,5 @@ def write_report(run_dir: str | Path) -> Path:
                      + html.escape(recipe.read_text(encoding="utf-8")) + "</pre></details>")
     parts.append("</body></html>\n")
     path = run_dir / "report.html"
-    path.write_text("\n".join(parts), encoding="utf-8")
+    write_atomic(path, lambda f: f.write("\n".join(parts).encode("utf-8")))  # whole, or the previous page
     return path

@@ -23,7 +23,7 @@ from torch import nn
 from gan_kit.base.errors import CheckpointError, GankitError
 from gan_kit.plugin_api.components import NOISE_MODES, StyleGenerator
 from gan_kit.runs import checkpoint as ckpt
-from gan_kit.runs.exported import is_export_dir, load_exported_generator
+from gan_kit.runs.exported import CONFIG_FILE, is_export_dir, load_exported_generator, read_config
 from gan_kit.runs.hub import HUB_PREFIX, resolve_source
 from gan_kit.runs.layout import CheckpointLayout
 from gan_kit.runs.rundir import RUN_FILES
@@ -78,6 +78,8 @@ def _source(path: Path, exports: bool, command: str) -> tuple[Path, bool]:
         layout = CheckpointLayout(path)
         if layout.latest.is_file():
             return layout.latest, False
+        if (path / CONFIG_FILE).is_file():
+            read_config(path)  # a damaged or foreign config.json: says what is wrong with it (one line)
         if any((path / name).exists() for name in RUN_FILES[:4]):
             raise CheckpointError(f"{path}: a run directory with no checkpoint yet (no {layout.latest}); name a "
                                   f"checkpoint file, or let the run write its first one (run.snapshot_ticks)")

@@ -63,54 +63,144 @@ def codec_frame(frame: torch.Tensor) -> torch.Tensor:
 
 
 class VideoWriter:
-    """An MP4 file written a frame at a time (a projection's steps need not fit in memory)::
+    """An MP4 file written a frame at a time (a projection's steps, a walk's frames need not fit
+    in memory)::
 
         with VideoWriter("walk.mp4", fps=24) as video:
             for frame in frames:          # uint8 [H, W, C], every frame the same size
                 video.append(frame)
 
     The first frame fixes the size; a later frame of another size raises ValueError. ``quality``
-    is imageio-ffmpeg's 0-10 scale (10: largest files, least error). The file is complete once the
-    writer is closed (leaving the ``with`` block). Raises ``GankitError`` when imageio or
-    imageio-ffmpeg is missing (``check_video_support``)."""
+    is imageio-ffmpeg's 0-10 scale (10: largest files, least error; the same ``-crf`` it gives
+    libx264). Frames are piped to the ffmpeg binary imageio-ffmpeg ships, which encodes them
+    into a temporary file beside ``path``; leaving the ``with`` block normally waits for the
+    encoder, checks its exit status and the file it wrote, and only then renames the file to
+    ``path``. An exception in the block (Ctrl-C included) stops the encoder and removes the
+    temporary file: the previous ``path`` stays as it was, and no truncated video appears.
+    ``staged``: a ``gan_kit.base.atomic.StagedFiles`` that renames the video together with other
+    outputs (the caller commits it) instead of at close.
 
-    def __init__(self, path: str | Path, fps: float = 24.0, quality: float = 8.0):
+    Raises ``GankitError`` when imageio or imageio-ffmpeg is missing (``check_video_support``),
+    and, naming ``path`` and the encoder's own reason, when the encoder fails or writes nothing.
+    """
+
+    def __init__(self, path: str | Path, fps: float = 24.0, quality: float = 8.0, *, staged: Any = None):
         check_video_support(str(path))
-        if not fps > 0:
-            raise ValueError(f"VideoWriter: fps must be > 0, got {fps}")
+        if not fps > 0 or not math.isfinite(fps):
+            raise ValueError(f"VideoWriter: fps must be a finite number > 0, got {fps}")
         self.path, self.fps, self.quality = Path(path), float(fps), float(quality)
         self.frames = 0
-        self._writer: Any = None
+        self._staged = staged
+        self._tmp: Path | None = None
+        self._process: Any = None
+        self._log: Any = None
         self._shape: tuple[int, ...] | None = None
+
+    def _start(self, size: tuple[int, int]) -> None:
+        import subprocess
+        import tempfile
+        from fractions import Fraction
+
+        import imageio_ffmpeg
+
+        from gan_kit.base.atomic import temporary_sibling
+
+        from gan_kit.tools.outputs import write_error
+
+        try:
+            self._tmp = self._staged.path(self.path) if self._staged is not None else temporary_sibling(self.path)
+        except OSError as e:
+            raise GankitError(write_error(str(self.path), self.path, e)) from None
+        crf = int((1 - self.quality / 10.0) * 51)
+        fps = str(Fraction(self.fps).limit_denominator())
+        command = [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-f", "rawvideo", "-vcodec", "rawvideo",
+                   "-s", f"{size[1]}x{size[0]}", "-pix_fmt", "rgb24", "-r", fps, "-i", "-", "-an",
+                   "-vcodec", "libx264", "-pix_fmt", "yuv420p", "-crf", str(crf), "-v", "error", str(self._tmp)]
+        self._log = tempfile.TemporaryFile()  # the encoder's messages: a file, so a full pipe never blocks it
+        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._log)
+
+    def _failure(self, what: str) -> GankitError:
+        from gan_kit.base.errors import clip
+
+        said = ""
+        if self._log is not None:
+            self._log.seek(0)
+            lines = [line for line in self._log.read().decode("utf-8", "replace").splitlines() if line.strip()]
+            said = f": {clip(lines[-1].replace(str(self._tmp), str(self.path)), 200)}" if lines else ""
+        return GankitError(f"{self.path}: the video could not be written ({what}{said}); check the folder's free "
+                           f"space and permissions, or name another file")
 
     def append(self, frame: torch.Tensor) -> None:
         """Add one frame, ``uint8 [H, W, C]`` (``gan_kit.tools.grids.grid_frame`` makes one from
         images in [-1, 1]), made codec-ready by ``codec_frame``."""
         out = codec_frame(frame.detach().cpu())
-        if self._writer is None:
-            import imageio.v2 as imageio
-
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # macro_block_size=2: the frames are already even; imageio's default (16) would resize them.
-            self._writer = imageio.get_writer(self.path, format="FFMPEG", mode="I", fps=self.fps, codec="libx264",
-                                              pixelformat="yuv420p", quality=self.quality, macro_block_size=2,
-                                              ffmpeg_log_level="error")
+        if self._process is None:
+            self._start(tuple(out.shape[:2]))
             self._shape = tuple(frame.shape)
         elif tuple(frame.shape) != self._shape:
             raise ValueError(f"VideoWriter: frame {self.frames} is {tuple(frame.shape)}, the first was {self._shape}")
-        self._writer.append_data(out.numpy())
+        try:
+            self._process.stdin.write(out.numpy().tobytes())
+        except (BrokenPipeError, OSError):  # the encoder stopped: its exit status and last message say why
+            self._abort()
+            raise self._failure(f"the encoder stopped at frame {self.frames} with exit status "
+                                f"{self._process.returncode}") from None
         self.frames += 1
 
+    def _abort(self) -> None:
+        """Stop the encoder and remove the temporary file (the previous video stays)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+        if self._process is not None:
+            self._process.wait()
+            try:
+                self._process.stdin.close()
+            except OSError:
+                pass  # the pipe is broken: the encoder is gone already
+        if self._tmp is not None and self._staged is None:
+            self._tmp.unlink(missing_ok=True)
+
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        """Finish the video: wait for the encoder, check its exit status and the file, rename it
+        to ``path`` (unless ``staged``). Raises ``GankitError`` when the encoder failed; then no
+        file is left at ``path`` but the previous one. A writer that got no frame writes no file."""
+        if self._process is None:
+            return
+        try:
+            try:
+                self._process.stdin.close()
+            except OSError:
+                pass  # a broken pipe: the exit status below says what happened
+            status = self._process.wait()
+            if status != 0:
+                raise self._failure(f"the encoder, ffmpeg, exited with status {status}")
+            if self._tmp is None or not self._tmp.is_file() or self._tmp.stat().st_size == 0:
+                raise self._failure("the encoder wrote no data")
+            if self._staged is None:
+                from gan_kit.base.atomic import replace_with
+
+                replace_with(self._tmp, self.path)
+        except BaseException:
+            self._abort()
+            raise
+        finally:
+            self._process = None
+            if self._log is not None:
+                self._log.close()
+                self._log = None
 
     def __enter__(self) -> "VideoWriter":
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
+        if kind is None:
+            self.close()
+            return
+        self._abort()
+        self._process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
 
 def save_mp4(frames: torch.Tensor, path: str | Path, fps: float = 24.0, quality: float = 8.0) -> int:

@@ -43,6 +43,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from gan_kit.base.errors import clip
+
 
 def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -76,7 +78,7 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     except (RuntimeError, ValueError) as e:  # DistStoreError (a store timeout) is a RuntimeError
         where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        first = clip(str(e)) or type(e).__name__
         raise GankitError(f"process group set-up (rank {os.environ.get('RANK', '?')} of "
                           f"{os.environ.get('WORLD_SIZE', '?')}, store {where}) failed within {timeout_s:g} s: "
                           f"{first}; check that every node runs the same torchrun command and reaches that address "

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps
 
+from gan_kit.base.errors import clip
+
 log = logging.getLogger("gankit.data")
 
 #: File name endings ``image-folder`` reads (case-insensitive).
@@ -227,24 +229,47 @@ def _too_large(name: str, what: str) -> ImageTooLarge:
         f"module if the file is trusted")
 
 
-def open_image(path: Source, name: str | None = None) -> Image.Image:
-    """``PIL.Image.open(path)``: the header is read, the pixel data is not yet decoded. ``path``
-    may be an open binary stream, then called ``name`` in messages.
+def _is_jpeg(path: Source) -> bool:
+    if isinstance(path, Path):
+        with open(path, "rb") as f:
+            return f.read(3) == b"\xff\xd8\xff"
+    at = path.tell()
+    head = path.read(3)
+    path.seek(at)
+    return head == b"\xff\xd8\xff"
 
-    Raises ``ImageTooLarge`` (a ValueError whose message gives the fix) for an image over
-    ``PIL.Image.MAX_IMAGE_PIXELS``, and Pillow's ``OSError`` / ``ValueError`` for a file it
-    cannot identify.
+
+def open_image(path: Source, name: str | None = None, draft: tuple[str, int] | None = None) -> Image.Image:
+    """``PIL.Image.open(path)``: the header is read, the pixel data is not yet decoded. ``path``
+    may be an open binary stream, then called ``name`` in messages. ``draft``: ``(mode, side)``
+    for a JPEG that will be decoded at a reduced scale (Pillow's draft mode, 1/2 to 1/8 a side in
+    the DCT domain) while both sides stay at least ``side``: the pixel limit below applies to the
+    reduced size, so a 100-megapixel camera photo opens at a few megapixels. The file's own size
+    is kept in ``im.info["gankit_file_size"]``.
+
+    Raises ``ImageTooLarge`` (a ValueError whose message gives the fix) for an image whose decoded
+    size is over ``PIL.Image.MAX_IMAGE_PIXELS``, and Pillow's ``OSError`` / ``ValueError`` for a
+    file it cannot identify.
     """
     name = name or (path.name if isinstance(path, Path) else "the image")
     try:
         im = Image.open(path)
     except Image.DecompressionBombError as e:  # over twice the limit: Pillow refuses at the header
-        pixels = re.search(r"\((\d+) pixels\)", str(e))
-        raise _too_large(name, f"{pixels.group(1)} pixels" if pixels else "the image") from None
+        if draft is None or not _is_jpeg(path):
+            pixels = re.search(r"\((\d+) pixels\)", str(e))
+            raise _too_large(name, f"{pixels.group(1)} pixels" if pixels else "the image") from None
+        from PIL import JpegImagePlugin
+
+        im = JpegImagePlugin.JpegImageFile(str(path) if isinstance(path, Path) else path)  # no limit at the header
+    size, mode = im.size, im.mode
+    if draft is not None and im.format == "JPEG":
+        im.draft(draft[0], (draft[1], draft[1]))  # both sides stay >= draft[1], enough for crop and pad alike
+    im.info["gankit_file_size"], im.info["gankit_file_mode"] = size, mode
     (w, h), limit = im.size, Image.MAX_IMAGE_PIXELS
     if limit is not None and w * h > limit:
         im.close()
-        raise _too_large(name, f"{w}x{h} = {w * h} pixels")
+        decoded = f" (decoded at {w}x{h})" if im.size != size else ""
+        raise _too_large(name, f"{size[0]}x{size[1]} = {size[0] * size[1]} pixels{decoded}")
     return im
 
 
@@ -257,22 +282,25 @@ def load_image(path: Source, resolution: int, channels: int, box_fn: BoxFn | Non
     ``framing.background`` unless kept), cropped to ``box_fn(w, h)`` when given, then fitted to
     the square by ``framing.fit``: the centre square resized (``crop_resize``) or the whole image
     letterboxed (``pad_resize``). JPEGs without a box are decoded at a reduced scale in the DCT
-    domain (Pillow's draft mode) when that still covers ``resolution``. ``facts``, when given, is
-    filled with ``size`` ((w, h) as decoded, after EXIF orientation) and ``alpha`` (whether the
-    image had transparency).
+    domain (Pillow's draft mode) when that still covers ``resolution``, so a JPEG over Pillow's
+    pixel limit is read when its reduced size is under it. ``facts``, when given, is filled with
+    ``size`` ((w, h) of the file, after EXIF orientation - not the reduced decode's), ``mode``
+    (the file's Pillow mode) and ``alpha`` (whether the image had transparency).
 
     Raises ``ImageTooLarge`` (a ValueError) for an image over ``PIL.Image.MAX_IMAGE_PIXELS``
-    before its pixel data is decoded, and ``OSError`` / ``ValueError`` (Pillow's errors) for a
-    corrupt or truncated file.
+    (after draft mode's reduction) before its pixel data is decoded, and ``OSError`` /
+    ``ValueError`` (Pillow's errors) for a corrupt or truncated file.
     """
-    with open_image(path, name) as im:
-        if im.format == "JPEG" and box_fn is None:
-            # DCT-domain downscale; both sides stay >= resolution, enough for crop and pad alike
-            im.draft("L" if channels == 1 else "RGB", (resolution, resolution))
+    draft = ("L" if channels == 1 else "RGB", resolution) if box_fn is None else None
+    with open_image(path, name, draft=draft) as im:
+        file_size = im.info.get("gankit_file_size", im.size)
+        before = im.size
         im.load()  # raises for truncated data
         ImageOps.exif_transpose(im, in_place=True)  # without an orientation tag: no copy
         if facts is not None:
-            facts["size"], facts["alpha"] = im.size, has_alpha(im)
+            turned = im.size != before and im.size == before[::-1]
+            facts["size"], facts["alpha"] = (file_size[::-1] if turned else file_size), has_alpha(im)
+            facts["mode"] = im.info.get("gankit_file_mode", im.mode)
         im = to_mode(im, channels, framing.background)
         box = box_fn(*im.size) if box_fn is not None else None
         if framing.fit == "pad":
@@ -290,9 +318,9 @@ DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
 
 
 def reason(e: BaseException) -> str:
-    """The first line of an exception's message (at most 160 characters), or its type name."""
-    text = str(e).strip().splitlines()
-    return text[0][:160] if text else type(e).__name__
+    """The first line of an exception's message (whole words, at most 300 characters: ``clip``),
+    or its type name."""
+    return clip(str(e), 300) or type(e).__name__
 
 
 def decode_all(files: list, resolution: int, channels: int, box_fn: BoxFn | None = None,

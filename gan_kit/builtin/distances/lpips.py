@@ -30,6 +30,7 @@ from torch import nn
 
 from gan_kit import Distance, GankitError, hookimpl, option
 from gan_kit.builtin.distances import check_pair
+from gan_kit.base.errors import clip
 
 __all__ = ["LpipsVGG16", "VGG16Features", "VGG16_FILE", "LPIPS_LIN_FILE"]
 
@@ -84,7 +85,7 @@ def _read(path: Path, option_name: str, source: str) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # pickle / zip / TorchScript errors alike: the file is not a state dict
-        reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        reason = clip(str(e)) or type(e).__name__
         raise GankitError(f"{where}: {str(path)!r} is not a state dict torch.load reads with weights_only=True "
                           f"({reason}); give {source}") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from gan_kit import Metric, StashKey, hookimpl, option
 from gan_kit.builtin.reporting import status
 from gan_kit.tools.evaluate import evaluate
+from gan_kit.base.errors import clip
 
 _BLUR = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0]) / 16.0
 
@@ -216,7 +217,7 @@ def tick_finished(run, stats):
             if run.is_main:
                 stats.update(values)
         except Exception as e:  # noqa: BLE001 - any failure of a metric must not end the run
-            first = (str(e).strip().splitlines() or [""])[0][:200]
+            first = clip(str(e))
             where = f" on process {run.rank}" if run.world_size > 1 else ""
             print(f"warning: {spec.key} ({spec.name}) failed at kimg {now / 1000:g}{where}: {type(e).__name__}: "
                   f"{first} (the run goes on without it; `gankit eval CHECKPOINT --metric {spec.name}` retries it)",

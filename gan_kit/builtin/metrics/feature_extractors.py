@@ -51,7 +51,7 @@ import torch.nn.functional as F
 
 from gan_kit import ImageBatches
 from gan_kit.builtin.metrics.feature_passes import FeatureAccumulator, stream_digest
-from gan_kit.base.errors import GankitError
+from gan_kit.base.errors import GankitError, clip
 
 log = logging.getLogger("gankit.metrics")
 
@@ -254,7 +254,7 @@ def get_extractor(name: str, weights: str | None, device: torch.device | str, me
         try:
             net = spec.build(path)
         except Exception as e:  # a damaged or foreign weights file
-            first = str(e).splitlines()[0][:160] if str(e) else ""
+            first = clip(str(e))
             raise GankitError(f"{metric}: cannot load the {name} weights {path} ({type(e).__name__}: {first}); "
                               f"delete the file and fetch {spec.url} again") from None
         _EXTRACTORS[key] = FeatureExtractor(spec, net.to(device).eval(), ident, device)

@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from gan_kit import GankitError, Tracker, option
+from gan_kit.base.errors import clip
 
 __all__ = ["MLflowTracker", "masked_uri"]
 
@@ -104,7 +105,7 @@ class MLflowTracker(Tracker):
                 if k in logged and logged[k] != str(v)[:_PARAM_CHARS]:
                     self.client.set_tag(self.run_id, f"resume.{k}", str(v)[:_PARAM_CHARS])
         except Exception as e:  # MlflowException, or the store's own (SQLAlchemy, requests) errors
-            text = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            text = clip(str(e), 300)
             if o.tracking_uri:
                 text = text.replace(o.tracking_uri, where)
             if o.tracking_uri and _password(o.tracking_uri) and _password(o.tracking_uri) in text:

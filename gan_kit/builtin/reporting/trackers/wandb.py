@@ -13,6 +13,7 @@ from typing import Any, Literal
 import attrs
 
 from gan_kit import GankitError, Tracker, option
+from gan_kit.base.errors import clip
 
 __all__ = ["WandbTracker"]
 
@@ -58,7 +59,7 @@ class WandbTracker(Tracker):
                                   dir=str(run_dir), config=params, allow_val_change=True, reinit="create_new",
                                   settings=wandb.Settings(console="off", silent=True))
         except Exception as e:  # wandb raises its own CommError / UsageError kinds
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            first = clip(str(e))
             raise GankitError(f"tracker wandb: could not start the run ({type(e).__name__}: {first}); try "
                               f'mode = "offline"') from None
         self.run.define_metric("*", step_metric="Progress/nimg")
