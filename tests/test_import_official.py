@@ -291,3 +291,42 @@ def test_init_from_a_snapshot_with_an_augment_pipe_starts_at_its_p(tmp_path):
     assert float(run.augment.p) == 0.0
     init_from(run, path)
     assert float(run.augment.p) == pytest.approx(float(case["augment"]["p"]))
+
+
+def test_sample_draws_an_imported_models_seed_as_generate_does(tmp_path):
+    """``gankit sample --seed S`` starts its grid with seed S's image by the model's own seed rule
+    (numpy's RandomState for an official snapshot), the image ``generate --seeds S`` writes."""
+    from gan_kit.tools.trained import open_generator
+
+    case = CASES["ada-skip-resnet"]
+    trained = open_generator(_pickle("ada-skip-resnet", tmp_path))
+    rows = trained.latent_rows(2, 5)  # what sample --seed 2 -n 5 draws
+    assert torch.equal(rows[0], trained.seed_latents([2])[0])
+    torch.testing.assert_close(rows[0], case["z"][2].float())  # the official generate.py's z of seed 2
+    r = invoke("sample", _pickle("ada-skip-resnet", tmp_path), "--seed", "2", "-n", "1", "--out", tmp_path / "one.png")
+    assert r.exit_code == 0, r.output
+
+
+def test_an_import_with_non_finite_weights_is_refused_and_leaves_no_folder(tmp_path):
+    case = copy.deepcopy(CASES["ada-grayscale"])
+    tensors = case["nets"]["G_ema"]["tensors"]
+    key = next(k for k, v in tensors.items() if v.is_floating_point() and v.numel() > 1)
+    tensors[key] = tensors[key].clone()
+    tensors[key].view(-1)[0] = float("nan")
+    path = tmp_path / "nan.pkl"
+    write_official_pickle(case, path)
+    r = invoke("import", path, "--out", tmp_path / "model")
+    assert r.exit_code == 2 and "NaN or infinite" in r.output and "G_ema." in r.output, r.output
+    assert not (tmp_path / "model").exists()  # the destination check made and removed its folders
+    r = invoke("generate", path, "--seeds", "0", "--outdir", tmp_path / "out")
+    assert r.exit_code == 2 and not (tmp_path / "out").exists()
+
+
+def test_the_card_and_config_of_an_imported_model_say_where_it_came_from(tmp_path):
+    path = _pickle("ada-grayscale", tmp_path)
+    assert invoke("export", path, "--out", tmp_path / "e", "--format", "safetensors").exit_code == 0
+    text = (tmp_path / "e" / "config.json").read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"config.json holds {c}, not strict JSON"))
+    card = (tmp_path / "e" / "README.md").read_text()
+    assert "imported into gankit without retraining" in card and "license: other" in card
+    assert "trained with [gankit]" not in card

@@ -14,7 +14,9 @@ __all__ = ["eval_command"]
 
 
 def _fmt(values: dict[str, float], name: str) -> str:
-    """``12.34 [32px 10.1, 16px 14.5]`` from ``{"Metrics/swd": .., "Metrics/swd/32": ..}``."""
+    """``12.34 [32px 10.1, 16px 14.5]`` from ``{"Metrics/swd": .., "Metrics/swd/32": ..}``. A model
+    trained elsewhere works too: a network-snapshot .pkl of stylegan2-ada-pytorch, StyleGAN3 or
+    R3GAN, or a TF-era StyleGAN2 pickle (read without running it), and hf://OWNER/REPO/FILE."""
     head = values.get(f"Metrics/{name}")
     levels, others = [], []
     for k, v in values.items():

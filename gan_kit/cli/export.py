@@ -25,10 +25,12 @@ __all__ = ["export"]
               help="Truncation psi baked into model.ts / model.onnx (architectures with a mapping network).")
 @user_errors
 def export(checkpoint: str, out: Path, formats: str, psi: float) -> None:
-    """Export CHECKPOINT's G_ema to a folder that runs without gankit: model.safetensors,
-    config.json, README.md (a model card for the Hugging Face Hub), samples.png, model.ts and
-    model.onnx. CHECKPOINT is a checkpoint file or a run directory (its checkpoints/latest.pt).
-    `huggingface_hub.upload_folder` publishes the folder as it is."""
+    """Export CHECKPOINT's G_ema to a folder that runs without gankit: model.safetensors, config.json,
+    README.md (a model card for the Hugging Face Hub), samples.png, model.ts and model.onnx.
+    CHECKPOINT is a checkpoint file or a run directory (its checkpoints/latest.pt).
+    `huggingface_hub.upload_folder` publishes the folder as it is. A model trained elsewhere
+    works too: a network-snapshot .pkl of stylegan2-ada-pytorch, StyleGAN3 or R3GAN, or a TF-era
+    StyleGAN2 pickle (read without running it), and hf://OWNER/REPO/FILE."""
     chosen = [f.strip() for f in formats.split(",") if f.strip()]
     config = export_model(checkpoint, out, chosen, psi)
     files = [name for name in config["files"].values() if name]

@@ -37,9 +37,11 @@ def generate(checkpoint: str, seeds: str | None, outdir: Path, psi: float, class
              w_path: Path | None, device: str) -> None:
     """Write one PNG per seed, seedNNNN.png (or per W vector of --w FILE.npz, projNN.png), from
     CHECKPOINT's G_ema at its resolution, lossless. Seed N's image is the one `gankit sample
-    --seed N -n 1` draws and the exported model.ts / model.onnx make from seed N's z.
-    CHECKPOINT is a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder
-    written by `gankit export`."""
+    --seed N -n 1` draws and the exported model.ts / model.onnx make from seed N's z. CHECKPOINT
+    is a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder written by
+    `gankit export`. A model trained elsewhere works too: a network-snapshot .pkl of
+    stylegan2-ada-pytorch, StyleGAN3 or R3GAN, or a TF-era StyleGAN2 pickle (read without
+    running it), and hf://OWNER/REPO/FILE."""
     from gan_kit.tools.generate import generate_from_w, generate_seeds, load_ws
     from gan_kit.tools.outputs import check_folder
     from gan_kit.tools.seeds import SEED_LIMIT, parse_numbers

@@ -43,13 +43,13 @@ __all__ = ["project_command"]
 def project_command(checkpoint: str, target: Path, outdir: Path, steps: int, space: str, distance: str,
                     distance_options: tuple[str, ...], seed: int, video: bool, video_every: int | None, fps: float,
                     class_: str | None, device: str) -> None:
-    """Find the W (or W+) whose image is closest to a real image, as stylegan2-ada-pytorch's
-    projector does. CHECKPOINT is a checkpoint file, a run directory or a `gankit export` folder
-    of a G with per-layer styles (stylegan2).
-
-    Writes DIR/projected_w.npz (key w, float32 [1, num_ws, w_dim]), DIR/target.png (the target as
-    G sees it), DIR/proj.png (the projection), DIR/compare.png (both side by side, upscaled) and,
-    with --video, DIR/proj.mp4."""
+    """Find the W (or W+) whose image is closest to a real image, as stylegan2-ada-pytorch's projector
+    does. CHECKPOINT is a checkpoint file, a run directory or a `gankit export` folder of a G
+    with per-layer styles (stylegan2).  Writes DIR/projected_w.npz (key w, float32 [1, num_ws,
+    w_dim]), DIR/target.png (the target as G sees it), DIR/proj.png (the projection),
+    DIR/compare.png (both side by side, upscaled) and, with --video, DIR/proj.mp4. A model
+    trained elsewhere works too: a network-snapshot .pkl of stylegan2-ada-pytorch, StyleGAN3 or
+    R3GAN, or a TF-era StyleGAN2 pickle (read without running it), and hf://OWNER/REPO/FILE."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

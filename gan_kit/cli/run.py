@@ -32,8 +32,10 @@ __all__ = ["run"]
                    "EMA, intervals, total_kimg).")
 @click.option("--init-from", "init_from", default=None, metavar="CHECKPOINT",
               help="Start this new run from another run's G, D and G_ema weights (a checkpoint file, or a run "
-                   "directory for its latest.pt): fine-tuning on other data; optimizers and counters start "
-                   "fresh. The architecture, its options and data.resolution must match the checkpoint's.")
+                   "directory for its latest.pt, an export folder, a network-snapshot .pkl of another codebase, "
+                   "hf://OWNER/REPO/FILE): fine-tuning on other data; optimizers and counters start fresh. The "
+                   "architecture, its options and data.resolution must match the checkpoint's (gankit import "
+                   "writes a recipe that does).")
 @click.option("--overwrite", is_flag=True, help="Replace a run already in the run directory (its metrics, "
                                                 "samples and checkpoints are deleted).")
 @click.option("--dry-run", is_flag=True, help="Check the recipe, build every component, print the plan "

@@ -56,24 +56,25 @@ __all__ = ["sample"]
 def sample(checkpoint: str, num: int | None, seed: int | None, seeds: str | None, out: Path, psi: float,
            steps: int | None, points: int | None, space: str, loop: bool, fps: float | None, class_: str | None,
            device: str) -> None:
-    """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at
-    least 32 px, like the run's own grids), or a latent interpolation strip, GIF or MP4. CHECKPOINT
-    is a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder written by
+    """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at least
+    32 px, like the run's own grids), or a latent interpolation strip, GIF or MP4. CHECKPOINT is
+    a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder written by
     `gankit export` (read without pickle). The first image is drawn from seed SEED's z, the one
-    `gankit generate --seeds SEED` draws; --seeds draws exactly the seeds named. A
-    class-conditional G draws class K with --class K, else one row per class.
-
-    An animation (--interpolate with --out walk.gif or walk.mp4) shows the N walks side by side; a
-    GIF plays forth and back, an MP4 once, and --loop closes each walk so that both loop seamlessly.
-    Frames are drawn and encoded a few at a time, so a long walk takes no more memory than a short
-    one. The file is written under a temporary name and renamed when complete: an interrupted or
-    failed run leaves the previous file."""
+    `gankit generate --seeds SEED` draws; --seeds draws exactly the seeds named. A class-
+    conditional G draws class K with --class K, else one row per class.  An animation
+    (--interpolate with --out walk.gif or walk.mp4) shows the N walks side by side; a GIF plays
+    forth and back, an MP4 once, and --loop closes each walk so that both loop seamlessly.
+    Frames are drawn and encoded a few at a time, so a long walk takes no more memory than a
+    short one. The file is written under a temporary name and renamed when complete: an
+    interrupted or failed run leaves the previous file. A model trained elsewhere works too: a
+    network-snapshot .pkl of stylegan2-ada-pytorch, StyleGAN3 or R3GAN, or a TF-era StyleGAN2
+    pickle (read without running it), and hf://OWNER/REPO/FILE."""
     import torch
 
     from gan_kit.tools.grids import save_grid
     from gan_kit.tools.outputs import check_file, staged_outputs, write_error
     from gan_kit.tools.sampling import draw_walk, gif_delay, walk_frames, walk_keys, walk_length, write_gif
-    from gan_kit.tools.seeds import latent_rows, parse_numbers
+    from gan_kit.tools.seeds import parse_numbers
     from gan_kit.tools.trained import open_generator
     from gan_kit.tools.video import VideoWriter, check_video_support
 
@@ -118,7 +119,7 @@ def sample(checkpoint: str, num: int | None, seed: int | None, seeds: str | None
         labels = None
     start = 0 if seed is None else seed
     if steps is None:
-        z = trained.seed_latents(numbers) if numbers is not None else latent_rows(start, num, trained.latent_dim)
+        z = trained.seed_latents(numbers) if numbers is not None else trained.latent_rows(start, num)
         with staged_outputs("--out") as staged:
             save_grid(trained.draw(z, labels, truncation_psi=psi, noise_mode="const"), staged.path(out), nrow=nrow)
         frames = 0
@@ -126,7 +127,7 @@ def sample(checkpoint: str, num: int | None, seed: int | None, seeds: str | None
         if numbers is not None:
             keys = trained.seed_latents(numbers).view(num, per_walk, trained.latent_dim)
         else:
-            keys = latent_rows(start, per_walk * num, trained.latent_dim).view(num, per_walk, trained.latent_dim)
+            keys = trained.latent_rows(start, per_walk * num).view(num, per_walk, trained.latent_dim)
         frames = walk_length(per_walk, steps, loop)
         if animated:
             source = walk_frames(trained, keys, steps, loop, labels=labels, truncation_psi=psi, space=space)

@@ -36,11 +36,13 @@ __all__ = ["style_mix"]
 @user_errors
 def style_mix(checkpoint: str, rows: str, cols: str, styles: str | None, from_rows: bool, out: Path, psi: float,
               class_: str | None, noise_mode: str, device: str) -> None:
-    """Write a style-mixing grid from CHECKPOINT's G_ema (a G with per-layer styles, e.g.
-    stylegan2): cell (row, col) is the row seed's W with the layers --styles taken from the
-    column seed (--from-rows: the other way round). The column seeds' own images run along the
-    top, the row seeds' down the left, as stylegan2-ada-pytorch's style_mixing.py. CHECKPOINT is
-    a checkpoint file, a run directory or a folder written by `gankit export`."""
+    """Write a style-mixing grid from CHECKPOINT's G_ema (a G with per-layer styles, e.g. stylegan2):
+    cell (row, col) is the row seed's W with the layers --styles taken from the column seed
+    (--from-rows: the other way round). The column seeds' own images run along the top, the row
+    seeds' down the left, as stylegan2-ada-pytorch's style_mixing.py. CHECKPOINT is a checkpoint
+    file, a run directory or a folder written by `gankit export`. A model trained elsewhere
+    works too: a network-snapshot .pkl of stylegan2-ada-pytorch, StyleGAN3 or R3GAN, or a TF-era
+    StyleGAN2 pickle (read without running it), and hf://OWNER/REPO/FILE."""
     from gan_kit.tools.grids import save_image
     from gan_kit.tools.outputs import check_file, staged_outputs
     from gan_kit.tools.seeds import SEED_LIMIT, parse_numbers

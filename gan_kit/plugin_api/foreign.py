@@ -20,7 +20,7 @@ import attrs
 
 from gan_kit.base.errors import CheckpointError, GankitError
 from gan_kit.base.version import __version__
-from gan_kit.plugin_api.pickles import OFFICIAL_MODULES, is_pickle, read_pickle
+from gan_kit.plugin_api.pickles import OFFICIAL_MODULES, UnsafePickleError, is_pickle, read_pickle
 
 __all__ = ["ForeignFile", "ImportedModel", "import_file", "SeedRule", "HEAD_BYTES"]
 
@@ -119,7 +119,7 @@ class ImportedModel:
             "G_ema": self.G_ema,
             "frozen_files": {},
             "components": dict(self.components),
-            "cur_nimg": int(self.cur_nimg),
+            "cur_nimg": max(0, int(self.cur_nimg)),
             "phase": {"index": 0, "resolution": int(self.resolution), "alpha": 1.0, "batch_size": 1,
                       "lr_scale": 1.0, "start_nimg": 0, "end_nimg": math.inf, "fade_nimg": 0, "batch_gpu": None},
             "imported": {"format": self.format, "file": source.path.name, "sha256": source.sha256,
@@ -145,13 +145,33 @@ def import_file(path: str | Path, registry: Any) -> tuple[dict, str]:
     for component in registry.registered("importer"):
         name = component.name
         importer = component.factory(component.Options(), BuildContext(resolution=0, channels=0))
-        model = importer.read(source)
+        try:
+            model = importer.read(source)
+        except UnsafePickleError:
+            raise
+        except GankitError as e:  # an importer's refusal names the setting; the file is named here
+            text = str(e)
+            raise CheckpointError(text if text.startswith(str(path)) else f"{path}: {text}") from None
         if model is None:
             continue
         if not isinstance(model, ImportedModel):
             raise GankitError(f"importer {name!r} ({component.plugin}) returned {type(model).__name__}, not a "
                               f"gan_kit.ImportedModel")
+        _check_finite(path, model)
         return model.checkpoint(source), name
     what = "a pickle no importer recognises" if source.is_pickle else "not a gankit checkpoint nor a known model file"
     raise CheckpointError(f"{path}: {what} (importers: {', '.join(names) or 'none installed'}; "
                           f"gankit list-plugins --kind importer)")
+
+
+def _check_finite(path: str | Path, model: ImportedModel) -> None:
+    """Refuse (``CheckpointError``, one line) networks holding a NaN or infinite value: gankit never
+    loads a non-finite weight (G would draw black images, a fine-tune would stop at once)."""
+    import torch
+
+    for net in ("G_ema", "G", "D"):
+        for key, tensor in (getattr(model, net) or {}).items():
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise CheckpointError(f"{path}: {net}.{key} holds NaN or infinite values; gankit never loads a "
+                                      f"non-finite weight (the file is damaged, or was saved after training diverged: "
+                                      f"use an earlier snapshot)")

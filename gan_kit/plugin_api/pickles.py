@@ -32,6 +32,7 @@ import collections
 import hashlib
 import io
 import pickle
+import re
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
@@ -263,8 +264,12 @@ def _load_storage(data: Any) -> Any:
     try:
         return torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any refusal of the safe loader is a refusal here
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise UnsafePickleError(f"a tensor storage holds something a weights-only load refuses ({first})") from None
+        # torch's own text goes on to advise weights_only=False, the one thing not to do with a
+        # file that hides objects in its storages: only what it asked for is quoted
+        asked = re.search(r"GLOBAL ([\w.]+)", str(e))
+        what = f"it asks for {asked.group(1)}" if asked else f"{type(e).__name__}"
+        raise UnsafePickleError(f"a tensor storage hides more than tensor data ({what}), which the safe reader does "
+                                f"not build (nothing in the file was run)") from None
 
 
 def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any = False,

@@ -8,6 +8,8 @@ then its state dict is loaded strictly from ``model.safetensors``.
 
 from __future__ import annotations
 
+import math
+
 import json
 from pathlib import Path
 import torch
@@ -104,6 +106,9 @@ def load_exported_generator(folder: str | Path, device: str | torch.device = "cp
                               f"weights do not fit the G its config.json describes to this gankit {__version__}: "
                               f"{misfit(G.state_dict(), state)} (export the checkpoint again)") from None
     G = G.to(device).eval().requires_grad_(False)
-    phase = Phase(**config["phase"]) if isinstance(config.get("phase"), dict) else None
+    saved = config.get("phase")
+    if isinstance(saved, dict) and saved.get("end_nimg", 0) is None:
+        saved = {**saved, "end_nimg": math.inf}  # written as null: JSON has no infinity
+    phase = Phase(**saved) if isinstance(saved, dict) else None
     set_phase(G, int(config["resolution"]), float(config["alpha"]))
     return G, phase, recipe, arch, config

@@ -147,9 +147,10 @@ def prepare_run(recipe_path: Path | None, out_dir: Path | None, overrides: tuple
             raise GankitError(no_checkpoint_problem(run_dir))
     state = ckpt.load(checkpoint, map_location="cpu")  # the only read of the checkpoint on the way to training
     if state.get("imported"):
-        raise GankitError(f"--resume: {checkpoint} is a model imported from {state['imported'].get('format')} (gankit "
-                          f"import): it holds no optimizer state or counters to continue; start a run from its "
-                          f"weights with gankit run RECIPE --init-from {checkpoint}")
+        raise GankitError(f"--resume: {checkpoint} is a model imported from {state['imported'].get('format')}: gankit "
+                          f"takes its weights (and ADA's p), not its optimizer state or counters, so there is no "
+                          f"gankit run to continue; start one from its weights with gankit run RECIPE --init-from "
+                          f"{checkpoint}")
     saved = state["recipe"]
     refused_override(overrides, run_dir, saved)
     if recipe_path is not None:

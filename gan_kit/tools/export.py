@@ -127,7 +127,8 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
                 _export_onnx(model, example, staged.path(out / "model.onnx"), num_classes > 0)
         with torch.no_grad():
             save_grid(model(*grid_inputs).float(), staged.path(out / "samples.png"), nrow=_grid_rows(num_classes))
-        staged.path(out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        staged.path(out / CONFIG_FILE).write_text(json.dumps(config, indent=2, allow_nan=False) + "\n",
+                                                  encoding="utf-8")
         staged.path(out / "README.md").write_text(model_card(config, _run_metrics(checkpoint)), encoding="utf-8")
         for plugin in _plugin_files(state["recipe"]):
             # the recipe names its plugin files by their last part (shareable_recipe): they travel
@@ -226,7 +227,9 @@ def _config(state: dict, recipe: Any, arch: Any, phase: Any, psi: float, formats
         "resolution": phase.resolution,
         "final_resolution": recipe.resolution,
         "alpha": phase.alpha,
-        "phase": {k: getattr(phase, k) for k in ("index", "resolution", "alpha", "batch_size", "lr_scale", "end_nimg")},
+        # strict JSON: the last phase's end (infinity) is written as null
+        "phase": {k: (None if k == "end_nimg" and not math.isfinite(getattr(phase, k)) else getattr(phase, k))
+                  for k in ("index", "resolution", "alpha", "batch_size", "lr_scale", "end_nimg")},
         "channels": int(state["channels"]),
         "latent_dim": int(arch.latent_dim),
         "num_classes": num_classes,
@@ -246,6 +249,8 @@ def _config(state: dict, recipe: Any, arch: Any, phase: Any, psi: float, formats
         "recipe": shareable_recipe(state["recipe"]),
         # a model imported from another codebase: its format, file name, SHA-256, licence and seed rule
         "imported": state.get("imported"),
+        # a run fine-tuned from an imported model: where its weights came from, and their licence
+        "derived_from": state.get("derived_from"),
     }
 
 
@@ -287,14 +292,21 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
     data = recipe.get("data", {})
     conditional = config["num_classes"] > 0
     tags = ["gan", "gankit", arch, "image-generation"] + (["class-conditional"] if conditional else [])
-    front = ["---", "library_name: gankit",
+    origin = config.get("imported") or config.get("derived_from")
+    # a model of another codebase keeps its licence (NVIDIA's are non-commercial): the Hub's
+    # front matter says so instead of leaving the field to a default
+    licence = ["license: other", f"license_name: {json.dumps(origin.get('license') or 'see the original')}"] if origin else []
+    front = ["---", "library_name: gankit", *licence,
              "pipeline_tag: unconditional-image-generation" if not conditional else "pipeline_tag: image-generation",
              "tags:"] + [f"- {t}" for t in tags] + ["---", ""]
+    imported = config.get("imported")
+    what = (f"G_ema of a {arch} GAN trained with {imported.get('format')} (its file `{imported.get('file')}`), "
+            f"imported into gankit without retraining" if imported else
+            f"G_ema of a {arch} GAN trained with [gankit](https://pypi.org/project/gankit/) "
+            f"{config['versions']['checkpoint_gankit'] or ''} for {config['kimg']} kimg on `{data.get('name', '?')}`")
     lines = [f"# {arch} generator, {res}x{res}, {ch} channel{'s' if ch != 1 else ''}", "",
-             f"G_ema of a {arch} GAN trained with [gankit](https://pypi.org/project/gankit/) "
-             f"{config['versions']['checkpoint_gankit'] or ''} for {config['kimg']} kimg on `{data.get('name', '?')}`"
-             + (f" ({config['num_classes']} classes)" if conditional else "") + ".", "",
-             "![samples](samples.png)", "", "## Training", "",
+             what + (f" ({config['num_classes']} classes)" if conditional else "") + ".", "",
+             "![samples](samples.png)", "", "## Training" if not imported else "## Recipe to fine-tune it", "",
              "| | |", "|---|---|",
              f"| architecture | `{arch}` |",
              f"| loss | `{recipe.get('loss', {}).get('name', '?')}` |",
@@ -306,7 +318,7 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
              f"| truncation psi (of the traced model.ts / model.onnx) | {config['truncation_psi']} |"
              if config["files"]["torchscript"] or config["files"]["onnx"] else
              f"| truncation psi | {config['truncation_psi']} |", ""]
-    imported = config.get("imported")
+    imported, derived = config.get("imported"), config.get("derived_from")
     if imported:
         lines += ["## Source", "",
                   f"Imported by `gankit import` from `{imported.get('file')}` ({imported.get('format')}), SHA-256 "
@@ -314,6 +326,11 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
                   "", *imported.get("notes", ()), "",
                   "Seed S draws `z = np.random.RandomState(S).randn(1, z_dim)`, as the original codebase's generate "
                   "script does." if imported.get("seeds") == "numpy" else "", ""]
+    elif derived:
+        lines += ["## Source", "",
+                  f"Fine-tuned from `{derived.get('file')}` ({derived.get('format')}, SHA-256 `{derived.get('sha256')}`), "
+                  f"imported by `gankit import`. Licence of the original, which this derivative inherits: "
+                  f"{derived.get('license') or 'not stated'}.", ""]
     metrics = dict(metrics)
     at = metrics.pop("at kimg", None)
     if metrics:
@@ -340,6 +357,8 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
               + (f", `labels` int64 `[N]` in 0..{config['num_classes'] - 1}" if conditional else "")
               + f"; output: images float32 `[N, {ch}, {res}, {res}]` in about [-1, 1].", "",
               ] + (use_ts if files["torchscript"] else []) + (use_onnx if files["onnx"] else []) + (
-              use_gankit if files["safetensors"] else []) + ["## Recipe", "", "The resolved recipe the model was trained with:", "", "```toml",
+              use_gankit if files["safetensors"] else []) + ["## Recipe", "", "The recipe that builds these networks (gankit "
+              "import wrote it; its training settings are the codebase's usual ones, not the file's):" if imported else
+              "The resolved recipe the model was trained with:", "", "```toml",
               config["recipe"].rstrip(), "```", ""]
     return "\n".join(front + lines)

@@ -15,8 +15,6 @@ file is read, and both files are written under temporary names and renamed when 
 
 from __future__ import annotations
 
-import os
-import tempfile
 import tomllib
 from pathlib import Path
 
@@ -26,31 +24,26 @@ from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.runs import checkpoint as ckpt
 from gan_kit.runs.hub import resolve_source
 from gan_kit.runs.layout import CheckpointLayout
+from gan_kit.tools.outputs import check_folder
 
 __all__ = ["import_model", "check_destination", "describe"]
 
 
 def check_destination(out: Path) -> None:
     """Refuse (``GankitError``, one line) an ``out`` that is a file, that holds anything but an
-    earlier import (a training run's files, other files), or that cannot be written; create it
-    otherwise. Called before the source is read."""
+    earlier import (a training run's files, other files), or that cannot be written. Called
+    before the source is read; it leaves no folder behind (the writes make them)."""
     if out.exists() and not out.is_dir():
         raise GankitError(f"--out {out}: a file, not a folder; name a new folder for the imported model")
     if out.is_dir():
         entries = {p.name for p in out.iterdir()}
         latest = CheckpointLayout(out).latest
-        ours = entries <= {"checkpoints", "recipe.toml"} and (not entries or _is_import(latest))
+        others = [p for p in (out / "checkpoints").glob("*") if p != latest] if (out / "checkpoints").is_dir() else []
+        ours = entries <= {"checkpoints", "recipe.toml"} and not others and (not latest.exists() or _is_import(latest))
         if not ours:
             raise GankitError(f"--out {out}: the folder holds other files ({', '.join(sorted(entries)[:4])}); gankit "
                               f"import writes a new folder (or replaces an earlier import): name an empty or new one")
-    try:
-        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".gankit-import.", dir=out / "checkpoints")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise GankitError(f"--out {out}: cannot write there ({e.strerror or type(e).__name__}); choose a folder you "
-                          f"can write") from None
+    check_folder(out / "checkpoints", "--out")  # the folders it makes to prove it are removed again
 
 
 def _is_import(latest: Path) -> bool:
@@ -74,8 +67,15 @@ def import_model(source: str | Path, out: str | Path) -> tuple[dict, str]:
     """
     out = Path(out)
     path = resolve_source(source)
+    if path.is_dir():
+        raise CheckpointError(f"{source}: a folder; gankit import reads a model file of another codebase (a "
+                              f"network-snapshot .pkl); a run directory or an export folder is read by every command "
+                              f"as it is")
     if not path.is_file():
         raise CheckpointError(f"{source}: no such file (name a network-snapshot .pkl or another model file)")
+    if not ckpt.is_foreign(path):
+        raise CheckpointError(f"{source}: not a pickle of another codebase (a gankit checkpoint is a zip archive: "
+                              f"every command reads it as it is, no import needed)")
     check_destination(out)
     state, name = import_file(path, build_plugins().registry)
     try:

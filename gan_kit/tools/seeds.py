@@ -75,8 +75,8 @@ def seed_latents(seeds: list[int], latent_dim: int, rule: str = "torch") -> torc
         return torch.empty(0, latent_dim)
     if rule == "numpy":
         if any(not 0 <= int(s) < 2 ** 32 for s in seeds):
-            raise GankitError(f"--seeds: numpy's RandomState, which this model's codebase draws z with, takes seeds "
-                              f"from 0 to {2 ** 32 - 1}; got {max(seeds)}")
+            raise GankitError(f"seed {max(seeds)}: this model draws z as its own codebase does, with numpy's "
+                              f"RandomState, which takes seeds from 0 to {2 ** 32 - 1}; give a smaller seed")
         return torch.cat([torch.from_numpy(np.random.RandomState(int(s)).randn(1, latent_dim)).float()
                           for s in seeds])
     if rule != "torch":
@@ -84,13 +84,20 @@ def seed_latents(seeds: list[int], latent_dim: int, rule: str = "torch") -> torc
     return torch.cat([torch.randn(1, latent_dim, generator=torch.Generator().manual_seed(int(s))) for s in seeds])
 
 
-def latent_rows(seed: int, num: int, latent_dim: int) -> torch.Tensor:
+def latent_rows(seed: int, num: int, latent_dim: int, rule: str = "torch") -> torch.Tensor:
     """``z[num, latent_dim]`` float32 on the CPU from one generator seeded ``seed``, drawn a row
     at a time, so row 0 is seed ``seed``'s latent (``seed_latents([seed], latent_dim)``) for
     every ``latent_dim``. (One ``torch.randn(num, latent_dim)`` fills a large tensor 16 numbers
     at a time, so its first row differs from a one-row draw when ``latent_dim`` is not a
     multiple of 16; for multiples of 16 the two are the same numbers.) What ``gankit sample
-    --seed`` draws."""
+    --seed`` draws. ``rule="numpy"`` (an imported model's): ``np.random.RandomState(seed).randn(num,
+    latent_dim)``, whose row 0 is that seed's z by the same rule (RandomState draws row after
+    row)."""
+    if rule == "numpy":
+        if num <= 0:
+            return torch.empty(0, latent_dim)
+        seed_latents([seed], latent_dim, "numpy")  # the range check of the rule
+        return torch.from_numpy(np.random.RandomState(int(seed)).randn(num, latent_dim)).float()
     gen = torch.Generator().manual_seed(int(seed))
     if num <= 0:
         return torch.empty(0, latent_dim)

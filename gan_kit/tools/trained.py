@@ -146,6 +146,13 @@ class TrainedGenerator:
 
         return seed_latents(seeds, self.latent_dim, self.seeds)
 
+    def latent_rows(self, seed: int, num: int) -> torch.Tensor:
+        """``z[num, latent_dim]`` of one generator seeded ``seed`` by this model's rule, row 0
+        seed ``seed``'s z (``gankit sample --seed``; ``gan_kit.tools.seeds.latent_rows``)."""
+        from gan_kit.tools.seeds import latent_rows
+
+        return latent_rows(seed, num, self.latent_dim, self.seeds)
+
     @property
     def architecture(self) -> str:
         """The architecture's name in the recipe (``stylegan2``, ``pggan``, ...)."""

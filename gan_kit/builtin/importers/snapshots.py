@@ -59,8 +59,9 @@ def imported_recipe(architecture: dict, *, resolution: int, num_classes: int, da
     ``[augment]`` table (ADA with the file's pipeline and p)."""
     arch = {"name": family, **({"conditional": True} if num_classes else {}), **architecture}
     recipe: dict[str, Any] = {
-        "run": {"seed": 0, "device": "auto", "precision": "auto", "out_dir": "runs/imported", "total_kimg": 100,
-                "tick_kimg": 4, "snapshot_ticks": 5},
+        "run": {"seed": 0, "device": "auto", "precision": "auto",
+                "out_dir": f"runs/{PurePosixPath(source).stem or 'imported'}-tuned", "total_kimg": 100, "tick_kimg": 4,
+                "snapshot_ticks": 5},
         "data": {"name": "image-folder", "path": data, "resolution": int(resolution),
                  **({"labels": "dataset.json"} if num_classes else {})},
         "architecture": arch,

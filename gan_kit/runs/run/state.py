@@ -73,6 +73,7 @@ def state_dict(run: Any, rng: dict | None = None) -> dict:
         "rng": rng if rng is not None else ckpt.rng_state(run.device, run.world_size),
         # What the data held, so a resume may read it from another path (gan_kit.training.data.digest).
         "data_digest": run.data.digest(),
+        "derived_from": run.derived_from,
     }
 
 
@@ -97,6 +98,7 @@ def load_state_dict(run: Any, state: dict) -> None:
     run.skipped_steps = int(state["skipped_steps"])
     run.scaler_skipped_steps = int(state.get("scaler_skipped_steps", 0))  # absent in older checkpoints
     run.lazy_retry = tuple(int(i) for i in state.get("lazy_retry", ()))
+    run.derived_from = state.get("derived_from")
     run.train_seconds = float(state.get("train_seconds", 0.0))  # absent in checkpoints before max_minutes
     run.tick_sums.clear()
     run.tick_counts.clear()
