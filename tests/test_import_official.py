@@ -291,6 +291,11 @@ def test_init_from_a_snapshot_with_an_augment_pipe_starts_at_its_p(tmp_path):
     assert float(run.augment.p) == 0.0
     init_from(run, path)
     assert float(run.augment.p) == pytest.approx(float(case["augment"]["p"]))
+    # the origin and licence follow the weights into the run's checkpoints (and so its exports)
+    assert run.derived_from["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert "non-commercial" in run.derived_from["license"]
+    from gan_kit.runs.run.state import state_dict
+    assert state_dict(run)["derived_from"] == run.derived_from
 
 
 def test_sample_draws_an_imported_models_seed_as_generate_does(tmp_path):
