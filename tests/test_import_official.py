@@ -230,7 +230,7 @@ def test_init_from_an_official_snapshot_trains_and_resumes_bit_identically(tmp_p
 
 
 TF = torch.load(Path(__file__).parent / "data" / "tf_reference.pt", weights_only=True)
-TF_CASES = ["config_f", "ada_conditional"]  # the TF configurations gankit builds (skip G, resnet D)
+TF_CASES = ["config_f", "ada_conditional", "ada_gorig_dorig"]  # the TF configurations gankit builds
 
 
 @pytest.mark.parametrize("case_name", TF_CASES)
@@ -335,3 +335,13 @@ def test_the_card_and_config_of_an_imported_model_say_where_it_came_from(tmp_pat
     card = (tmp_path / "e" / "README.md").read_text()
     assert "imported into gankit without retraining" in card and "license: other" in card
     assert "trained with [gankit]" not in card
+
+
+def test_a_tf_era_pickle_gankit_cannot_build_is_refused_naming_the_setting(tmp_path):
+    from tf_pickles import write_tf_pickle
+
+    path = tmp_path / "config_e.pkl"
+    write_tf_pickle(TF["cases"]["config_e_gresnet_dskip"], path)
+    r = invoke("generate", path, "--seeds", "0", "--outdir", tmp_path / "out")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and "resample_filter = [1, 2, 1]" in lines[0] and str(path) in lines[0]

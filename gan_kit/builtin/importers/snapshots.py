@@ -163,7 +163,9 @@ class StyleGAN2TFSnapshot(Importer):
         if not is_tf_snapshot(data):
             return None
         try:
-            nets = convert_tf_snapshot(data)
+            # legacy.py's conversion as it is; what gankit's stylegan2 cannot build (a [1, 2, 1]
+            # filter, ...) is refused by stylegan2_options, naming the setting
+            nets = convert_tf_snapshot(data, gankit=False)
         except CheckpointError as e:
             raise CheckpointError(f"{source.path}: {e}") from None
         G_kwargs, D_kwargs = dict(nets["G_ema"][0]), copy.deepcopy(nets["D"][0])
