@@ -60,7 +60,9 @@ def test_an_output_path_the_system_refuses_is_one_line_naming_it(tmp_path, train
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     output = one_line_error(invoke("generate", checkpoint, "--seeds", "1", "--outdir", blocker / "sub"))
-    assert output.startswith(f"error: {blocker / 'sub'}: ") and "check the path" in output
+    # checked before the generator is read: the option, the folder, the system's reason and a fix
+    assert output.startswith("error: --outdir: ") and str(blocker / "sub") in output
+    assert "Not a directory" in output and "name a folder you can write to" in output
 
 
 def test_a_style_mix_grid_above_the_cell_limit_is_refused(tmp_path, trained_sg2):
