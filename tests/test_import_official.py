@@ -86,16 +86,20 @@ def test_generate_from_an_official_snapshot_writes_the_official_pixels(case_name
         assert (diff > 0).mean() < 0.01  # a level off only where rounding sits on a boundary
 
 
-def _networks(case_name: str, folder: Path):
-    """The imported checkpoint dict and D built from its recipe, with its weights."""
-    state, _ = import_file(_pickle(case_name, folder), build_plugins().registry)
+def _imported_d(path: Path, folder: Path):
+    """The imported checkpoint dict of ``path`` and D built from its recipe, with its weights."""
+    state, _ = import_file(path, build_plugins().registry)
     recipe, plugins = load_recipe(folder / "imported.toml", text=state["recipe"])
     ctx = BuildContext(resolution=recipe.resolution, channels=state["channels"], recipe=recipe,
                        num_classes=state["num_classes"])
     arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
-    G, D = arch.build(recipe.resolution, state["channels"])
+    _, D = arch.build(recipe.resolution, state["channels"])
     D.load_state_dict(state["D"])
     return state, D.eval()
+
+
+def _networks(case_name: str, folder: Path):
+    return _imported_d(_pickle(case_name, folder), folder)
 
 
 @pytest.mark.parametrize("case_name", sorted(CASES))
@@ -251,18 +255,12 @@ def test_a_tf_era_pickle_draws_legacy_pys_pixels_and_logits(case_name, tmp_path)
             assert r.exit_code == 0, r.output
             ours = _png(tmp_path / "o" / f"seed{seed:04d}.png")
             assert np.abs(ours.astype(int) - official[i].astype(int)).max() <= 1, (case_name, psi, seed)
-    state, _ = import_file(path, build_plugins().registry)
+    state, D = _imported_d(path, tmp_path)
     assert state["imported"]["format"] == "stylegan2-tf"
-    recipe, plugins = load_recipe(tmp_path / "imported.toml", text=state["recipe"])
-    ctx = BuildContext(resolution=recipe.resolution, channels=state["channels"], recipe=recipe,
-                       num_classes=state["num_classes"])
-    arch = plugins.registry.get("architecture", recipe.architecture.name).factory(recipe.architecture.options, ctx)
-    _, D = arch.build(recipe.resolution, state["channels"])
-    D.load_state_dict(state["D"])
     labels = out["c"].argmax(1) if c_dim else None
     with torch.no_grad():
         images = out["images"][0].float()
-        logits = D.eval()(images, labels) if c_dim else D.eval()(images)
+        logits = D(images, labels) if c_dim else D(images)
     torch.testing.assert_close(logits.reshape(-1), out["d_logits"].reshape(-1).float(), atol=1e-4, rtol=1e-4)
 
 
