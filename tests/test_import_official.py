@@ -343,3 +343,19 @@ def test_a_tf_era_pickle_gankit_cannot_build_is_refused_naming_the_setting(tmp_p
     r = invoke("generate", path, "--seeds", "0", "--outdir", tmp_path / "out")
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert r.exit_code == 2 and len(lines) == 1 and "resample_filter = [1, 2, 1]" in lines[0] and str(path) in lines[0]
+
+
+def test_init_from_a_snapshot_without_d_says_d_starts_fresh(tmp_path):
+    case = copy.deepcopy(CASES["ada-grayscale"])
+    for key in ("G", "D"):
+        del case["nets"][key]
+        case["snapshot_keys"].remove(key)
+    path = tmp_path / "gema-only.pkl"
+    write_official_pickle(case, path)
+    assert invoke("import", path, "--out", tmp_path / "model").exit_code == 0
+    data = f"data={{name='digits', resolution={case['generations'][0]['img'].shape[-1]}, upscale='allow'}}"
+    r = invoke("run", tmp_path / "model" / "recipe.toml", "--init-from", path, "--out", tmp_path / "tuned",
+               "--set", data, "--set", "augment={name='none'}", "--set", "run.total_kimg=0.016",
+               "--set", "growth.batch_size=8", "--set", "run.device='cpu'", "--set", "metric=[]")
+    assert r.exit_code == 0, r.output
+    assert f"from the weights of {path} (D fresh: the source holds none)" in " ".join(r.output.split())

@@ -161,7 +161,11 @@ def _print_plan(run, point=None, processes: int = 1) -> None:
                       f"(step {state['step']}, tick {state['tick']})")
         console.print("recipe changes: " + ("; ".join(changes) if changes else "none"))
     if run.initialized_from is not None:
-        console.print(f"G, D and G_ema start from the weights of {run.initialized_from}")
+        nets = run.initialized_networks or ("G", "D", "G_ema")
+        fresh = [n for n in ("G", "D", "G_ema") if n not in nets]
+        console.print(f"{', '.join(nets)} start from the weights of {run.initialized_from}"
+                      + (f"; {' and '.join(fresh)} start{'s' if len(fresh) == 1 else ''} fresh (the source holds "
+                         f"none)" if fresh else ""))
     limit = r.run.max_minutes
     until = f" or {limit:g} minutes of training, whichever comes first" if limit else ""
     console.print(f"total {run.total_nimg / 1000:g} kimg{until} -> {run.out_dir}")

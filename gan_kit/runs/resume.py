@@ -378,6 +378,7 @@ def init_from(run: Any, value: str | Path) -> Path:
         _start_components(run, state.get("components") or {})
     # the licence and origin of an imported model follow the weights into the new run's files
     run.derived_from = state.get("imported") or state.get("derived_from")
+    run.initialized_networks = names
     run.initialized_from = path
     return path
 

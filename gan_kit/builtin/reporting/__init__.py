@@ -77,8 +77,11 @@ def run_started(run):
                             "start_nimg": run.cur_nimg}
     if run.is_main:
         (run.out_dir / "samples").mkdir(parents=True, exist_ok=True)
+        fresh = [n for n in ("G", "D", "G_ema") if n not in (getattr(run, "initialized_networks", ()) or ("G", "D", "G_ema"))]
         start = (f", resuming at kimg {run.cur_nimg / 1000:g}" if run.resumed_from is not None else
-                 f", from the weights of {run.initialized_from}" if getattr(run, "initialized_from", None) else "")
+                 f", from the weights of {run.initialized_from}" + (f" ({' and '.join(fresh)} fresh: the source holds "
+                                                                     f"none)" if fresh else "")
+                 if getattr(run, "initialized_from", None) else "")
         import torch
 
         n = torch.get_num_threads()

@@ -189,6 +189,7 @@ class Run:
         self.last_checkpoint: Path | None = None
         self.resumed_from: Path | None = None
         self.initialized_from: Path | None = None  # --init-from: the checkpoint G, D, G_ema came from
+        self.initialized_networks: tuple[str, ...] = ()  # --init-from: which of G, D, G_ema it held
         # a model imported from another codebase that this run's weights descend from (format,
         # file, SHA-256, licence), carried into every checkpoint and export of the run
         self.derived_from: dict | None = None
