@@ -85,3 +85,12 @@ def test_a_hub_file_missing_from_the_offline_cache_is_one_line(offline_cache, tm
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "hf://me/absent/network-snapshot.pkl" in lines[0] and "cache" in lines[0], lines
     assert not (tmp_path / "out").exists()
+
+
+def test_a_hub_repository_that_is_no_export_asks_for_a_file_name(trained_sg2, offline_cache, tmp_path):
+    _, checkpoint, _ = trained_sg2
+    _fill_cache(offline_cache, "me/snapshots", {"latest.pt": checkpoint})
+    result = CliRunner().invoke(cli, ["generate", "hf://me/snapshots", "--seeds", "0", "--outdir", str(tmp_path / "o")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "hf://me/snapshots/FILE" in lines[0], lines
+    assert str(offline_cache) not in lines[0]  # no local cache path in the message

@@ -31,6 +31,16 @@ def parse_hub(value: str) -> tuple[str, str | None, str | None]:
     return f"{m['owner']}/{m['repo']}", m["rev"], m["file"]
 
 
+def _is_export(folder: Path) -> bool:
+    """True when ``folder`` holds a config.json that ``gankit export`` wrote."""
+    import json
+
+    try:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("format") == "gankit-export"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def resolve_source(value: str | Path) -> Path:
     """The local path of what ``value`` names: an ``hf://`` name downloaded to (or found in)
     huggingface_hub's cache, or ``value`` itself as a path. Raises ``CheckpointError`` (one line)
@@ -48,7 +58,12 @@ def resolve_source(value: str | Path) -> Path:
                               f"pip install 'gankit[hub]'") from None
     try:
         if filename is None:
-            return Path(huggingface_hub.snapshot_download(repo_id=repo_id, revision=revision))
+            folder = Path(huggingface_hub.snapshot_download(repo_id=repo_id, revision=revision))
+            if not _is_export(folder):
+                raise CheckpointError(f"{text}: the repository is not a folder gankit export wrote (its config.json "
+                                      f"has no format = 'gankit-export'); name a model file in it, "
+                                      f"hf://{repo_id}/FILE")
+            return folder
         return Path(huggingface_hub.hf_hub_download(repo_id=repo_id, filename=filename, revision=revision))
     except LocalEntryNotFoundError:
         raise CheckpointError(f"{text}: not in huggingface_hub's cache and the Hub cannot be reached (offline: "
