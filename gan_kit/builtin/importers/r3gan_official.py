@@ -272,16 +272,7 @@ def _read_g(g: _Net) -> dict:
         if layers != list(range(1, len(layers) + 1)):
             raise GankitError(f"{_stage_name('G', s, res[s])}: residual blocks at Layers {layers}; gankit's r3gan "
                               f"has the transition at Layers.0, then the blocks")
-        cards = set()
-        for layer in layers:
-            e, c, k = g.block(s, layer, widths[s])
-            out["expansion"].add(e)
-            out["kernel"].add(k)
-            cards.add(c)
-        _one_cardinality(cards, "G", s, res[s])
-        out["cards"].append(cards.pop() if cards else 1)
-        out["blocks"].append(len(layers))
-        out["bf16"].append(g.dtype(s))
+        _read_stage(g, "G", s, res[s], layers, widths[s], out)
     rgb = g.tensor("Model.AggregationLayer.Layer.weight", 4)
     if rgb.shape[1] != widths[-1] or rgb.shape[2:] != (1, 1):
         raise GankitError(f"G Model.AggregationLayer.Layer.weight: shape {list(rgb.shape)}; gankit's r3gan makes the "
@@ -297,6 +288,22 @@ def _read_g(g: _Net) -> dict:
     else:
         out["classes"], out["class_dim"] = 0, 0
     return out
+
+
+def _read_stage(net: _Net, which: str, s: int, resolution: int, layers: list[int], width: int, out: dict) -> None:
+    """Stage ``s``'s residual blocks (at ``Layers`` indices ``layers``) into ``out``: their
+    expansion and kernel (collected, checked one per network by the caller), the stage's one
+    cardinality, block count and dtype."""
+    cards = set()
+    for layer in layers:
+        e, c, k = net.block(s, layer, width)
+        out["expansion"].add(e)
+        out["kernel"].add(k)
+        cards.add(c)
+    _one_cardinality(cards, which, s, resolution)
+    out["cards"].append(cards.pop() if cards else 1)
+    out["blocks"].append(len(layers))
+    out["bf16"].append(net.dtype(s))
 
 
 def _read_d(d: _Net) -> dict:
@@ -316,16 +323,7 @@ def _read_d(d: _Net) -> dict:
         if layers != list(range(nb)):
             raise GankitError(f"{_stage_name('D', s, res[s])}: residual blocks at Layers {layers}; gankit's r3gan "
                               f"has the blocks first, then the transition")
-        cards = set()
-        for layer in layers:
-            e, c, k = d.block(s, layer, widths[s])
-            out["expansion"].add(e)
-            out["kernel"].add(k)
-            cards.add(c)
-        _one_cardinality(cards, "D", s, res[s])
-        out["cards"].append(cards.pop() if cards else 1)
-        out["blocks"].append(nb)
-        out["bf16"].append(d.dtype(s))
+        _read_stage(d, "D", s, res[s], layers, widths[s], out)
         path = f"Model.MainLayers.{s}.Layers.{nb}"
         if s + 1 < n:
             _check_filter("D", f"{path}.Resampler.Kernel", d.tensor(f"{path}.Resampler.Kernel", 2))

@@ -325,13 +325,19 @@ def _gankit_entries(net: str, options: dict) -> dict[str, torch.Tensor]:
 _UP_CONV_WEIGHT = re.compile(r"synthesis\.b\d+\.conv0\.weight")
 
 
+def _mapping_name(key: str, prefix: str) -> str | None:
+    """An official mapping network's parameter (``mapping.fc{i}`` / ``mapping.embed``) under
+    gankit's ``prefix`` (G's ``mapping_network``, D's ``mapping``); None for another key."""
+    m = re.fullmatch(r"mapping\.(?:fc(\d+)|(embed))\.(weight|bias)", key)
+    if not m:
+        return None
+    return f"{prefix}.embed.{m[3]}" if m[2] else f"{prefix}.layers.{m[1]}.{m[3]}"
+
+
 def _g_name(key: str) -> str | None:
-    m = re.fullmatch(r"mapping\.fc(\d+)\.(weight|bias)", key)
-    if m:
-        return f"mapping_network.layers.{m[1]}.{m[2]}"
-    m = re.fullmatch(r"mapping\.embed\.(weight|bias)", key)
-    if m:
-        return f"mapping_network.embed.{m[1]}"
+    name = _mapping_name(key, "mapping_network")
+    if name:
+        return name
     if key == "mapping.w_avg":
         return "w_avg"
     if key == "synthesis.b4.const":
@@ -350,12 +356,9 @@ def _g_name(key: str) -> str | None:
 
 
 def _d_name(key: str, resolution: int) -> str | None:
-    m = re.fullmatch(r"mapping\.fc(\d+)\.(weight|bias)", key)
-    if m:
-        return f"mapping.layers.{m[1]}.{m[2]}"
-    m = re.fullmatch(r"mapping\.embed\.(weight|bias)", key)
-    if m:
-        return f"mapping.embed.{m[1]}"
+    name = _mapping_name(key, "mapping")
+    if name:
+        return name
     m = re.fullmatch(r"b4\.(fromrgb|conv|fc|out)\.(.+)", key)
     if m:
         return f"{'epilogue_from_rgb' if m[1] == 'fromrgb' else m[1]}.{m[2]}"
