@@ -64,6 +64,11 @@ def test_spaces_parse_lists_bundles_and_ranges():
     assert bundle.choices == ["hinge-gp", "wgan-gp"]
     assert bundle.sets("wgan-gp") == ['loss.name="wgan-gp"', "penalty=[]"]
     assert bundle.keys() == {"loss.name", "penalty"}
+    # A space pasted over several lines of a quoted shell argument (as the docs print long ones):
+    # the line breaks read as spaces, though TOML's inline tables take none.
+    split = parse_space('objective={hinge-gp = {loss.name = "hinge"},\n  wgan-gp = {loss.name = "wgan-gp",\n penalty = []}}')
+    assert split.choices == bundle.choices and split.sets("wgan-gp") == bundle.sets("wgan-gp")
+    assert parse_space("update.name=[d-then-g,\n g-then-d]").choices == ["d-then-g", "g-then-d"]
     lr = parse_space("optim.lr=loguniform(1e-4,3e-3)")
     dist = lr.distribution()
     assert (lr.kind, dist.low, dist.high, dist.log) == ("float", 1e-4, 3e-3, True)
@@ -76,6 +81,7 @@ def test_spaces_parse_lists_bundles_and_ranges():
 
 @pytest.mark.parametrize("items, expected", [
     (["loss.name=[]"], "--param 'loss.name=[]': an empty list"),
+    (["lr={lr-x0.5 = {optim.lr = 0.001}}"], "bundle name lr-x0.5... has a dot, which TOML reads as a nested table"),
     (["optim.lr=uniform(3e-3, 1e-4)"], "--param 'optim.lr=uniform(3e-3, 1e-4)': reversed range: low 0.003 > high 0.0001"),
     (["optim.lr=loguniform(0, 1)"], "loguniform needs low > 0"),
     (["run.seed=[1, 2]"], "--param 'run.seed=[1, 2]': run.seed is set by the sweep: every configuration runs with each "

@@ -219,7 +219,7 @@ def _parse_list(key: str, item: str, text: str) -> Space:
     from gan_kit import parse_set
 
     try:
-        values = tomllib.loads(f"v = {text}")["v"]
+        values = tomllib.loads(f"v = {_one_line(text)}")["v"]
     except tomllib.TOMLDecodeError:
         values = []
         for part in _split_items(text[1:-1]):
@@ -238,9 +238,15 @@ def _parse_list(key: str, item: str, text: str) -> Space:
     return Space(key, item, "choice", values=tuple(values))
 
 
+def _one_line(text: str) -> str:
+    """TOML's inline tables and arrays take no line break, but a long space is easier to read (and to
+    paste from the docs) over several lines of a quoted shell argument: line breaks read as spaces."""
+    return " ".join(text.splitlines())
+
+
 def _parse_bundles(key: str, item: str, text: str) -> Space:
     try:
-        bundles = tomllib.loads(f"v = {text}")["v"]
+        bundles = tomllib.loads(f"v = {_one_line(text)}")["v"]
     except tomllib.TOMLDecodeError as e:
         raise SpaceError(f"--param {item!r}: named bundles are a TOML inline table "
                          f"{{name = {{key = value, ...}}, ...}}: {e}") from None
@@ -250,6 +256,11 @@ def _parse_bundles(key: str, item: str, text: str) -> Space:
     if not bundles:
         raise SpaceError(f"--param {item!r}: no bundles (give at least one: {key}={{name = {{key = value}}}})")
     for name, table in bundles.items():
+        numeric = next((k for k in table if k.isdigit()), None) if isinstance(table, dict) else None
+        if numeric is not None:
+            # TOML splits a bare key at its dots: lr-x0.5 = {...} is the table lr-x0 holding 5 = {...}.
+            raise SpaceError(f"--param {item!r}: bundle name {name}.{numeric}... has a dot, which TOML reads as a "
+                             f"nested table; name it without dots (e.g. {name}_{numeric})")
         if not isinstance(table, dict) or not table:
             raise SpaceError(f"--param {item!r}: bundle {name!r} must be a non-empty table of recipe keys, e.g. "
                              f"{name} = {{loss.name = \"hinge\"}}")
