@@ -6,8 +6,9 @@
 
 Each run's metric values (``Metrics/swd`` unless ``--metric``) are placed at their tick's training
 time (``Timing/train_s``, seconds of training, metric passes and start-up excluded); per group the
-runs are interpolated onto the union of their times and drawn as the mean with the min-max band.
-Prints, per group, the mean metric at whole minutes and at each run's end.
+runs are interpolated onto the union of their times and drawn as the mean with the min-max band
+(``--per-seed``: each run's own curve instead, a line per seed). Prints, per group, the mean
+metric at whole minutes and at each run's end (``--per-seed``: each seed's too).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group", nargs="+", action="append", required=True, metavar=("LABEL", "RUN_DIR"),
                    help="a label, then the run directories of that group (its seeds)")
     p.add_argument("--metric", default="Metrics/swd")
+    p.add_argument("--per-seed", action="store_true",
+                   help="draw each run's own curve (a line per seed) instead of the mean and its band")
     p.add_argument("--real", type=float, default=None, help="draw this value (real vs real) as a line")
     p.add_argument("-o", "--out", type=Path, required=True, help="the PNG to write")
     args = p.parse_args(argv)
@@ -47,8 +50,17 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         minutes = np.asarray(xs) / 60.0
         color = f"C{i}"
-        ax.plot(minutes, mean, color=color, lw=1.6, label=f"{label} ({len(runs)} seeds)")
-        ax.fill_between(minutes, lo, hi, color=color, alpha=0.18, lw=0)
+        if args.per_seed:
+            for j, r in enumerate(runs):
+                rx, ry, _, _ = curve(Group("one", [r]), args.metric, "time")
+                rm = np.asarray(rx) / 60.0
+                ax.plot(rm, ry, color=color, lw=1.0, ls=("-", "--", ":", "-.")[j % 4],
+                        label=f"{label}, seed {r.seed}")
+                print(f"{label} seed {r.seed}: " + ", ".join(
+                    f"{m} min {float(np.interp(m, rm, ry)):.2f}" for m in range(1, int(rm.max()) + 1)))
+        else:
+            ax.plot(minutes, mean, color=color, lw=1.6, label=f"{label} ({len(runs)} seeds)")
+            ax.fill_between(minutes, lo, hi, color=color, alpha=0.18, lw=0)
         ends = [(r.train_s / 60.0, r.final) for r in runs if r.final is not None and r.train_s]
         ax.scatter([e[0] for e in ends], [e[1] for e in ends], color=color, s=14, zorder=3)
         marks = {m: float(np.interp(m, minutes, mean)) for m in range(1, int(minutes.max()) + 1)}
