@@ -7,7 +7,6 @@ extractor (no weights)."""
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -179,20 +178,25 @@ def test_generated_labels_are_drawn_from_the_full_data_sets_items(tmp_path, monk
     assert torch.equal(seen[0], full_labels[torch.randint(len(full_labels), (16,), generator=g)])
 
 
-def test_kid_and_is_use_metric_mains_constants():
-    """kid: 100 subsets of min(1000, n) images; is: 10 splits of the generated images in order
-    (Salimans et al.'s score per split, written out with numpy as inception_score.py computes it)."""
-    from torch_fidelity.metric_kid import kid_features_to_metric
+def test_kid_and_is_use_metric_mains_constants(monkeypatch):
+    """kid: 100 subsets of min(1000, n) images, the cubic kernel; is: 10 splits of the generated
+    images in order (Salimans et al.'s score per split, written out with numpy as inception_score.py
+    computes it)."""
+    import torch_fidelity.metric_kid as tf_kid
 
+    calls = []
+    monkeypatch.setattr(tf_kid, "kid_features_to_metric", lambda f, r, **kw: calls.append(kw) or
+                        {"kernel_inception_distance_mean": 0.5, "kernel_inception_distance_std": 0.1})
     g = torch.Generator().manual_seed(0)
-    fake, real = torch.randn(1100, 16, generator=g), torch.randn(1200, 16, generator=g) + 0.1
     kid = KIDProtocol.for_name("kid50k_full")
     metric = kid(kid.Options(feature_extractor="stub", seed=3))
-    got = metric.from_features({"pool": fake}, {"pool": real}, "cpu")
-    want = kid_features_to_metric(fake, real, kid_subsets=100, kid_subset_size=1000, kid_kernel="poly",
-                                  kid_kernel_poly_degree=3, kid_kernel_poly_gamma=None, kid_kernel_poly_coef0=1,
-                                  rng_seed=3, verbose=False)
-    assert got["Metrics/kid50k_full"] == pytest.approx(float(want["kernel_inception_distance_mean"]), rel=1e-9)
+    for n_fake, n_real, size in [(1100, 1200, 1000), (300, 400, 300), (900, 200, 200)]:
+        got = metric.from_features({"pool": torch.randn(n_fake, 4, generator=g)},
+                                   {"pool": torch.randn(n_real, 4, generator=g)}, "cpu")
+        assert got == {"Metrics/kid50k_full": 0.5, "Metrics/kid50k_full/std": 0.1}
+        assert calls[-1] == {"kid_subsets": 100, "kid_subset_size": size, "kid_kernel": "poly",
+                             "kid_kernel_poly_degree": 3, "kid_kernel_poly_gamma": None, "kid_kernel_poly_coef0": 1,
+                             "rng_seed": 3, "verbose": False}
 
     logits = torch.randn(200, 10, generator=g) * 3
     is_ = ISProtocol.for_name("is50k")
@@ -237,4 +241,3 @@ def test_official_order_of_plain_sets_is_their_index_order():
     base = TensorImages(torch.zeros(5, 1, 4, 4))
     assert official_order(base) == [0, 1, 2, 3, 4]
     assert official_order(XFlip(base)) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
-    assert os.sep == "/" or True

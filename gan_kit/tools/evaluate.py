@@ -239,6 +239,11 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     recipe, plugins = load_recipe(Path(f"{path}[recipe]"), list(overrides), text=state["recipe"])
     run_opts = attrs.evolve(recipe.run, progress=False, **({"device": device} if device else {}))
     recipe = attrs.evolve(recipe, run=run_opts)
+    if stats is not None:
+        names = tuple(metrics) or (stats.meta.get("protocol") or "fid50k_full",)
+    else:
+        names = tuple(metrics) or tuple(dict.fromkeys(s.name for s in recipe.metrics)) or ("swd",)
+    _check_against(names, stats, plugins.registry)
     from gan_kit.plugin_api.ownership import frozen_loads_deferred, load_deferred
 
     # The data and an untrained G_ema (the recipe's init and seed). Only G_ema draws: D's frozen
@@ -251,10 +256,6 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     phase = Phase(**state["phase"]) if state.get("phase") else run.growth.phase_at(int(state["cur_nimg"]))
     run.phase = phase
     run.set_phase(phase)
-    if stats is not None:
-        names = tuple(metrics) or (stats.meta.get("protocol") or "fid50k_full",)
-    else:
-        names = tuple(metrics) or tuple(dict.fromkeys(s.name for s in recipe.metrics)) or ("swd",)
     built = {name: _metric(run, name, num) for name in names}
 
     results: dict[str, dict[str, Any]] = {name: {} for name in names}
@@ -307,6 +308,23 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     }
 
 
+def _check_against(names: tuple[str, ...], stats, registry) -> None:
+    """Refuse, before anything is built, a metric a statistics file cannot serve (one line)."""
+    from gan_kit.base.errors import GankitError
+
+    if stats is None:
+        return
+    for name in names:
+        try:
+            factory = registry.get("metric", name).factory
+        except KeyError as e:
+            raise GankitError(f"--metric: {e.args[0]}") from None
+        if not callable(getattr(factory, "compute_against", None)):
+            raise GankitError(f"--against: {name} needs the real images' features, and a statistics file holds "
+                              f"only their mean and covariance, which serve FID alone; use --metric fid50k_full "
+                              f"(or another fid protocol), or drop --against")
+
+
 def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict) -> None:
     """Refuse what a protocol or a statistics file cannot do (one line each), and note each
     protocol's description (``results[name]["protocol"]``) for the report line."""
@@ -320,10 +338,6 @@ def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict)
             raise GankitError(f"--baselines: {name} is a published protocol with its own real set, and the baselines "
                               f"compare two halves of the data; drop --baselines, or use --metric "
                               f"{metric.spec.family if metric.spec.family != 'pr' else 'precision-recall'}")
-        if stats is not None and not callable(getattr(metric, "compute_against", None)):
-            raise GankitError(f"--against: {name} needs the real images' features, and a statistics file holds "
-                              f"only their mean and covariance, which serve FID alone; use --metric fid50k_full "
-                              f"(or another fid protocol), or drop --against")
         if rule is None:
             continue
         desc = dict(metric.describe())
