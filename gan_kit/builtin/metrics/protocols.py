@@ -266,6 +266,9 @@ class ISProtocol(Protocol, InceptionScore):
     class Options(FID.Options):
         num_images: int | None = option(None, min=2, max=2**24, help=_NUM_HELP)
         seed: int = option(0, help=_SEED_HELP, min=0, max=2**32 - 1, max_exclusive=True)
+        feature_extractor: Literal["inception-v3-compat", "stub"] = option(
+            "inception-v3-compat", help="torch-fidelity's InceptionV3; the score reads its 1008 logits without the "
+                                        "output bias (metric_main's no_output_bias)." + _STUB_HELP)
 
     @property
     def splits(self) -> int:
