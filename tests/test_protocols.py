@@ -241,3 +241,25 @@ def test_official_order_of_plain_sets_is_their_index_order():
     base = TensorImages(torch.zeros(5, 1, 4, 4))
     assert official_order(base) == [0, 1, 2, 3, 4]
     assert official_order(XFlip(base)) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_the_progress_bar_counts_every_batch_and_restarts_for_a_second_pass(monkeypatch):
+    """On a terminal, a watched set advances its bar by each batch's images; read again (the
+    digest pass, then the features pass), the bar starts over. Off a terminal nothing is shown."""
+    import sys
+
+    from gan_kit.tools import progress
+
+    load = progress.watched("real images", lambda i: i, 10, 4)
+    with progress.showing_progress():
+        assert [load(i) for i in range(3)] == [0, 1, 2]  # not a terminal here: the loader as it was
+        assert progress.active_bar() is None
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with progress.showing_progress():
+        bar = progress.active_bar()
+        for i in range(3):
+            load(i)
+        (task,) = bar.tasks
+        assert (task.completed, task.total, task.finished) == (10, 10, True)
+        load(0)
+        assert (task.completed, task.description) == (4, "real images (features)")

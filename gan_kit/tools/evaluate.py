@@ -390,8 +390,11 @@ def _source_recipe(source: str, overrides: tuple[str, ...]):
         raise GankitError(f"--write-stats: {source} not found; give a recipe (.toml), a checkpoint or run directory, "
                           f"or a folder or zip of images")
     side = _first_image_side(p)
-    text = f'[data]\nname = "image-folder"\npath = {str(p.resolve())!r}\nresolution = {side}\n'
-    return load_recipe(Path(f"{p}[data]"), list(overrides), text=text.replace("'", '"'))
+    import json
+
+    # A JSON string is a TOML basic string: any path, quotes and backslashes included.
+    text = f'[data]\nname = "image-folder"\npath = {json.dumps(str(p.resolve()))}\nresolution = {side}\n'
+    return load_recipe(Path(f"{p}[data]"), list(overrides), text=text)
 
 
 def _first_image_side(p: Path) -> int:

@@ -14,7 +14,7 @@ import contextlib
 import sys
 from typing import Any, Callable, Iterator
 
-__all__ = ["showing_progress", "watched"]
+__all__ = ["showing_progress", "watched", "active_bar"]
 
 _active: dict[str, Any] = {}
 
@@ -38,6 +38,11 @@ def showing_progress(enabled: bool = True) -> Iterator[None]:
             yield
     finally:
         _active.clear()
+
+
+def active_bar() -> Any:
+    """The rich ``Progress`` shown now, or None."""
+    return _active.get("progress")
 
 
 def watched(label: str, load: Callable[[int], Any], n: int, size: int) -> Callable[[int], Any]:

@@ -113,6 +113,14 @@ class Protocol:
         return type(cls.__name__, (cls,), {"spec": spec, "metric_name": name, "families": fams,
                                            "__doc__": cls.__doc__, "__module__": cls.__module__})
 
+    def __init__(self, options=None, context=None):
+        if self.spec is None:  # the family's own name, as docs list it
+            from gan_kit.base.errors import GankitError
+
+            raise GankitError(f"metric {type(self).__name__}: name one protocol of the family, e.g. fid50k_full, "
+                              f"kid50k_full, pr50k3_full, is50k or fid10k_full")
+        super().__init__(options, context)
+
     @property
     def real_rule(self) -> RealRule:
         return self.spec.real_rule
