@@ -19,7 +19,7 @@ from gan_kit.builtin.metrics.protocols import ISProtocol, KIDProtocol, parse_pro
 from gan_kit.cli import cli
 from gan_kit.plugin_api.manager import build_plugins
 from gan_kit.testing import make_run
-from gan_kit.tools.evaluate import batch_seed, image_batches
+from gan_kit.tools.evaluate import batch_seed, evaluate, image_batches
 from gan_kit.tools.realsets import RealRule, official_order, protocol_reals
 
 #: 20 files whose depth-first listing (gankit's image-folder) and sorted relative paths
@@ -128,6 +128,9 @@ def test_full_reals_are_the_official_image_folder_items_by_index(tmp_path, folde
     assert (fakes.n, reals.n) == (7, 20)
     read = torch.cat([images for _, images in reals])
     assert _identify(read) == [(name, False) for name in OFFICIAL]
+    # Evaluated: 40 generated images (twice the data set: never capped) and the 20 reals.
+    value = evaluate(run, _metric(run, "fid40_full"))["Metrics/fid40_full"]
+    assert np.isfinite(value) and fx.get_extractor("stub", None, "cpu", "fid").images_seen == 40 + 20
 
 
 def test_legacy_reals_are_the_first_n_official_items_with_the_trained_x_flips(tmp_path, folder):
