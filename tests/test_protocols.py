@@ -128,9 +128,10 @@ def test_full_reals_are_the_official_image_folder_items_by_index(tmp_path, folde
     assert (fakes.n, reals.n) == (7, 20)
     read = torch.cat([images for _, images in reals])
     assert _identify(read) == [(name, False) for name in OFFICIAL]
-    # Evaluated: 40 generated images (twice the data set: never capped) and the 20 reals.
-    value = evaluate(run, _metric(run, "fid40_full"))["Metrics/fid40_full"]
-    assert np.isfinite(value) and fx.get_extractor("stub", None, "cpu", "fid").images_seen == 40 + 20
+    # Evaluated: 50 generated images (more than the 40 items of the x-flipped training set: never
+    # capped) and the 20 reals.
+    value = evaluate(run, _metric(run, "fid50_full"))["Metrics/fid50_full"]
+    assert np.isfinite(value) and fx.get_extractor("stub", None, "cpu", "fid").images_seen == 50 + 20
 
 
 def test_legacy_reals_are_the_first_n_official_items_with_the_trained_x_flips(tmp_path, folder):
