@@ -50,7 +50,8 @@ _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lowe
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="Metric to compute (repeatable; default: the recipe's [[metric]] entries, else swd).")
 @click.option("--n", "num", type=click.IntRange(2), default=None,
-              help="Images per set (default: each metric's num_images; capped at the data's size).")
+              help="Images per set (default: each metric's num_images; capped at the data's size); for a "
+                   "published protocol (fid50k_full) the generated count only: its reals stay the name's.")
 @click.option("--baselines", is_flag=True,
               help="Also print real vs real (two halves) and untrained G vs real, all at one image count.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
