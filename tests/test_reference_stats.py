@@ -78,7 +78,7 @@ def test_a_clean_fid_file_round_trips_and_only_its_dimension_is_checked(tmp_path
 def test_mu_sigma_and_the_frechet_distance_equal_clean_fid_and_torch_fidelity():
     """The streamed float64 sums give clean-fid's fid_from_feats statistics (np.mean, np.cov), and
     the distance equals cleanfid.fid.frechet_distance and torch-fidelity's to 1e-6 relative."""
-    from cleanfid.fid import frechet_distance
+    from cleanfid.fid import fid_from_feats, frechet_distance
     from torch_fidelity.metric_fid import fid_statistics_to_metric
 
     g = torch.Generator().manual_seed(0)
@@ -100,6 +100,7 @@ def test_mu_sigma_and_the_frechet_distance_equal_clean_fid_and_torch_fidelity():
     clean = frechet_distance(np.mean(x1, axis=0), np.cov(x1, rowvar=False), np.mean(x2, axis=0),
                              np.cov(x2, rowvar=False))
     assert ours == pytest.approx(clean, rel=1e-6)
+    assert ours == pytest.approx(fid_from_feats(x1, x2), rel=1e-6)  # clean-fid from the features themselves
 
 
 def test_write_stats_then_against_equals_the_protocol_against_the_data(tmp_path, folder, checkpoint):
