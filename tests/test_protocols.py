@@ -134,6 +134,24 @@ def test_full_reals_are_the_official_image_folder_items_by_index(tmp_path, folde
     assert np.isfinite(value) and fx.get_extractor("stub", None, "cpu", "fid").images_seen == 50 + 20
 
 
+def test_a_zip_archive_of_the_folder_gives_the_official_order_too(tmp_path, folder):
+    """A zip of the folder (with a top folder, as a file manager zips it): items in the order of
+    the official ImageFolderDataset on that zip (sorted member names; recorded: the names of
+    OFFICIAL under mydata/)."""
+    import zipfile
+
+    archive = tmp_path / "set.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name in LAYOUT:  # stored in gankit's listing order, not sorted
+            zf.write(folder / name, f"mydata/{name}")
+    run = _folder_run(tmp_path / "z", archive)
+    metric = _metric(run, "fid50k_full", batch_size=6)
+    dataset, indices = protocol_reals(run, metric.real_rule)
+    assert [dataset.files[int(j)] for j in indices] == [f"mydata/{n}" for n in OFFICIAL]
+    _, reals = image_batches(run, metric, 7)
+    assert _identify(torch.cat([images for _, images in reals])) == [(n, False) for n in OFFICIAL]
+
+
 def test_legacy_reals_are_the_first_n_official_items_with_the_trained_x_flips(tmp_path, folder):
     """fid<N>k keeps the training set's x-flips (metric_main updates only max_size): the first N
     items are the originals in official order, then their mirror images in the same order."""
