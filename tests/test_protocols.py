@@ -14,6 +14,7 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
+from gan_kit.base.errors import GankitError
 from gan_kit.builtin.metrics import feature_extractors as fx
 from gan_kit.builtin.metrics.protocols import ISProtocol, KIDProtocol, parse_protocol
 from gan_kit.cli import cli
@@ -285,3 +286,23 @@ def test_the_progress_bar_counts_every_batch_and_restarts_for_a_second_pass(monk
         assert (task.completed, task.total, task.finished) == (10, 10, True)
         load(0)
         assert (task.completed, task.description) == (4, "real images (features)")
+
+
+def test_a_family_name_needs_a_for_name_and_resolves_after_exact_names():
+    """A registered name with a <...> placeholder is a family: its factory must say which names
+    are members (for_name); an exact name of another component wins over a family's member."""
+    from gan_kit.base.errors import PluginError
+    from gan_kit.builtin.metrics.inception import FID
+    from gan_kit.builtin.metrics.protocols import FIDProtocol
+    from gan_kit.plugin_api.registry import Registry
+
+    registry = Registry()
+    with pytest.raises(PluginError, match=r"names a family .* needs a classmethod for_name"):
+        registry.add("metric", "fid<N>k", FID, "p")
+    registry.add("metric", "fid<N>k[_full]", FIDProtocol, "p")
+    registry.add("metric", "fid1k_full", FID, "q")
+    assert registry.get("metric", "fid1k_full").factory is FID
+    assert registry.get("metric", "fid2k_full").factory.spec.count == 2000
+    assert ("metric", "fid<N>k[_full]") in registry and ("metric", "fid<N>k") not in registry
+    with pytest.raises(GankitError, match="name one protocol of the family"):
+        FIDProtocol(FIDProtocol.Options(feature_extractor="stub"))
