@@ -1,5 +1,7 @@
 """``gankit eval CHECKPOINT``: print the metrics of a checkpoint's G_ema (``--baselines``: real vs
-real and the untrained G_ema beside it); ``gan_kit.tools.evaluate`` computes them."""
+real and the untrained G_ema beside it; ``--against stats.npz``: FID against reference statistics);
+``gankit eval --write-stats OUT.npz SOURCE``: write a data set's reference statistics.
+``gan_kit.tools.evaluate`` computes them."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import json
 import click
 
 from gan_kit.cli.errors import user_errors
-from gan_kit.tools.evaluate import evaluate_checkpoint
+from gan_kit.tools.evaluate import evaluate_checkpoint, protocol_line, write_reference_stats
 
 __all__ = ["eval_command"]
 
@@ -30,6 +32,15 @@ def _fmt(values: dict[str, float], name: str) -> str:
     return text + (f"  [{', '.join(parts)}]" if parts else "")
 
 
+def _protocol_value(values: dict[str, float], name: str) -> str:
+    """``12.34``, ``0.0123 (std 0.0004)``, ``precision 0.712, recall 0.455`` of a protocol's values."""
+    head = values.get(f"Metrics/{name}")
+    if head is None:
+        return ", ".join(f"{k.rsplit('_', 1)[-1]} {v:.4g}" for k, v in values.items())
+    std = values.get(f"Metrics/{name}/std")
+    return f"{head:.4g}" + (f" (std {std:.2g})" if std is not None else "")
+
+
 _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lower is better",
           "precision-recall": "each in [0, 1], higher is better", "is": "higher is better"}
 
@@ -39,19 +50,45 @@ _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lowe
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="Metric to compute (repeatable; default: the recipe's [[metric]] entries, else swd).")
 @click.option("--n", "num", type=click.IntRange(2), default=None,
-              help="Images per set (default: each metric's num_images; capped at the data's size).")
+              help="Images per set (default: each metric's num_images; capped at the data's size); for a "
+                   "published protocol (fid50k_full) the generated count only: its reals stay the name's.")
 @click.option("--baselines", is_flag=True,
               help="Also print real vs real (two halves) and untrained G vs real, all at one image count.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a value of the checkpoint's recipe, e.g. --set data.path=/data/faces.")
 @click.option("--device", default=None, help='Device ("cpu", "cuda"); default: the recipe\'s run.device.')
+@click.option("--against", metavar="STATS.npz", default=None,
+              help="FID of G_ema against reference statistics (mu, sigma: clean-fid's, TTUR's, or gankit's own from "
+                   "--write-stats) instead of the data; FID protocols only (default: the file's, else fid50k_full).")
+@click.option("--write-stats", "write_stats", metavar="OUT.npz", default=None,
+              help="Write the reference statistics of the real set of --metric (an FID protocol, default fid50k_full) "
+                   "to OUT.npz, and nothing else; CHECKPOINT is then the data's source: a recipe (.toml), a checkpoint "
+                   "or run directory, or a folder or zip of images.")
+@click.option("--overwrite", is_flag=True, help="--write-stats: replace an existing OUT.npz.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @user_errors
 def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, baselines: bool,
-                 overrides: tuple[str, ...], device: str | None, as_json: bool) -> None:
+                 overrides: tuple[str, ...], device: str | None, against: str | None, write_stats: str | None,
+                 overwrite: bool, as_json: bool) -> None:
     """Print the metrics of CHECKPOINT's G_ema against the recipe's data. CHECKPOINT is a
-    checkpoint file or a run directory (its checkpoints/latest.pt)."""
-    out = evaluate_checkpoint(checkpoint, metrics, num, overrides, device, baselines)
+    checkpoint file or a run directory (its checkpoints/latest.pt); with --write-stats, the
+    source of the data whose statistics are written."""
+    if write_stats is not None:
+        if len(metrics) > 1 or baselines or against or num:
+            raise click.UsageError("--write-stats takes one --metric (an FID protocol) and no --baselines, --against "
+                                   "or --n")
+        meta = write_reference_stats(checkpoint, write_stats, metrics[0] if metrics else "fid50k_full", overrides,
+                                     device, overwrite, progress=not as_json)
+        if as_json:
+            click.echo(json.dumps(meta, indent=2))
+            return
+        click.echo(f"wrote {meta['path']}: {meta['protocol']} reference statistics of {meta['count']:,} reals "
+                   f"({meta['reals']}), {meta['backbone']} {meta['weights_file'] or 'no weights file'}, "
+                   f"{meta['dim']}-d, resize {meta['resize']}")
+        return
+    if overwrite:
+        raise click.UsageError("--overwrite goes with --write-stats")
+    out = evaluate_checkpoint(checkpoint, metrics, num, overrides, device, baselines, against, progress=not as_json)
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
@@ -60,7 +97,12 @@ def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, bas
                f"(alpha {ph['alpha']:.2f}); data {out['dataset']}, {out['dataset_size']} images")
     for name, res in out["results"].items():
         unit = _UNITS.get(name, "")
-        if "real" in res:
+        if "protocol" in res:
+            desc = res["protocol"]
+            click.echo(protocol_line(name, _protocol_value(res["trained"], name), desc))
+            if desc.get("note"):
+                click.echo(f"note: {desc['note']}")
+        elif "real" in res:
             click.echo(f"{name} ({unit}{'; ' if unit else ''}{res['num_images']} images per set):")
             rows = [("real vs real (two disjoint halves)", res["real"]),
                     ("untrained G_ema vs real", res["untrained"]),

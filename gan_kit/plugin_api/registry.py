@@ -92,11 +92,21 @@ def suggest(name: str, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def is_family(name: str) -> bool:
+    """Whether a registered name stands for a family of names (``fid<N>k_full``): it holds a
+    ``<...>`` placeholder, and its factory's ``for_name(name)`` gives the factory of one member
+    (``fid50k_full``), or None for a name outside the family."""
+    return "<" in name and ">" in name
+
+
 class Registry:
-    """All components, keyed by (kind, name)."""
+    """All components, keyed by (kind, name). A name with a ``<...>`` placeholder registers a
+    family (``is_family``): ``get`` and ``in`` resolve a member's name through the family's
+    ``for_name``, after the exact names."""
 
     def __init__(self) -> None:
         self._components: dict[tuple[str, str], Component] = {}
+        self._members: dict[tuple[str, str], Component] = {}
 
     def add(self, kind: str, name: str, factory: type, plugin: str) -> None:
         if kind not in KINDS:
@@ -116,6 +126,9 @@ class Registry:
         problem = _schedulable_problem(kind, options)
         if problem:
             raise PluginError(f"plugin {plugin}: {kind} {name!r}: {problem}")
+        if is_family(name) and not callable(getattr(factory, "for_name", None)):
+            raise PluginError(f"plugin {plugin}: {kind} {name!r} names a family (a <...> placeholder), so its "
+                              f"factory needs a classmethod for_name(name) giving one member's factory or None")
         self._components[key] = Component(kind, name, factory, options, plugin)
 
     def registered(self, kind: str) -> list[Component]:
@@ -125,18 +138,33 @@ class Registry:
     def names(self, kind: str) -> list[str]:
         return sorted(n for k, n in self._components if k == kind)
 
+    def _member(self, kind: str, name: str) -> Component | None:
+        """The component of ``name`` as a member of a registered family, or None."""
+        key = (kind, name)
+        if key in self._members:
+            return self._members[key]
+        for comp in self.registered(kind):
+            if not is_family(comp.name):
+                continue
+            factory = comp.factory.for_name(name)
+            if factory is not None:
+                options = getattr(factory, "Options", None) or _NoOptions
+                self._members[key] = Component(kind, name, factory, options, comp.plugin)
+                return self._members[key]
+        return None
+
     def get(self, kind: str, name: str) -> Component:
         """The component, or ``KeyError`` whose message lists choices and a suggestion."""
-        try:
-            return self._components[(kind, name)]
-        except KeyError:
+        found = self._components.get((kind, name)) or (None if is_family(name) else self._member(kind, name))
+        if found is None:
             names = self.names(kind)
             raise KeyError(
                 f"unknown {kind} {name!r}{suggest(name, names)}; available: {', '.join(names)}"
-            ) from None
+            )
+        return found
 
     def __contains__(self, key: tuple[str, str]) -> bool:
-        return key in self._components
+        return key in self._components or (not is_family(key[1]) and self._member(*key) is not None)
 
     def __iter__(self) -> Iterator[Component]:
         kinds = list(KINDS)

@@ -46,8 +46,8 @@ def metric_cap_note(spec: Any, metric: Any, data_size: int, data_name: str) -> s
     """The one-line note for a metric asking for more images than the data set holds (it uses
     them all, and as many generated ones, as docs/recipes.md says), or None. The fix is spelt
     as ``--set`` takes it (``metric.0.num_images``)."""
-    if metric.num_images <= data_size:
-        return None
+    if metric.num_images <= data_size or getattr(metric, "real_rule", None) is not None:
+        return None  # a published protocol (fid50k_full) names its real set: its generated count is not capped
     key = spec.key.replace("[", ".").replace("]", "")
     return (f"note: {spec.key}: {spec.name} asks for num_images = {metric.num_images}, the {data_name!r} data set "
             f"holds {data_size}; it uses {data_size} of each (say so with --set {key}.num_images={data_size})")

@@ -13,12 +13,19 @@ untrained G_ema (the recipe's initialisation, same seed) vs real, and the traine
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-__all__ = ["evaluate_checkpoint", "evaluate", "image_batches", "batch_seed"]
+from gan_kit.tools.progress import showing_progress, watched
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["evaluate_checkpoint", "evaluate", "image_batches", "batch_seed", "write_reference_stats",
+           "protocol_line"]
 
 
 def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
@@ -42,7 +49,10 @@ def _evaluate(run, metric, num_images: int | None) -> dict[str, float]:
 
     from gan_kit.base.phase import fade_real
 
-    n = min(num_images or metric.num_images, len(run.metric_dataset))
+    if getattr(metric, "real_rule", None) is not None:
+        n = num_images or metric.num_images  # a protocol's generated count is its own, never capped
+    else:
+        n = min(num_images or metric.num_images, len(run.metric_dataset))
     if getattr(metric, "streamed", False):
         fakes, reals = image_batches(run, metric, n)
         return metric.compute_streamed(fakes, reals, run.device)
@@ -70,14 +80,22 @@ def batch_seed(seed: int, stream: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, stream, index]).generate_state(1, np.uint64)[0] >> 1)
 
 
-def _fakes(run, k: int, g, noise_seed: int):
+def _fakes(run, k: int, g, noise_seed: int, labels_from=None):
     """``k`` images of G_ema: latents (and, conditional, classes drawn with the data's
-    frequencies) from ``g``, G's own draws from ``noise_seed``."""
+    frequencies) from ``g``, G's own draws from ``noise_seed``. ``labels_from``: the data set whose
+    items' labels a conditional G gets (a protocol's, ``realsets.protocol_labels``), else the
+    metric data set's."""
     import torch
+
+    from gan_kit.tools.realsets import protocol_labels
 
     z = torch.randn(k, run.latent_dim, generator=g)
     labels = None
-    if run.num_classes:
+    if run.num_classes and labels_from is not None:
+        labels = protocol_labels(labels_from, k, g)
+        if labels is None:
+            labels = torch.randint(run.num_classes, (k,), generator=g)
+    elif run.num_classes:
         # A conditional G draws its classes with the data's frequencies (the labels of the data
         # set, drawn with replacement): the generated set then matches the real set class for class.
         known = getattr(run.metric_dataset, "labels", None)
@@ -98,17 +116,26 @@ def image_batches(run, metric, n: int):
     from gan_kit.training.imagesets import ImageBatches
     from gan_kit.base.phase import fade_real
 
+    from gan_kit.tools.realsets import protocol_reals
+
     size = int(getattr(getattr(metric, "options", None), "batch_size", 64))
     phase = run.phase
-    indices = run.data.real_indices(n, metric.seed)
+    rule = getattr(metric, "real_rule", None)
+    if rule is None:
+        indices, labels_from = run.data.real_indices(n, metric.seed), None
+        read = run.data.real_images_at
+    else:  # a published protocol: its own real set, in stylegan2-ada-pytorch's order
+        labels_from, indices = protocol_reals(run, rule)
+        read = partial(images_at, labels_from)
+    n_real = int(indices.shape[0])
 
     def real(i: int) -> torch.Tensor:
-        return fade_real(run.data.real_images_at(indices[i * size:(i + 1) * size]), phase.resolution, phase.alpha)
+        return fade_real(read(indices[i * size:(i + 1) * size]), phase.resolution, phase.alpha)
 
     def fake(i: int) -> torch.Tensor:
         k = min(size, n - i * size)
         g = torch.Generator().manual_seed(batch_seed(metric.seed, 1, i))
-        return _fakes(run, k, g, batch_seed(metric.seed, 2, i))
+        return _fakes(run, k, g, batch_seed(metric.seed, 2, i), labels_from)
 
     # The generated set is known by G_ema's weights and how it was drawn (it cannot be read
     # twice for a digest); the metrics of one tick on one extractor share its features.
@@ -117,10 +144,20 @@ def image_batches(run, metric, n: int):
         squares = [t.detach().double().square().sum().reshape(1) for t in run.G_ema.state_dict().values()
                    if t.is_floating_point()]
         weights = hashlib.sha256(torch.cat(sums + squares).cpu().numpy().tobytes()).hexdigest()
+    labels = None if rule is None else ("protocol labels", rule.keep_xflip)
     key = ("G_ema", weights, metric.seed, n, size, phase.resolution, float(phase.alpha), run.num_classes,
-           run.rank, run.world_size)
-    return (ImageBatches(n, size, fake, run.rank, run.world_size, key=key),
-            ImageBatches(n, size, real, run.rank, run.world_size))
+           run.rank, run.world_size, labels)
+    return (ImageBatches(n, size, watched("generated images", fake, n, size), run.rank, run.world_size, key=key),
+            ImageBatches(n_real, size, watched("real images", real, n_real, size), run.rank, run.world_size))
+
+
+def images_at(dataset, indices) -> "torch.Tensor":
+    """The images ``[len(indices), C, R, R]`` of ``dataset`` at ``indices`` (items are images or
+    ``(image, label)``)."""
+    import torch
+
+    items = [dataset[i] for i in indices.tolist()]
+    return torch.stack([it[0] if isinstance(it, (tuple, list)) else it for it in items])
 
 
 def _per_class(run, metric, reals, real_labels, g) -> dict[str, float]:
@@ -169,15 +206,27 @@ def _metric(run, name: str, num: int | None):
 
 def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: int | None = None,
                         overrides: tuple[str, ...] = (), device: str | None = None,
-                        baselines: bool = False) -> dict[str, Any]:
+                        baselines: bool = False, against: str | Path | None = None,
+                        progress: bool = False) -> dict[str, Any]:
     """Evaluate ``path``'s G_ema: a checkpoint file, or a run directory (its
     ``checkpoints/latest.pt``).
 
     Returns ``{"checkpoint", "kimg", "phase": {...}, "dataset", "dataset_size", "results": {metric:
-    {"trained": {...}, and with baselines "real": {...}, "untrained": {...}, "num_images": n}}}``
-    where each inner dict maps stat names (``Metrics/swd``, ``Metrics/swd/16``) to values.
-    Raises ``GankitError`` (bad checkpoint, recipe problems, unknown metric, missing data/weights).
+    {"trained": {...}, and with baselines "real": {...}, "untrained": {...}, "num_images": n; for a
+    published protocol "protocol": {"protocol", "backbone", "weights", "resize", "generated",
+    "protocol_count", "reals", "reals_text"}}}}`` where each inner dict maps stat names
+    (``Metrics/swd``, ``Metrics/swd/16``) to values.
+
+    ``against``: a reference statistics file (``gan_kit.tools.refstats``: clean-fid's, TTUR's or
+    gankit's ``.npz``); the FID metrics compare G_ema's images with its mu and sigma instead of
+    the data (default metric: the file's protocol, else ``fid50k_full``); any other metric is
+    refused. ``progress``: a progress bar on a terminal (``gan_kit.tools.progress``).
+    Raises ``GankitError`` (bad checkpoint, recipe problems, unknown metric, missing data/weights,
+    a statistics file that does not fit).
     """
+    from gan_kit.tools.refstats import read_stats
+
+    stats = read_stats(against) if against is not None else None
     from gan_kit.runs import checkpoint as ckpt
     from gan_kit.runs.run import build_run
     from gan_kit.base.phase import Phase, fade_real
@@ -190,6 +239,11 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     recipe, plugins = load_recipe(Path(f"{path}[recipe]"), list(overrides), text=state["recipe"])
     run_opts = attrs.evolve(recipe.run, progress=False, **({"device": device} if device else {}))
     recipe = attrs.evolve(recipe, run=run_opts)
+    if stats is not None:
+        names = tuple(metrics) or (stats.meta.get("protocol") or "fid50k_full",)
+    else:
+        names = tuple(metrics) or tuple(dict.fromkeys(s.name for s in recipe.metrics)) or ("swd",)
+    _check_against(names, stats, plugins.registry)
     from gan_kit.plugin_api.ownership import frozen_loads_deferred, load_deferred
 
     # The data and an untrained G_ema (the recipe's init and seed). Only G_ema draws: D's frozen
@@ -202,10 +256,10 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     phase = Phase(**state["phase"]) if state.get("phase") else run.growth.phase_at(int(state["cur_nimg"]))
     run.phase = phase
     run.set_phase(phase)
-    names = tuple(metrics) or tuple(dict.fromkeys(s.name for s in recipe.metrics)) or ("swd",)
     built = {name: _metric(run, name, num) for name in names}
 
     results: dict[str, dict[str, Any]] = {name: {} for name in names}
+    _check_protocol_use(built, baselines, stats, run, results)
     if baselines:
         for name, metric in built.items():
             want = num or metric.num_images
@@ -237,8 +291,13 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
         raise GankitError(f"{path}: {written_by(state)}; its G_ema does not fit the recipe's networks ({detail}); "
                           f"--set may change the data and metrics, not the architecture") from None
     run.set_phase(phase)
-    for name, metric in built.items():
-        results[name]["trained"] = evaluate(run, metric, results[name].get("num_images"))
+    with showing_progress(progress):
+        for name, metric in built.items():
+            if stats is not None:
+                fakes, _ = image_batches(run, metric, metric.num_images)
+                results[name]["trained"] = metric.compute_against(fakes, stats, run.device)
+            else:
+                results[name]["trained"] = evaluate(run, metric, results[name].get("num_images"))
     return {
         "checkpoint": str(path),
         "kimg": int(state["cur_nimg"]) / 1000.0,
@@ -247,3 +306,178 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
         "dataset_size": len(run.metric_dataset),
         "results": results,
     }
+
+
+def _check_against(names: tuple[str, ...], stats, registry) -> None:
+    """Refuse, before anything is built, a metric a statistics file cannot serve (one line)."""
+    from gan_kit.base.errors import GankitError
+
+    if stats is None:
+        return
+    for name in names:
+        try:
+            factory = registry.get("metric", name).factory
+        except KeyError as e:
+            raise GankitError(f"--metric: {e.args[0]}") from None
+        if not callable(getattr(factory, "compute_against", None)):
+            raise GankitError(f"--against: {name} needs the real images' features, and a statistics file holds "
+                              f"only their mean and covariance, which serve FID alone; use --metric fid50k_full "
+                              f"(or another fid protocol), or drop --against")
+
+
+def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict) -> None:
+    """Refuse what a protocol or a statistics file cannot do (one line each), and note each
+    protocol's description (``results[name]["protocol"]``) for the report line."""
+    from gan_kit.base.errors import GankitError
+    from gan_kit.tools.realsets import protocol_reals
+    from gan_kit.tools.refstats import mismatch
+
+    for name, metric in built.items():
+        rule = getattr(metric, "real_rule", None)
+        if baselines and rule is not None:
+            raise GankitError(f"--baselines: {name} is a published protocol with its own real set, and the baselines "
+                              f"compare two halves of the data; drop --baselines, or use --metric "
+                              f"{metric.spec.family if metric.spec.family != 'pr' else 'precision-recall'}")
+        if rule is None:
+            continue
+        desc = dict(metric.describe())
+        if stats is not None:
+            refusal, note = mismatch(stats, metric.reference_meta(run.device))
+            if refusal:
+                raise GankitError(refusal)
+            count = stats.meta.get("count")
+            desc["reals"] = count
+            desc["reals_text"] = (f"{stats.path}" + (f" ({count:,} reals, {stats.meta.get('reals')})" if count else ""))
+            desc["note"] = note
+        elif getattr(metric, "needs_real", True):
+            dataset, indices = protocol_reals(run, rule)
+            desc["reals"] = int(indices.shape[0])
+            desc["reals_text"] = rule.describe(len(dataset))
+        else:
+            desc["reals"], desc["reals_text"] = 0, "no reals"
+        results[name]["protocol"] = desc
+
+
+def protocol_line(name: str, value_text: str, desc: dict[str, Any]) -> str:
+    """``fid50k_full 12.34  (50,000 generated vs all 1,797 reals, inception-v3-compat
+    weights-inception-2015-12-05-6726825d.pth, resize backbone default)`` - the protocol, the
+    backbone and its weights file, the resize mode and the counts, on one line."""
+    gen = f"{desc['generated']:,} generated"
+    if desc["generated"] != desc["protocol_count"]:
+        gen += f" (num_images; the protocol's {desc['protocol_count']:,})"
+    vs = f" vs {desc['reals_text']}" if desc.get("reals_text") != "no reals" else ""
+    return (f"{name} {value_text}  ({gen}{vs}, {desc['backbone']} {desc['weights']}, resize {desc['resize']})")
+
+
+def _source_recipe(source: str, overrides: tuple[str, ...]):
+    """``(recipe, plugins)`` of ``--write-stats``'s SOURCE: a recipe file (.toml), a checkpoint or
+    run directory (its saved recipe), or a folder / zip of images (image-folder at the images' own
+    side, unless ``--set data.resolution=N``)."""
+    from gan_kit.base.errors import GankitError
+    from gan_kit.recipe import load_recipe
+
+    p = Path(source).expanduser()
+    if p.suffix == ".toml":
+        return load_recipe(p, list(overrides))
+    if p.is_file() and p.suffix in (".pt", ".pth") or (p.is_dir() and (p / "checkpoints").is_dir()):
+        from gan_kit.runs import checkpoint as ckpt
+        from gan_kit.tools.trained import checkpoint_file
+
+        path = checkpoint_file(str(p), "gankit eval --write-stats")
+        state = ckpt.load(path, map_location="cpu")
+        return load_recipe(Path(f"{path}[recipe]"), list(overrides), text=state["recipe"])
+    if not p.exists():
+        raise GankitError(f"--write-stats: {source} not found; give a recipe (.toml), a checkpoint or run directory, "
+                          f"or a folder or zip of images")
+    side = _first_image_side(p)
+    import json
+
+    # A JSON string is a TOML basic string: any path, quotes and backslashes included.
+    text = f'[data]\nname = "image-folder"\npath = {json.dumps(str(p.resolve()))}\nresolution = {side}\n'
+    return load_recipe(Path(f"{p}[data]"), list(overrides), text=text)
+
+
+def _first_image_side(p: Path) -> int:
+    from gan_kit.base.errors import GankitError
+    from gan_kit.training.imageio import list_images, open_image
+
+    if p.is_dir():
+        first = list_images(p, True, first_only=True)
+        if not first:
+            raise GankitError(f"--write-stats: folder {p} holds no images")
+        with open_image(first[0]) as im:
+            side = min(im.size)
+    else:
+        import zipfile
+
+        from PIL import Image
+
+        with zipfile.ZipFile(p) as zf:
+            names = sorted(n for n in zf.namelist() if n.lower().endswith((".png", ".jpg", ".jpeg", ".webp", ".bmp")))
+            if not names:
+                raise GankitError(f"--write-stats: zip archive {p} holds no images")
+            with zf.open(names[0]) as f, Image.open(f) as im:
+                side = min(im.size)
+    if side < 4 or side & (side - 1):
+        raise GankitError(f"--write-stats: the images of {p} are {side} px, not a power of two; add --set "
+                          f"data.resolution=N to resize them to N px")
+    return side
+
+
+def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid50k_full",
+                          overrides: tuple[str, ...] = (), device: str | None = None,
+                          overwrite: bool = False, progress: bool = False) -> dict[str, Any]:
+    """Write the reference statistics (``gan_kit.tools.refstats``) of the real set of the FID
+    protocol ``metric_name`` of ``source``'s data (see ``_source_recipe``) to ``out``, a ``.npz``
+    checked before the long work and written atomically. Returns the file's metadata with
+    ``path``. Raises ``GankitError``."""
+    import hashlib
+
+    import torch
+
+    from gan_kit.base.errors import GankitError
+    from gan_kit.base.stash import Stash
+    from gan_kit.plugin_api.components import BuildContext
+    from gan_kit.runs.run.build import resolve_device
+    from gan_kit.tools.refstats import check_destination, write_stats
+    from gan_kit.tools.realsets import protocol_reals
+    from gan_kit.training.imagesets import ImageBatches
+
+    dest = check_destination(out, overwrite)
+    recipe, plugins = _source_recipe(source, overrides)
+    registry = plugins.registry
+    try:
+        comp = registry.get("metric", metric_name)
+    except KeyError as e:
+        raise GankitError(f"--metric: {e.args[0]}") from None
+    if not callable(getattr(comp.factory, "statistics", None)):
+        raise GankitError(f"--write-stats: {metric_name} is not an FID protocol; reference statistics (mu, sigma) are "
+                          f"written for one, e.g. --metric fid50k_full")
+    spec = next((s for s in recipe.metrics if s.name == metric_name), None)
+    res = recipe.resolution
+    dataset = registry.get("dataset", recipe.data.name).factory(recipe.data.options,
+                                                                BuildContext(res, 0, recipe)).build(res)
+    first = dataset[0]
+    channels = int((first[0] if isinstance(first, (tuple, list)) else first).shape[0])
+    metric = comp.factory(spec.options if spec is not None else comp.Options(), BuildContext(res, channels, recipe))
+    dev = resolve_device(device or recipe.run.device)
+    meta = metric.reference_meta(dev)
+    holder = type("Data", (), {"recipe": recipe, "registry": registry, "dataset": dataset, "stash": Stash()})()
+    data, indices = protocol_reals(holder, metric.real_rule)
+    size = int(metric.options.batch_size)
+    n = int(indices.shape[0])
+    digest, seen = hashlib.sha256(repr((n, channels, res, res)).encode()), set()
+
+    def real(i: int) -> torch.Tensor:
+        images = images_at(data, indices[i * size:(i + 1) * size])
+        if i not in seen:  # the data digest, from the first pass over the images
+            seen.add(i)
+            digest.update(((images.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy().tobytes())
+        return images
+
+    with showing_progress(progress):
+        mu, sigma, count = metric.statistics(ImageBatches(n, size, watched("real images", real, n, size)), dev,
+                                             real=True)
+    meta.update(count=count, data_sha256=digest.hexdigest(), source=str(source), dataset=recipe.data.name)
+    write_stats(dest, mu, sigma, meta)
+    return {**meta, "path": str(dest)}

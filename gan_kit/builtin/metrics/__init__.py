@@ -211,7 +211,10 @@ def tick_finished(run, stats):
         if not (due and (run.is_main or getattr(metric, "streamed", False))):
             continue
         if run.is_main:
-            status(run, f"computing {spec.name} on {min(metric.num_images, len(run.metric_dataset))} images")
+            # A published protocol (fid50k_full) generates its own count, whatever the data's size.
+            n = metric.num_images if getattr(metric, "real_rule", None) is not None else \
+                min(metric.num_images, len(run.metric_dataset))
+            status(run, f"computing {spec.name} on {n} images")
         try:
             values = evaluate(run, metric)
             if run.is_main:
