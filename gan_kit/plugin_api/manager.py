@@ -44,6 +44,7 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.data.torchvision_sets",
     "gan_kit.builtin.metrics",
     "gan_kit.builtin.metrics.inception",
+    "gan_kit.builtin.metrics.backbones",
     "gan_kit.builtin.augment",
     "gan_kit.builtin.augment.ada",
     "gan_kit.builtin.augment.apa",
