@@ -24,6 +24,8 @@ downloaded):
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import zipfile
 from pathlib import Path
@@ -85,6 +87,26 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+@contextlib.contextmanager
+def _quiet_root_logger():
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def _materialised(net: nn.Module) -> nn.Module:
+    """``net`` built on the meta device and filled by ``load_state_dict(assign=True)``; raises
+    ``ValueError`` if a tensor the file did not hold was left without data."""
+    empty = [n for n, t in [*net.named_parameters(), *net.named_buffers()] if t.is_meta]
+    if empty:
+        raise ValueError(f"the file lacks {', '.join(empty[:3])}")
+    return net
+
+
 class _ClipImage(nn.Module):
     """CLIP's image tower: ``float32 [N,3,224,224]`` in [0, 255] -> ``encode_image`` ``[N, 512]``."""
 
@@ -111,12 +133,13 @@ class ClipViTB32(Backbone):
     def build(self, path: Path | None, resize: str = "pil_uint8_crop") -> nn.Module:
         import open_clip
 
-        model = open_clip.create_model("ViT-B-32-quickgelu", pretrained=None)  # no download: weights below
+        with _quiet_root_logger():  # open_clip warns "initialized randomly": the file's weights come next
+            model = open_clip.create_model("ViT-B-32-quickgelu", pretrained=None, device="meta")  # no download
         state = read_state_dict(Path(path))
         for key in ("input_resolution", "context_length", "vocab_size"):  # a TorchScript file's extras
             state.pop(key, None)
-        model.load_state_dict(state, strict=True)
-        return _ClipImage(model.visual).eval().requires_grad_(False)
+        model.load_state_dict(state, strict=True, assign=True)
+        return _materialised(_ClipImage(model.visual)).eval().requires_grad_(False)
 
     def version(self) -> str:
         return _package_version("open_clip_torch")
@@ -167,15 +190,17 @@ class DinoV2ViTL14(Backbone):
         import timm
         from timm.models.vision_transformer import checkpoint_filter_fn
 
-        vit = timm.create_model("vit_large_patch14_dinov2", pretrained=False, img_size=self.input_size, num_classes=0)
+        with torch.device("meta"):  # no random init of 300M weights the file replaces
+            vit = timm.create_model("vit_large_patch14_dinov2", pretrained=False, img_size=self.input_size,
+                                    num_classes=0)
         state = read_state_dict(Path(path))
         if "mask_token" not in state or "pos_embed" not in state:
             raise ValueError("not a DINOv2 state dict (no mask_token / pos_embed)")
         pos = state.pop("pos_embed")
         state = checkpoint_filter_fn(state, vit)  # the hub layout -> timm's (drops mask_token)
         state["pos_embed"] = hub_pos_embed(pos, self.input_size // 14)
-        vit.load_state_dict(state, strict=True)
-        return _DinoCls(vit).eval().requires_grad_(False)
+        vit.load_state_dict(state, strict=True, assign=True)
+        return _materialised(_DinoCls(vit)).eval().requires_grad_(False)
 
     def version(self) -> str:
         return _package_version("timm")
