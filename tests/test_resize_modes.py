@@ -60,10 +60,11 @@ def _stub_clip_module(monkeypatch):
     return cf
 
 
-@pytest.mark.parametrize("hw", [(16, 16), (37, 53), (53, 37), (224, 224), (300, 260)])
+@pytest.mark.parametrize("hw", [(16, 16), (37, 53), (53, 37), (224, 224), (300, 260), (227, 224), (224, 229)])
 def test_pil_uint8_crop_equals_cleanfid_clip_transform(hw, monkeypatch):
     """``pil_uint8_crop`` at 224 equals clean-fid's ``img_preprocess_clip`` (shorter side to 224
-    with PIL bicubic on uint8, centre crop) on the same images."""
+    with PIL bicubic on uint8, centre crop) on the same images; 227 and 229 leave 3 and 5 rows
+    to crop, where torchvision's ``round`` (half to even) puts the odd row on either side."""
     cf = _stub_clip_module(monkeypatch)
     u8 = _images(*hw, grey=False)
     ours = resize(u8, "pil_uint8_crop", 224)

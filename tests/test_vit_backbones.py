@@ -17,8 +17,10 @@ import torch
 from gan_kit.base.errors import GankitError
 from gan_kit.builtin.metrics import feature_extractors as fx
 from gan_kit.builtin.metrics.inception import FID, InceptionScore
-from gan_kit.builtin.metrics.vit_backbones import (CLIP_URL, DINOV2_URL, IMAGENET_MEAN, IMAGENET_STD, ClipViTB32,
-                                                  DinoV2ViTL14, hub_pos_embed)
+from gan_kit.builtin.metrics.vit_backbones import CLIP_URL, DINOV2_URL, ClipViTB32, DinoV2ViTL14, hub_pos_embed
+
+# dgm-eval's constants (dgm_eval/models/dinov2.py), written out: the code under test has its own.
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 open_clip = pytest.importorskip("open_clip")
 timm = pytest.importorskip("timm")
