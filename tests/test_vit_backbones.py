@@ -261,3 +261,20 @@ def test_real_dinov2_features_equal_the_hub_model():
     x = torch.stack([tf(Image.fromarray(a.permute(1, 2, 0).numpy(), "RGB")) for a in u8])
     with torch.no_grad():
         torch.testing.assert_close(ours, model.eval()(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_torchscript_archive_and_a_wrapped_state_dict_are_read(tmp_path):
+    """OpenAI's CLIP files are TorchScript archives: their tensors are read as a state dict; a
+    ``{"state_dict": ...}`` file with ``module.`` prefixes is unwrapped; a file of another kind
+    is refused."""
+    from gan_kit.builtin.metrics.vit_backbones import read_state_dict
+
+    net = torch.nn.Linear(3, 2)
+    torch.jit.save(torch.jit.script(net), tmp_path / "scripted.pt")
+    got = read_state_dict(tmp_path / "scripted.pt")
+    assert set(got) == {"weight", "bias"} and torch.equal(got["weight"], net.weight.detach())
+    torch.save({"state_dict": {f"module.{k}": v for k, v in net.state_dict().items()}}, tmp_path / "wrapped.pt")
+    assert set(read_state_dict(tmp_path / "wrapped.pt")) == {"weight", "bias"}
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(ValueError, match="not a state dict"):
+        read_state_dict(tmp_path / "list.pt")

@@ -13,9 +13,9 @@ downloaded):
 - ``dinov2-vit-l-14``: DINOv2 ViT-L/14 (Oquab et al. 2023) as dgm-eval (Stein et al. 2023,
   ``dgm_eval/models/dinov2.py``) and EDM2 (Karras et al. 2024, ``DINOv2Detector``) compute
   FD_DINOv2: the image resized to 224x224 with PIL bicubic on uint8 (``pil_uint8``; dgm-eval's
-  default, EDM2's ``resize_mode='pil'``), ``x / 255``, ImageNet mean (0.485, 0.456, 0.406) and
-  std (0.229, 0.224, 0.225), and the hub model's output: the CLS token after the final
-  LayerNorm (``x_norm_clstoken``), 1024-d. Built with timm (``vit_large_patch14_dinov2``,
+  default, EDM2's exact ``resize_mode='pil'``, not its faster default ``'torch'``), ``x / 255``,
+  ImageNet mean (0.485, 0.456, 0.406) and std (0.229, 0.224, 0.225), and the hub model's output:
+  the CLS token after the final LayerNorm (``x_norm_clstoken``), 1024-d. Built with timm (``vit_large_patch14_dinov2``,
   img_size 224, its ``checkpoint_filter_fn`` for the official layout) from Meta's
   ``dinov2_vitl14_pretrain.pth``; the position embedding (trained at 518 px, 37x37 patches) is
   resampled to 16x16 once, exactly as the hub model does on every 224-px call (bicubic,
