@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gan_kit.plugin_api.components import (
     Architecture,
     Augment,
+    Backbone,
     BuildContext,
     DatasetFactory,
     Distance,
@@ -98,6 +99,7 @@ __all__ = [
     # component kinds
     "Architecture",
     "Augment",
+    "Backbone",
     "DatasetFactory",
     "Distance",
     "GrowthScheduler",

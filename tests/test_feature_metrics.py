@@ -18,6 +18,7 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
+from gan_kit import Backbone
 from gan_kit.builtin.metrics import feature_extractors as fx
 from gan_kit.builtin.data.datasets import Digits
 from gan_kit.builtin.metrics.inception import FID, KID, InceptionScore, PrecisionRecall
@@ -312,18 +313,29 @@ def test_metrics_at_every_metric_tick_in_jsonl_tensorboard_report_and_eval(tiny_
     assert fx.get_extractor("stub", None, "cpu", "fid").images_seen == 48
 
 
-def _weights_file_extractor(monkeypatch, tmp_path) -> tuple[Path, Path]:
-    """An extractor that loads its network from a weights file (the stub's architecture), and two
-    such files of one name and one size with different values - two fine-tuned detectors, or a
-    file re-downloaded in place."""
-    def build(path):
+class StubFile(Backbone):
+    """The stub's architecture loaded from a weights file."""
+
+    weights_file = "stub.pt"
+    weights_source = "file:///weights/stub.pt"
+    input_size = 32
+    resize = "legacy_tensorflow"
+    resizes_inside = True
+    normalisation = "x / 127.5 - 1, then its own bilinear resize to 32x32"
+    feature_dim = 64
+    logits_dim = 10
+
+    def build(self, path, resize):
         net = fx.StubNet()
         net.load_state_dict(torch.load(path, weights_only=True))
         return net
 
-    spec = fx.ExtractorSpec("stub-file", "file:///weights/stub.pt", "pool", "logits", build,
-                            "uint8 RGB scaled to [-1, 1], bilinear resize to 32x32")
-    monkeypatch.setitem(fx.EXTRACTORS, "stub-file", spec)
+
+def _weights_file_extractor(monkeypatch, tmp_path) -> tuple[Path, Path]:
+    """A backbone that loads its network from a weights file (the stub's architecture), and two
+    such files of one name and one size with different values - two fine-tuned detectors, or a
+    file re-downloaded in place."""
+    monkeypatch.setitem(fx.BACKBONES, "stub-file", StubFile)
     files = []
     for seed, folder in ((1, "wA"), (2, "wB")):
         torch.manual_seed(seed)
@@ -362,15 +374,19 @@ def test_the_real_feature_cache_tells_weights_files_of_one_name_and_size_apart(c
     assert fid(wa) == fid_b_uncached
 
 
-def test_the_extractor_key_names_preprocessing_version_and_weights_content(tmp_path, monkeypatch):
+def test_the_extractor_key_names_resize_normalisation_version_and_weights_content(tmp_path, monkeypatch):
+    """The cache key's extractor part changes with the weights' content, the resize mode, the
+    normalisation and the implementation version."""
     wa, wb = _weights_file_extractor(monkeypatch, tmp_path)
-    spec = fx.EXTRACTORS["stub-file"]
-    ident = fx.extractor_ident(spec, wa)
-    assert fx.weights_digest(wa) in ident and spec.preprocess in ident and spec.version() in ident
-    assert fx.extractor_ident(spec, wb) != ident
-    import attrs
-
-    other_resize = attrs.evolve(spec, preprocess="uint8 RGB scaled to [-1, 1], bicubic resize to 32x32")
-    assert fx.extractor_ident(other_resize, wa) != ident
-    newer = attrs.evolve(spec, version=lambda: "gankit-2")
-    assert fx.extractor_ident(newer, wa) != ident
+    ident = fx.extractor_ident("stub-file", wa)
+    assert fx.weights_digest(wa) in ident and StubFile.normalisation in ident and "gankit-1" in ident
+    assert "legacy_tensorflow" in ident
+    assert fx.extractor_ident("stub-file", wb) != ident
+    for mode in ("clean", "legacy_pytorch", "pil_uint8", "pil_uint8_crop"):
+        assert fx.extractor_ident("stub-file", wa, mode) != ident
+    other_norm = type("StubFile2", (StubFile,), {"normalisation": "x / 255"})
+    monkeypatch.setitem(fx.BACKBONES, "stub-file", other_norm)
+    assert fx.extractor_ident("stub-file", wa) != ident
+    newer = type("StubFile3", (StubFile,), {"version": lambda self: "gankit-2"})
+    monkeypatch.setitem(fx.BACKBONES, "stub-file", newer)
+    assert fx.extractor_ident("stub-file", wa) != ident

@@ -149,7 +149,7 @@ def test_a_local_inception_weights_file_loads_once_per_process(tmp_path, monkeyp
     _random_inception_weights(weights, monkeypatch)
     fid = FID(FID.Options(weights=str(weights), num_images=64))
     ex = fid.extractor("cpu")
-    assert ex.net.fc.weight.shape == (1008, 2048)  # the file loads, nothing is downloaded
+    assert ex.net.net.fc.weight.shape == (1008, 2048)  # the file loads, nothing is downloaded
     assert KID(KID.Options(weights=str(weights))).extractor("cpu") is ex  # one per process
     weights.write_bytes(b"not a state dict")
     fx.clear_caches()

@@ -246,7 +246,7 @@ def test_eval_prints_protocol_backbone_weights_resize_and_counts(tmp_path, folde
     lines = result.output.splitlines()
     fid = next(line for line in lines if line.startswith("fid50k_full "))
     assert ("(40 generated (num_images; the protocol's 50,000) vs all 20 reals, stub no weights file, "
-            "resize backbone default)") in fid
+            "resize legacy_tensorflow)") in fid
     assert any(line.startswith("is10k ") and "40 generated (num_images; the protocol's 10,000), stub" in line
                for line in lines)
     result = CliRunner().invoke(cli, ["eval", ckpt, "--metric", "fid50k_full", "--n", "40", "--json"])

@@ -115,7 +115,7 @@ def test_write_stats_then_against_equals_the_protocol_against_the_data(tmp_path,
     stats = read_stats(out)
     meta = stats.meta
     assert (meta["backbone"], meta["dim"], meta["count"], meta["protocol"]) == ("stub", 64, 20, "fid50k_full")
-    assert len(meta["data_sha256"]) == 64 and meta["resize"] == "backbone default"
+    assert len(meta["data_sha256"]) == 64 and meta["resize"] == "legacy_tensorflow"
     images = torch.stack([torch.from_numpy(np.array(Image.open(folder / f"{i:02d}.png"))).permute(2, 0, 1)
                           for i in range(20)])
     ex = fx.get_extractor("stub", None, "cpu", "fid")
@@ -138,7 +138,7 @@ def test_files_of_another_backbone_dimension_or_protocol_are_refused_in_one_line
     FID only); a plain file's unchecked parts are said."""
     mu, sigma = np.zeros(64), np.eye(64)
     base = {"backbone": "stub", "weights_sha256": None, "dim": 64, "reals": "all reals, max_images off, no x-flips",
-            "resize": "backbone default", "protocol": "fid50k_full", "count": 20}
+            "resize": "legacy_tensorflow", "protocol": "fid50k_full", "count": 20}
     cases = [({"backbone": "inception-v3-compat"}, "was written with backbone 'inception-v3-compat', and this "
                                                    "metric uses 'stub'"),
              ({"reals": "first 50000 reals, max_images off, x-flips as trained"}, "was written with reals 'first 50000"),

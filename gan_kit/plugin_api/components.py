@@ -602,3 +602,52 @@ class Importer(ComponentBase):
 
     def read(self, source: Any) -> Any:
         raise NotImplementedError
+
+
+class Backbone(ComponentBase):
+    """A feature network of the feature metrics (kind ``backbone``; a metric's
+    ``feature_extractor`` option names one): InceptionV3, VGG16, CLIP ViT-B/32, DINOv2 ViT-L/14,
+    a third party's.
+
+    Declared as class attributes:
+
+    - ``weights_file``: the file name it expects (None: it needs no file), looked for where the
+      metric's ``weights`` option points, else in ``$GANKIT_WEIGHTS_DIR``, else in the torch hub
+      cache (``$TORCH_HOME/hub/checkpoints``); ``weights_source``: where to get it (a URL or a
+      sentence). gankit never downloads it.
+    - ``input_size``: the side its network takes (images are resized to ``input_size x
+      input_size`` by the resize mode); ``resize``: its default resize mode
+      (``gan_kit.builtin.metrics.resize.MODES``); ``resizes_inside``: whether its network also
+      takes uint8 images of any size and resizes them itself (the only case where the
+      ``legacy_tensorflow`` mode applies).
+    - ``normalisation``: one line saying what the network does to the [0, 255] pixels (part of
+      the feature cache key); ``feature_dim``: the size D of ``pool``; ``logits_dim``: the size
+      K of ``logits`` (0: it has none; the ``is`` metric needs them); ``requires``: the modules it
+      imports, each with the pip package that installs it (``{"timm": "timm"}``).
+
+    ``build(path, resize) -> nn.Module``: the network from the local weights file ``path`` (None
+    when ``weights_file`` is None), in eval mode; ``resize`` is the mode the images will come in
+    (a backbone whose reference code normalises differently per mode reads it). Its ``forward(x)`` takes ``float32 [N,3,S,S]`` in
+    [0, 255] (``S = input_size``; or, when ``resizes_inside``, ``uint8 [N,3,H,W]``) and returns
+    ``pool [N, D]`` or ``(pool [N, D], logits [N, K])``. Raise any exception for a file that is
+    not the expected one: the metric turns it into one line naming ``weights_file`` and
+    ``weights_source``. ``version()``: the version of the code that computes the features
+    (keyed with them). Built as ``factory(options, BuildContext())``.
+    """
+
+    weights_file: ClassVar[str | None] = None
+    weights_source: ClassVar[str] = ""
+    input_size: ClassVar[int] = 224
+    resize: ClassVar[str] = "clean"
+    resizes_inside: ClassVar[bool] = False
+    normalisation: ClassVar[str] = ""
+    feature_dim: ClassVar[int] = 0
+    logits_dim: ClassVar[int] = 0
+    requires: ClassVar[dict[str, str]] = {}
+
+    def build(self, path: Any, resize: str) -> nn.Module:
+        raise NotImplementedError
+
+    def version(self) -> str:
+        """The version of the code behind the features (a package's, or the plugin's)."""
+        return "gankit-1"

@@ -200,6 +200,19 @@ def register_importers(register: Register) -> None:
 
 
 @hookspec
+def register_backbones(register: Register) -> None:
+    """Register feature networks of the feature metrics (kind ``backbone``; a metric's
+    ``feature_extractor = "NAME"`` picks one, ``gankit list-plugins --kind backbone`` lists them).
+
+    A ``gan_kit.Backbone`` declares its weights file (``weights_file``, ``weights_source``), its
+    input side (``input_size``), its default resize mode (``resize``), its normalisation, its
+    feature size (``feature_dim``, ``logits_dim``) and ``build(path) -> nn.Module``, which makes
+    the network from the local file; gankit never downloads it. Example: ``register("my-dino",
+    MyDino)``.
+    """
+
+
+@hookspec
 def register_commands(cli: "click.Group") -> None:
     """Add click commands to the ``gankit`` command group.
 

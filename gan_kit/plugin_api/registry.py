@@ -26,12 +26,14 @@ KINDS: dict[str, str] = {
     "schedule": "register_schedules",
     "distance": "register_distances",
     "importer": "register_importers",
+    "backbone": "register_backbones",
 }
 
 
 #: Kinds whose components are used only when the run is built (or never in training): a schedule
 #: could not change their options mid-run (the recipe refuses one there too).
-BUILT_ONCE_KINDS = ("dataset", "init", "growth", "metric", "tracker", "schedule", "distance", "importer")
+BUILT_ONCE_KINDS = ("dataset", "init", "growth", "metric", "tracker", "schedule", "distance", "importer",
+                    "backbone")
 
 #: Kinds no training run uses (``gankit project`` builds its distance; a model file of another
 #: codebase is read by its importer before any run exists).

@@ -130,6 +130,7 @@ def generate() -> str:
     out += _schedules(registry)
     out += _distances(registry)
     out += _importers(registry)
+    out += _backbones(registry)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -198,6 +199,31 @@ def _importers(registry) -> list[str]:
     for comp in registry.registered("importer"):
         out += [f"#### importer `{comp.name}`", "", f"{comp.summary} (registered by `{comp.plugin}`)", ""]
         out += _options_table(comp.Options)
+    return out
+
+
+BACKBONES_INTRO = """\
+## Backbones
+
+The feature networks of `fid`, `kid`, `precision-recall` and `is` (kind `backbone`; the metric's
+`feature_extractor` option names one, `resize` picks the resize mode). Each reads a local weights
+file and never downloads it; docs/data-and-metrics.md, "Backbones and resize modes", says what
+each computes and how its values compare.
+"""
+
+
+def _backbones(registry) -> list[str]:
+    out = [BACKBONES_INTRO]
+    for comp in registry.registered("backbone"):
+        b = comp.factory
+        file = f"`{b.weights_file}` ({b.weights_source})" if b.weights_file else "none"
+        logits = f", logits {b.logits_dim}" if b.logits_dim else ""
+        out += [f"#### backbone `{comp.name}`", "", f"{comp.summary} (registered by `{comp.plugin}`)", "",
+                f"- weights file: {file}",
+                f"- input: {b.input_size}x{b.input_size}, default resize `{b.resize}`"
+                + (" (also takes any size: `legacy_tensorflow`)" if b.resizes_inside else ""),
+                f"- normalisation: {b.normalisation}",
+                f"- features: {b.feature_dim}{logits}", ""]
     return out
 
 

@@ -360,7 +360,7 @@ def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict)
 
 def protocol_line(name: str, value_text: str, desc: dict[str, Any]) -> str:
     """``fid50k_full 12.34  (50,000 generated vs all 1,797 reals, inception-v3-compat
-    weights-inception-2015-12-05-6726825d.pth, resize backbone default)`` - the protocol, the
+    weights-inception-2015-12-05-6726825d.pth, resize legacy_tensorflow)`` - the protocol, the
     backbone and its weights file, the resize mode and the counts, on one line."""
     gen = f"{desc['generated']:,} generated"
     if desc["generated"] != desc["protocol_count"]:

@@ -1,7 +1,9 @@
 """Feature extractors for the feature-space metrics (fid, kid, precision-recall, is) and the
 caches that make them cheap to repeat during training.
 
-Extractors (``feature_extractor`` option of each metric):
+Backbones (kind ``backbone``; the ``feature_extractor`` option of each metric names one, its
+``resize`` option picks the resize mode of ``gan_kit.builtin.metrics.resize``; built-ins in
+``gan_kit.builtin.metrics.backbones`` and ``vit_backbones``, plugins add more), among them:
 
 - ``inception-v3-compat``: torch-fidelity's InceptionV3 (the TF FID network, converted; Heusel et
   al. 2017's features): ``pool`` = the 2048-d pool3 features, ``logits`` = its 1008 unbiased logits
@@ -12,6 +14,8 @@ Extractors (``feature_extractor`` option of each metric):
   torch-fidelity use for precision and recall.
 - ``stub``: a small convolutional network with fixed random weights (seed 0). No file, no
   download: for tests and offline smoke runs. Its values are NOT comparable with published ones.
+- ``clip-vit-b-32`` (OpenAI's ``ViT-B-32.pt``, open_clip) and ``dinov2-vit-l-14`` (Meta's
+  ``dinov2_vitl14_pretrain.pth``, timm): see ``vit_backbones``.
 
 gankit never downloads weights: a missing file is one line saying which file to put where.
 
@@ -20,8 +24,8 @@ statistics the same way):
 
 - each extractor is built once per (name, weights file, device);
 - the features of the real images are kept in memory and, with ``cache = true``, on disk under
-  ``feature_cache_dir()``, keyed by everything that changes them: the extractor (its name, the
-  preprocessing it applies and the version of the code that implements it), a SHA-256 digest of
+  ``feature_cache_dir()``, keyed by everything that changes them: the extractor (its name, its
+  resize mode, input side and normalisation, and the version of the code that implements it), a SHA-256 digest of
   its weights file's *content* (two files of one name and size are two extractors), and a SHA-256
   digest of the exact uint8 images fed to it. So they are computed once per data set, resolution
   (and fade-in alpha), image count and seed, and never served stale for a data set or a weights
@@ -42,106 +46,47 @@ import os
 import uuid
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import attrs
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from gan_kit import ImageBatches
+from gan_kit import Backbone, ImageBatches
+from gan_kit.builtin.metrics import resize as rz
+from gan_kit.builtin.metrics.backbones import BUILTIN, INCEPTION_URL
+# re-exported for the tests and tools that build the stub or name the VGG16 file
+from gan_kit.builtin.metrics.backbones import VGG16_URL as VGG16_URL, StubNet as StubNet
 from gan_kit.builtin.metrics.feature_passes import FeatureAccumulator, stream_digest
 from gan_kit.base.errors import GankitError, clip
 
 log = logging.getLogger("gankit.metrics")
 
-#: torch-fidelity's InceptionV3 weights (the TF FID network converted) and their file name in the
-#: torch hub cache (``torch.hub.get_dir()/checkpoints``).
-INCEPTION_URL = ("https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/"
-                 "weights-inception-2015-12-05-6726825d.pth")
+#: The torch-fidelity weights' addresses and InceptionV3's file name (kept here for the tools).
 INCEPTION_FILE = INCEPTION_URL.rsplit("/", 1)[1]
-#: torchvision's ImageNet VGG16 weights (``VGG16_Weights.IMAGENET1K_V1``), which torch-fidelity's
-#: vgg16 extractor loads.
-VGG16_URL = "https://download.pytorch.org/models/vgg16-397923af.pth"
+
+#: The built-in backbones by name.
+BACKBONES: dict[str, type[Backbone]] = dict(BUILTIN)
+#: The installed plugins' backbones a metric has asked for (looked up again after ``clear_caches``).
+_FOUND: dict[str, type[Backbone]] = {}
 
 
-@attrs.frozen
-class ExtractorSpec:
-    """An extractor: its weights' address (None: needs no file), the torch-fidelity feature
-    names read as ``pool`` (and ``logits``, None when it has none), how ``build(weights path)``
-    makes the network, ``preprocess``: what the network does to the uint8 images before its
-    first layer (part of the cache key: a change there changes the features), and ``version()``:
-    the version of the code that implements it (torch-fidelity's for its networks; also keyed)."""
+def backbone(name: str) -> type[Backbone]:
+    """The backbone class registered as ``name``: a built-in, else one of the installed plugins'
+    (the ``gankit`` entry points, through ``register_backbones``). Raises GankitError listing
+    the names available."""
+    if name in BACKBONES:
+        return BACKBONES[name]
+    if name not in _FOUND:
+        from gan_kit.plugin_api.manager import build_plugins
 
-    name: str
-    url: str | None
-    pool: str
-    logits: str | None
-    build: Callable[[Path | None], nn.Module]
-    preprocess: str = ""
-    version: Callable[[], str] = lambda: "gankit-1"
-
-
-def _fidelity_inception(path: Path | None) -> nn.Module:
-    from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
-
-    return FeatureExtractorInceptionV3("inception-v3-compat", ["2048", "logits_unbiased"],
-                                       feature_extractor_weights_path=str(path))
+        try:
+            _FOUND[name] = build_plugins().registry.get("backbone", name).factory
+        except KeyError as e:
+            raise GankitError(f"feature_extractor: {e.args[0]} (gankit list-plugins --kind backbone)") from None
+    return _FOUND[name]
 
 
-def _fidelity_vgg16(path: Path | None) -> nn.Module:
-    from torch_fidelity.feature_extractor_vgg16 import FeatureExtractorVGG16
-
-    return FeatureExtractorVGG16("vgg16", ["fc2_relu"], feature_extractor_weights_path=str(path))
-
-
-def _fidelity_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return "torch-fidelity-" + version("torch-fidelity")
-    except PackageNotFoundError:
-        return "torch-fidelity-unknown"
-
-
-class StubNet(nn.Module):
-    """A stand-in for InceptionV3 with fixed random weights (seed 0): ``uint8 [N,3,H,W]`` ->
-    ``(pool [N, 64], logits [N, 10])``. Images are scaled to [-1, 1] and resized to 32x32
-    (bilinear), then three 3x3 convolutions (stride 2, 2, 1) with ReLU, a global mean (``pool``)
-    and a linear map (``logits``). It tells image sets apart enough for tests; its values mean
-    nothing outside them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.convs = nn.ModuleList([nn.Conv2d(3, 16, 3, 2, 1), nn.Conv2d(16, 32, 3, 2, 1), nn.Conv2d(32, 64, 3, 1, 1)])
-        self.fc = nn.Linear(64, 10)
-        with torch.no_grad():
-            for layer in [*self.convs, self.fc]:
-                fan_in = layer.weight[0].numel()
-                layer.weight.copy_(torch.randn(layer.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
-                layer.bias.copy_(torch.randn(layer.bias.shape, generator=g) * 0.1)
-        self.requires_grad_(False)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = F.interpolate(x.float() / 127.5 - 1.0, size=(32, 32), mode="bilinear", align_corners=False)
-        for conv in self.convs:
-            x = F.relu(conv(x))
-        pool = x.mean(dim=(2, 3))
-        return pool, self.fc(pool)
-
-
-EXTRACTORS: dict[str, ExtractorSpec] = {
-    "inception-v3-compat": ExtractorSpec("inception-v3-compat", INCEPTION_URL, "2048", "logits_unbiased",
-                                         _fidelity_inception, "uint8 RGB, TF1-style bilinear resize to 299x299, "
-                                         "scaled to [-1, 1]", _fidelity_version),
-    "vgg16": ExtractorSpec("vgg16", VGG16_URL, "fc2_relu", None, _fidelity_vgg16,
-                           "uint8 RGB, TF1-style bilinear resize to 224x224, ImageNet mean/std", _fidelity_version),
-    "stub": ExtractorSpec("stub", None, "pool", "logits", lambda path: StubNet(),
-                          "uint8 RGB scaled to [-1, 1], bilinear resize to 32x32"),
-}
-
-#: How ``to_uint8`` turns images into the extractors' input (keyed with each extractor).
+#: How ``to_uint8`` turns images into the backbones' input (keyed with each extractor).
 QUANTISE = "round((x + 1) * 127.5) to uint8, grey repeated to RGB"
 
 _WEIGHT_DIGESTS: dict[tuple[str, int, int], str] = {}
@@ -163,42 +108,71 @@ def weights_digest(path: Path) -> str:
     return _WEIGHT_DIGESTS[key]
 
 
-def extractor_ident(spec: ExtractorSpec, path: Path | None) -> str:
-    """What the features of ``spec`` with the weights at ``path`` depend on besides the images,
-    as one string (the cache key's extractor part): name, preprocessing, implementation version,
-    and the weights' content digest."""
+def resize_mode(name: str, resize: str | None) -> str:
+    """The resize mode ``name``'s features are computed with: ``resize``, or the backbone's own
+    default when None. Raises GankitError for ``legacy_tensorflow`` on a backbone that does not
+    resize inside its network."""
+    b = backbone(name)
+    mode = resize or b.resize
+    if mode not in rz.MODES:
+        raise GankitError(f"resize: unknown mode {mode!r}; modes: {', '.join(rz.MODES)}")
+    if mode == "legacy_tensorflow" and not b.resizes_inside:
+        raise GankitError(f"resize = \"legacy_tensorflow\" leaves the resize to the network, and the {name} backbone "
+                          f"takes only {b.input_size}x{b.input_size} images; use clean, legacy_pytorch, pil_uint8 or "
+                          f"pil_uint8_crop (its default: {b.resize})")
+    return mode
+
+
+def extractor_ident(name: str, path: Path | None, resize: str | None = None) -> str:
+    """What the features of backbone ``name`` with the weights at ``path`` depend on besides the
+    images, as one string (the cache key's extractor part): name, quantisation, resize mode and
+    input side, normalisation, implementation version, and the weights' content digest."""
+    b = backbone(name)
+    mode = resize_mode(name, resize)
     weights = "no weights" if path is None else f"weights sha256 {weights_digest(path)}"
-    return f"{spec.name} | {QUANTISE} | {spec.preprocess} | {spec.version()} | {weights}"
+    size = f"{b.input_size}x{b.input_size}"
+    return f"{name} | {QUANTISE} | {rz.DESCRIPTIONS[mode]} ({size}) | {b.normalisation} | {b().version()} | {weights}"
 
 
-def weights_path(extractor: str, weights: str | None = None) -> Path | None:
-    """Where ``extractor``'s weights are looked for: ``weights`` if given, else the file in the
-    torch hub cache (``$TORCH_HOME/hub/checkpoints``, where torch-fidelity and torchvision keep
-    them); None for an extractor without weights."""
-    url = EXTRACTORS[extractor].url
-    if url is None:
+def weights_path(name: str, weights: str | None = None) -> Path | None:
+    """Where backbone ``name``'s weights are looked for: ``weights`` if given, else its
+    ``weights_file`` in ``$GANKIT_WEIGHTS_DIR`` when that folder has it, else in the torch hub cache
+    (``$TORCH_HOME/hub/checkpoints``, where torch-fidelity and torchvision keep theirs); None for a
+    backbone without weights."""
+    b = backbone(name)
+    if b.weights_file is None:
         return None
     if weights:
         return Path(weights).expanduser()
-    return Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[1]
+    folder = os.environ.get("GANKIT_WEIGHTS_DIR")
+    if folder and (Path(folder).expanduser() / b.weights_file).is_file():
+        return Path(folder).expanduser() / b.weights_file
+    return Path(torch.hub.get_dir()) / "checkpoints" / b.weights_file
 
 
-def extractor_problem(metric: str, extractor: str, weights: str | None = None) -> str | None:
-    """One line naming what ``metric`` lacks to run ``extractor`` (the torch-fidelity package,
-    the weights file, or both), or None. Never downloads anything."""
-    missing = []
+def _has(module: str) -> bool:
     try:
-        has_pkg = importlib.util.find_spec("torch_fidelity") is not None
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
-        has_pkg = False
-    if not has_pkg:
+        return False
+
+
+def extractor_problem(metric: str, name: str, weights: str | None = None) -> str | None:
+    """One line naming what ``metric`` lacks to run backbone ``name`` (the torch-fidelity
+    package, the backbone's own packages, the weights file), or None. Never downloads anything."""
+    missing = []
+    if not _has("torch_fidelity"):
         missing.append("the torch-fidelity package (pip install 'gankit[fid]', or 'gankit[tools]' for every "
                        "after-training command's packages)")
-    path = weights_path(extractor, weights)
+    b = backbone(name)
+    for module, package in b.requires.items():
+        if not _has(module):
+            missing.append(f"the {package} package (pip install {package})")
+    path = weights_path(name, weights)
     if path is not None and not path.is_file():
-        url = EXTRACTORS[extractor].url
-        fix = f"fetch {url} to that path" + ("" if weights else ", or set the metric's weights option")
-        missing.append(f"the {extractor} weights file {path} (gankit never downloads it: {fix}; "
+        fix = f"fetch {b.weights_source} to that path" + ("" if weights else
+                                                          ", or set the metric's weights option, or $GANKIT_WEIGHTS_DIR")
+        missing.append(f"the {name} weights file {path} (gankit never downloads it: {fix}; "
                        f"or use swd, which needs no weights)")
     if not missing:
         return None
@@ -206,12 +180,15 @@ def extractor_problem(metric: str, extractor: str, weights: str | None = None) -
 
 
 class FeatureExtractor:
-    """One loaded extractor: ``__call__(images uint8 [N,3,H,W], batch_size)`` -> ``{"pool": [N, D],
-    "logits": [N, K]}`` (float32, CPU; no ``logits`` for vgg16). ``images_seen`` and ``passes``
-    count the images and the calls that reached the network (what the caches save)."""
+    """One loaded backbone: ``extract(images uint8 [N,3,H,W])`` -> ``{"pool": [N, D], "logits":
+    [N, K]}`` (float32; no ``logits`` for a backbone without them), through its resize mode.
+    ``images_seen`` and ``passes`` count the images and the calls that reached the network (what
+    the caches save)."""
 
-    def __init__(self, spec: ExtractorSpec, net: nn.Module, ident: str, device: torch.device):
-        self.spec, self.net, self.ident, self.device = spec, net, ident, device
+    def __init__(self, name: str, backbone: type[Backbone], net: nn.Module, ident: str, device: torch.device,
+                 resize: str):
+        self.name, self.backbone, self.net, self.ident, self.device = name, backbone, net, ident, device
+        self.resize = resize
         self.images_seen = 0
         self.passes = 0
 
@@ -220,9 +197,13 @@ class FeatureExtractor:
         """One batch ``uint8 [b,3,H,W]`` (any device) -> ``{"pool": [b, D], "logits": [b, K]}`` on
         the extractor's device (float32). Call ``begin_pass`` once per image set first."""
         self.images_seen += images.shape[0]
-        out = self.net(images.to(self.device))
+        x = rz.resize(images.cpu() if self.resize not in ("legacy_tensorflow", "legacy_pytorch") else images,
+                      self.resize, self.backbone.input_size)
+        out = self.net(x.to(self.device))
+        if isinstance(out, torch.Tensor):
+            return {"pool": out.float()}
         feats = {"pool": out[0].float()}
-        if self.spec.logits is not None:
+        if self.backbone.logits_dim:
             feats["logits"] = out[1].float()
         return feats
 
@@ -234,30 +215,37 @@ class FeatureExtractor:
 _EXTRACTORS: dict[tuple[str, str], FeatureExtractor] = {}
 
 
-def get_extractor(name: str, weights: str | None, device: torch.device | str, metric: str) -> FeatureExtractor:
-    """The process's ``name`` extractor on ``device`` (built on first use). Raises GankitError
-    naming ``metric`` when the weights are missing or do not load."""
+def _expected(name: str, b: type[Backbone]) -> str:
+    return f"the {name} backbone expects {b.weights_file} from {b.weights_source}"
+
+
+def get_extractor(name: str, weights: str | None, device: torch.device | str, metric: str,
+                  resize: str | None = None) -> FeatureExtractor:
+    """The process's extractor of backbone ``name`` with resize mode ``resize`` (None: the
+    backbone's default) on ``device`` (built on first use). Raises GankitError naming ``metric``
+    when the weights are missing or are not the expected file."""
     device = torch.device(device)
     path = weights_path(name, weights)
     problem = extractor_problem(metric, name, weights)
     if problem:
         raise GankitError(problem)
-    spec = EXTRACTORS[name]
+    b = backbone(name)
+    mode = resize_mode(name, resize)
     try:
-        ident = extractor_ident(spec, path)
+        ident = extractor_ident(name, path, mode)
     except OSError as e:
         raise GankitError(f"{metric}: cannot read the {name} weights {path} ({e.strerror or e}); check the "
-                          f"file's permissions, or fetch {spec.url} again") from None
+                          f"file's permissions, or fetch {b.weights_source} again") from None
     # A weights file replaced in place is another extractor, also within one process.
     key = (ident, str(device))
     if key not in _EXTRACTORS:
         try:
-            net = spec.build(path)
-        except Exception as e:  # a damaged or foreign weights file
-            first = clip(str(e))
+            net = b().build(path, mode)
+        except Exception as e:  # a damaged, cut or foreign weights file
+            first = clip(str(e).strip().splitlines()[0] if str(e).strip() else "")
             raise GankitError(f"{metric}: cannot load the {name} weights {path} ({type(e).__name__}: {first}); "
-                              f"delete the file and fetch {spec.url} again") from None
-        _EXTRACTORS[key] = FeatureExtractor(spec, net.to(device).eval(), ident, device)
+                              f"{_expected(name, b)}") from None
+        _EXTRACTORS[key] = FeatureExtractor(name, b, net.to(device).eval(), ident, device, mode)
     return _EXTRACTORS[key]
 
 
@@ -361,7 +349,7 @@ def stream_features(ex: FeatureExtractor, batches: ImageBatches, keep: frozenset
         del u8
         if real and disk is not None:
             both = hashlib.sha256(f"{ex.ident}\n{key[1]}".encode()).hexdigest()  # two extractors never share a file
-            name = f"{tag + '-' if tag else ''}{ex.spec.name}-{shape[0]}x{shape[-1]}px-{both[:24]}.pt"
+            name = f"{tag + '-' if tag else ''}{ex.name}-{shape[0]}x{shape[-1]}px-{both[:24]}.pt"
             path = disk / name
     held = table.get(key)
     if held is not None and keep <= held["keep"]:
@@ -395,5 +383,6 @@ def clear_caches() -> None:
     """Forget the loaded extractors and the features kept in memory (not those on disk)."""
     _EXTRACTORS.clear()
     _WEIGHT_DIGESTS.clear()
+    _FOUND.clear()
     _REAL.clear()
     _FAKE.clear()

@@ -44,6 +44,14 @@ _CACHE_HELP = ("Keep the real images' features on disk (under $GANKIT_CACHE_DIR/
 #: The feature metrics alive in this process (those of the run or evaluation at hand).
 _LIVE: "weakref.WeakSet[FeatureMetric]" = weakref.WeakSet()
 _STUB = ' "stub": a small fixed random network for tests and offline smoke runs (values not comparable).'
+_BACKBONES = (" Any backbone (gankit list-plugins --kind backbone): clip-vit-b-32 (CLIP-FID), dinov2-vit-l-14 "
+              "(FD_DINOv2), vgg16, or a plugin's.")
+_RESIZE_HELP = ("How the uint8 images reach the backbone's input size (clean-fid's names): clean (PIL bicubic on "
+                "float), legacy_tensorflow (the network's own TF1-style bilinear resize: torch-fidelity's InceptionV3 "
+                "and VGG16 only), legacy_pytorch (torch bilinear), pil_uint8 (PIL bicubic on uint8: dgm-eval's "
+                "DINOv2), pil_uint8_crop (shorter side, centre crop: clean-fid's CLIP). None = the backbone's "
+                "default (legacy_tensorflow for inception-v3-compat and vgg16). Values differ between modes.")
+_RESIZE = Literal["clean", "legacy_tensorflow", "legacy_pytorch", "pil_uint8", "pil_uint8_crop"]
 
 
 class FeatureMetric(FromOptions):
@@ -67,15 +75,20 @@ class FeatureMetric(FromOptions):
         num_images: int = option(10000, min=2, max=2**20, help=_NUM_HELP)
         seed: int = option(0, help="Seed of the latents and the real-image choice.",
                            min=0, max=2**32 - 1, max_exclusive=True)
-        feature_extractor: Literal["inception-v3-compat", "stub"] = option(
+        feature_extractor: str = option(
             "inception-v3-compat",
-            help="torch-fidelity's InceptionV3 (the TF FID network, 2048-d pool3 features)." + _STUB)
+            help="The backbone: torch-fidelity's InceptionV3 (the TF FID network, 2048-d pool3 features)." + _STUB
+                 + _BACKBONES)
         weights: str | None = option(None, help=_WEIGHTS_HELP, path=True)
+        resize: _RESIZE | None = option(None, help=_RESIZE_HELP)
         batch_size: int = option(64, help="Images per feature extractor pass.", min=1, max=2**16)
         cache: bool = option(True, help=_CACHE_HELP)
 
     def __init__(self, options=None, context=None):
         super().__init__(options, context)
+        msg = self._backbone_problem(self.options)
+        if msg:
+            raise GankitError(msg[1])
         msg = fx.extractor_problem(self.metric_name, self.options.feature_extractor, self.options.weights)
         if msg:
             raise GankitError(msg)
@@ -94,15 +107,34 @@ class FeatureMetric(FromOptions):
         return frozenset().union(*(m.keeps for m in list(_LIVE) if m.options.feature_extractor == mine))
 
     @classmethod
+    def _backbone_problem(cls, options) -> tuple[str, str] | None:
+        """``(key, line)`` when the backbone is unknown, lacks the logits ``is`` needs, or does
+        not take the resize mode; else None."""
+        try:
+            b = fx.backbone(options.feature_extractor)
+            fx.resize_mode(options.feature_extractor, options.resize)
+        except GankitError as e:
+            key = "resize" if str(e).startswith("resize") else "feature_extractor"
+            return key, f"{cls.metric_name}: {e}"
+        if cls.needs_logits and not b.logits_dim:
+            return "feature_extractor", (f"{cls.metric_name}: the {options.feature_extractor} backbone has no logits, "
+                                         f"which the score reads; use inception-v3-compat")
+        return None
+
+    @classmethod
     def problems(cls, options, recipe):
+        bad = cls._backbone_problem(options)
+        if bad:
+            return [bad]
         if recipe is not None and not Path(recipe.path).is_file():
             return []  # a recipe read back from a checkpoint: checked when the metric is built
         msg = fx.extractor_problem(cls.metric_name, options.feature_extractor, options.weights)
         return [("weights" if options.weights else "name", msg)] if msg else []
 
     def extractor(self, device) -> fx.FeatureExtractor:
-        """The process's extractor of this metric's kind (loaded once)."""
-        return fx.get_extractor(self.options.feature_extractor, self.options.weights, device, self.metric_name)
+        """The process's extractor of this metric's backbone and resize mode (loaded once)."""
+        return fx.get_extractor(self.options.feature_extractor, self.options.weights, device, self.metric_name,
+                                self.options.resize)
 
     def _tag(self) -> str:
         recipe = getattr(self.context, "recipe", None)
@@ -200,10 +232,10 @@ class PrecisionRecall(FeatureMetric):
 
     @attrs.frozen
     class Options(FeatureMetric.Options):
-        feature_extractor: Literal["vgg16", "inception-v3-compat", "stub"] = option(
-            "vgg16", help="vgg16: torch-fidelity's VGG16 fc2 features (4096-d, after ReLU), as the paper, "
-                          "stylegan2-ada-pytorch and torch-fidelity use; inception-v3-compat: the 2048-d pool "
-                          "features fid uses (one pass serves both)." + _STUB)
+        feature_extractor: str = option(
+            "vgg16", help="The backbone. vgg16: torch-fidelity's VGG16 fc2 features (4096-d, after ReLU), as the "
+                          "paper, stylegan2-ada-pytorch and torch-fidelity use; inception-v3-compat: the 2048-d pool "
+                          "features fid uses (one pass serves both)." + _STUB + _BACKBONES)
         neighborhood: int = option(3, help="k: each point's ball reaches its k-th nearest neighbour in its own set "
                                            "(the paper's 3).", min=1, max=2**10)
         row_batch_size: int = option(10000, help="Points per block of the pairwise distance computation (memory: "
@@ -241,9 +273,9 @@ class InceptionScore(FeatureMetric):
 
     @attrs.frozen
     class Options(FeatureMetric.Options):
-        feature_extractor: Literal["inception-v3-compat", "stub"] = option(
-            "inception-v3-compat", help="torch-fidelity's InceptionV3; the score reads its 1008 logits "
-                                        "(the unbiased ones, as torch-fidelity)." + _STUB)
+        feature_extractor: str = option(
+            "inception-v3-compat", help="The backbone, one with logits: torch-fidelity's InceptionV3; the score reads "
+                                        "its 1008 logits (the unbiased ones, as torch-fidelity)." + _STUB)
         splits: int = option(10, help="The generated images are split into this many parts; the score is their "
                                       "mean (Metrics/is) and standard deviation (Metrics/is/std), as the paper's 10.",
                              min=1, max=2**10)

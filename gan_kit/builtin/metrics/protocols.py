@@ -136,12 +136,13 @@ class Protocol:
     def describe(self) -> dict[str, Any]:
         """``{"protocol", "backbone", "weights", "resize", "generated", "protocol_count"}``: what a
         report line prints beside the value (``weights``: the backbone's file name, or "no weights
-        file"; ``resize``: the metric's resize mode where it has one)."""
+        file"; ``resize``: the mode the features are computed with, the backbone's default when the metric
+        names none)."""
         o = self.options
         path = fx.weights_path(o.feature_extractor, o.weights)
         return {"protocol": self.spec.name, "backbone": o.feature_extractor,
                 "weights": path.name if path is not None else "no weights file",
-                "resize": str(getattr(o, "resize", "backbone default")),
+                "resize": fx.resize_mode(o.feature_extractor, o.resize),
                 "generated": self.num_images, "protocol_count": self.spec.count}
 
     def _key(self, suffix: str = "") -> str:
@@ -177,7 +178,7 @@ class FIDProtocol(Protocol, FID):
         return {"backbone": o.feature_extractor, "weights_file": path.name if path is not None else None,
                 "weights_sha256": fx.weights_digest(path) if path is not None else None,
                 "dim": self.feature_dim(device), "protocol": self.spec.name, "reals": self.real_rule.text(),
-                "resize": str(getattr(o, "resize", "backbone default"))}
+                "resize": fx.resize_mode(o.feature_extractor, o.resize)}
 
     def statistics(self, images, device, real: bool) -> tuple[Any, Any, int]:
         """``(mu [D], sigma [D, D], count)`` (float64 numpy; unbiased covariance as ``np.cov``) of an
