@@ -13,7 +13,18 @@ from torch import nn
 
 from gan_kit.builtin.architectures.stylegan2.layers import EqualizedLinear
 
-__all__ = ["SynthesisInput"]
+__all__ = ["SynthesisInput", "user_transform"]
+
+
+def user_transform(translate: tuple[float, float] = (0.0, 0.0), rotate: float = 0.0) -> torch.Tensor:
+    """The ``[3, 3]`` float32 matrix to set as ``SynthesisInput.transform`` so G's output is rotated
+    by ``rotate`` degrees and translated by ``translate`` (x, y, in image widths: the input's
+    coordinates span the image as [-0.5, 0.5]), as the paper's gen_images.py: the inverse of ``[[cos, sin, tx], [-sin, cos, ty], [0,
+    0, 1]]``, computed in float64)."""
+    a = math.radians(rotate)
+    c, s = math.cos(a), math.sin(a)
+    m = torch.tensor([[c, s, translate[0]], [-s, c, translate[1]], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    return torch.linalg.inv(m).float()
 
 
 class SynthesisInput(nn.Module):
