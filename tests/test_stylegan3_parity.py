@@ -117,17 +117,23 @@ def test_user_transform_equals_gen_images():
 
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_synthesis_input_equals_official(cfg):
-    """The Fourier-feature input for the recorded ws[:2, 0] equals the official one, without and
-    with a translate + rotate transform (to 1e-5: sin of a rounded phase); the transform changes it."""
+    """The Fourier-feature input for the recorded ws[:1, 0] equals the official one, without a
+    transform, with a translate + rotate one, and with that one scaled by 3 (frequencies out of
+    band, damped), to 1e-5 (sin of a rounded phase); each transform changes it."""
     ref = reference()[cfg]
     inp = build(cfg).synthesis_network.input
-    w = ref["ws"][:2, 0]
+    rec = ref["input"]
+    w = ref["ws"][:1, 0]
     with torch.no_grad():
-        torch.testing.assert_close(inp(w), ref["input"]["out"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(inp(w), rec["out"], atol=1e-5, rtol=0)
         inp.transform.copy_(user_transform(tuple(reference()["translate"].tolist()), float(reference()["rotate"])))
         out = inp(w)
-    torch.testing.assert_close(out, ref["input"]["out_transform"], atol=1e-5, rtol=0)
-    assert (ref["input"]["out_transform"] - ref["input"]["out"]).abs().max() > 0.1
+        inp.transform.copy_(rec["transform_scaled"])
+        out_scaled = inp(w)
+    torch.testing.assert_close(out, rec["out_transform"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(out_scaled, rec["out_transform_scaled"], atol=1e-5, rtol=0)
+    assert (rec["out_transform"] - rec["out"]).abs().max() > 0.1
+    assert (rec["out_transform_scaled"] - rec["out_transform"]).abs().max() > 0.1
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
@@ -149,6 +155,22 @@ def test_filtered_lrelu_equals_official(cfg):
                            down=s.down_factor, padding=s.padding, gain=layer.gain, slope=layer.slope,
                            clamp=layer.conv_clamp)
         torch.testing.assert_close(y, call["y"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_filtered_lrelu_clamp_equals_official(cfg):
+    """With a clamp the activations reach (the recorded layer's call again, clamp 0.3), our op
+    gives the official output to 1e-5, and the clamp changed it."""
+    ref = reference()[cfg]
+    rec = ref["flrelu_clamped"]
+    i = int(rec["layer"])
+    call, layer = ref["flrelu"][i], build(cfg).synthesis_network.layers[i]
+    s = layer.spec
+    y = filtered_lrelu(call["x"], layer.up_filter, layer.down_filter, call["b"], up=s.up_factor,
+                       down=s.down_factor, padding=s.padding, gain=layer.gain, slope=layer.slope,
+                       clamp=float(rec["clamp"]))
+    torch.testing.assert_close(y, rec["y"], atol=1e-5, rtol=0)
+    assert (rec["y"] - call["y"]).abs().max() > 0.1
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)

@@ -26,14 +26,16 @@ records, as plain tensors:
 - ``layers``: per synthesis layer (in order) the attributes that define it: sampling rates,
   cutoffs, half widths, sizes, channels, up / down factors and taps, padding, is_torgb,
   is_critically_sampled, use_fp16, conv_kernel, down_radial, the filters.
-- ``input``: the synthesis input's ``freqs`` / ``phases``, its output for ``ws[:2, 0]`` without
+- ``input``: the synthesis input's ``freqs`` / ``phases``, its output for ``ws[:1, 0]`` without
   and with a user ``transform`` (gen_images.py's ``make_transform`` of a translate and rotate,
-  inverted as gen_images.py does), and that matrix.
+  inverted as gen_images.py does), and that matrix; ``out_transform_scaled``: with that matrix
+  scaled by 3 (``transform_scaled``), which moves frequencies out of band.
 - ``z``, ``c``, ``ws``: mapping with truncation_psi 0.7; ``img``: G(z, c, truncation_psi 0.7,
   noise_mode "const") (StyleGAN3's layers take no noise: ``noise_mode`` is only checked);
   ``img_transform``: the same with the transform set.
 - ``flrelu``: layer i's (``FLRELU_LAYERS``) filtered-lrelu call in the eval forward (its input, bias, up/down,
-  padding, gain, slope, clamp, and output; the first sample).
+  padding, gain, slope, clamp, and output; the first sample); ``flrelu_clamped``: the first of them again with
+  ``clamp = CLAMP``, a bound the activations reach.
 - ``train``: one training-mode forward (``update_emas=True``) on ``z_train``: the images, the
   ``w_avg`` and each layer's ``magnitude_ema`` after it.
 """
@@ -59,6 +61,7 @@ CONFIGS = {
 # The layers whose filtered-lrelu call is recorded: one that upsamples and downsamples (a
 # non-critical layer, radial in "r"), one critically sampled, and ToRGB (no filters, no lrelu).
 FLRELU_LAYERS = (2, 5, 6)
+CLAMP = 0.3
 TRANSLATE, ROTATE = (0.3, -0.2), 25.0
 
 
@@ -149,17 +152,31 @@ def record(name, kwargs, seed):
         out["ws"] = ws.clone()
         out["ws_psi1"] = G.mapping(z, c).clone()
         out["input"] = {"freqs": S.input.freqs.clone(), "phases": S.input.phases.clone(),
-                        "out": S.input(ws[:2, 0]).clone()}
+                        "out": S.input(ws[:1, 0]).clone()}
         filtered_lrelu.filtered_lrelu = spy
         try:
             out["img"] = G(z, c, truncation_psi=0.7, noise_mode="const").clone()
         finally:
             filtered_lrelu.filtered_lrelu = orig
         out["flrelu"] = {i: calls[i] for i in FLRELU_LAYERS}
+        # The resampling layer's call again with a clamp the activations reach (256 never is here).
+        c2 = calls[FLRELU_LAYERS[0]]
+        layer = getattr(S, S.layer_names[FLRELU_LAYERS[0]])
+        y = orig(c2["x"], fu=layer.up_filter, fd=layer.down_filter, b=c2["b"], up=layer.up_factor,
+                 down=layer.down_factor, padding=layer.padding, gain=np.sqrt(2), slope=0.2, clamp=CLAMP)
+        out["flrelu_clamped"] = {"layer": torch.tensor(FLRELU_LAYERS[0]), "clamp": torch.tensor(CLAMP),
+                                 "y": y.clone()}
         m = torch.from_numpy(np.linalg.inv(make_transform(TRANSLATE, ROTATE))).float()
         S.input.transform.copy_(m)
         out["input"]["transform"] = m.clone()
-        out["input"]["out_transform"] = S.input(ws[:2, 0]).clone()
+        out["input"]["out_transform"] = S.input(ws[:1, 0]).clone()
+        # A transform that also scales by 3: frequencies beyond the bandwidth, so the input's
+        # damping of out-of-band features acts (a pure rotation keeps every |f|).
+        scaled = m @ torch.diag(torch.tensor([3.0, 3.0, 1.0]))
+        S.input.transform.copy_(scaled)
+        out["input"]["transform_scaled"] = scaled.clone()
+        out["input"]["out_transform_scaled"] = S.input(ws[:1, 0]).clone()
+        S.input.transform.copy_(m)
         out["img_transform"] = G(z, c, truncation_psi=0.7, noise_mode="const").clone()
         S.input.transform.copy_(torch.eye(3))
 
