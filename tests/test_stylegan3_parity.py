@@ -201,6 +201,21 @@ def test_images_equal_official(cfg):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
+def test_scaled_modconv_and_export_view_equal_official(cfg):
+    """The "scaled" modulated convolution (what ``export_view`` switches every layer to, so the
+    batch size stays free in ONNX) gives the official images to 1e-5, and the view is a copy."""
+    ref = reference()[cfg]
+    G = build(cfg)
+    arch = StyleGAN3(StyleGAN3.Options(config=cfg), BuildContext())
+    view = arch.export_view(G)
+    assert all(layer.modconv == "scaled" for layer in view.synthesis_network.layers)
+    assert all(layer.modconv == "grouped" for layer in G.synthesis_network.layers)
+    with torch.no_grad():
+        img = view(ref["z"], labels_of(ref), truncation_psi=0.7, noise_mode="const")
+    torch.testing.assert_close(img, ref["img"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
 def test_training_forward_updates_emas_as_official(cfg):
     """A training-mode forward (update_emas) gives the official images and leaves the official
     w_avg and every layer's magnitude_ema (to 1e-6; each one moved)."""

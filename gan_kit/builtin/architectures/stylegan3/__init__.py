@@ -17,10 +17,11 @@ from gan_kit.builtin.architectures.stylegan3.filters import kaiser_beta, lowpass
 from gan_kit.builtin.architectures.stylegan3.networks import Generator, StyleGAN3, SynthesisNetwork
 from gan_kit.builtin.architectures.stylegan3.schedule import LayerSpec, layer_schedule
 from gan_kit.builtin.architectures.stylegan3.synthesis_input import SynthesisInput, user_transform
-from gan_kit.builtin.architectures.stylegan3.synthesis_layer import SynthesisLayer, modulated_conv2d
+from gan_kit.builtin.architectures.stylegan3.synthesis_layer import ModConv, SynthesisLayer, modulated_conv2d
 
 __all__ = ["StyleGAN3", "Generator", "SynthesisNetwork", "SynthesisInput", "SynthesisLayer", "LayerSpec",
-           "layer_schedule", "lowpass_filter", "kaiser_beta", "filtered_lrelu", "upfirdn2d", "modulated_conv2d", "user_transform"]
+           "layer_schedule", "lowpass_filter", "kaiser_beta", "filtered_lrelu", "upfirdn2d", "modulated_conv2d", "user_transform",
+           "ModConv"]
 
 
 @hookimpl

@@ -6,6 +6,7 @@ ToRGB, output times ``output_scale``); D = StyleGAN2's residual D (the paper's D
 
 from __future__ import annotations
 
+import copy
 from typing import Literal
 
 import attrs
@@ -17,7 +18,7 @@ from gan_kit.builtin.architectures.conditioning import check_labels
 from gan_kit.builtin.architectures.stylegan2 import Discriminator, MappingNetwork
 from gan_kit.builtin.architectures.stylegan3.schedule import layer_schedule, num_ws
 from gan_kit.builtin.architectures.stylegan3.synthesis_input import SynthesisInput
-from gan_kit.builtin.architectures.stylegan3.synthesis_layer import SynthesisLayer
+from gan_kit.builtin.architectures.stylegan3.synthesis_layer import ModConv, SynthesisLayer
 
 __all__ = ["SynthesisNetwork", "Generator", "StyleGAN3", "Config"]
 
@@ -34,14 +35,15 @@ class SynthesisNetwork(nn.Module):
 
     def __init__(self, w_dim: int, resolution: int, channels: int, *, output_scale: float = 0.25,
                  conv_clamp: float | None = 256.0, magnitude_ema_beta: float = 0.999, filter_size: int = 6,
-                 **schedule_kwargs):
+                 modconv: ModConv = "grouped", **schedule_kwargs):
         super().__init__()
         inp, specs = layer_schedule(resolution, channels, filter_size=filter_size, **schedule_kwargs)
         self.output_scale = float(output_scale)
         self.num_ws = num_ws(len(specs) - 1)
         self.input = SynthesisInput(w_dim, **inp)
         self.layers = nn.ModuleList(SynthesisLayer(s, w_dim, filter_size=filter_size, conv_clamp=conv_clamp,
-                                                   magnitude_ema_beta=magnitude_ema_beta) for s in specs)
+                                                   magnitude_ema_beta=magnitude_ema_beta, modconv=modconv)
+                                    for s in specs)
 
     def forward(self, ws: torch.Tensor, update_emas: bool = False) -> torch.Tensor:
         x = self.input(ws[:, 0].float())
@@ -159,6 +161,10 @@ class StyleGAN3(Architecture):
         truncation_cutoff: int | None = option(None, help="Truncation on the first truncation_cutoff Ws only; "
                                                           "None = all.", min=0)
         mbstd_group_size: int = option(4, help="D's minibatch-stddev group size (0 disables the layer).", min=0)
+        modconv: ModConv = option("grouped", help='Modulated convolution (same formula): "grouped" (one '
+                                                  'convolution with groups=N, the paper\'s code\'s) or "scaled" '
+                                                  '(the input scaled by the styles around one shared-weight '
+                                                  'convolution, the output by the demodulation; exports use it).')
 
     supports_truncation = True
     supports_conditional = True
@@ -184,7 +190,15 @@ class StyleGAN3(Architecture):
         return dict(channel_base=o.channel_base * (2 if r else 1), channel_max=o.channel_max * (2 if r else 1),
                     num_layers=o.num_layers, num_critical=o.num_critical, margin_size=o.margin_size,
                     conv_kernel=1 if r else 3, use_radial_filters=r, conv_clamp=o.conv_clamp,
-                    magnitude_ema_beta=o.magnitude_ema_beta)
+                    magnitude_ema_beta=o.magnitude_ema_beta, modconv=o.modconv)
+
+    def export_view(self, G: nn.Module) -> nn.Module:
+        # The "scaled" modulated convolution: the same function without a convolution whose
+        # groups are the batch size, so ONNX and TorchScript graphs keep the batch free.
+        view = copy.deepcopy(G)
+        for layer in view.synthesis_network.layers:
+            layer.modconv = "scaled"
+        return view
 
     def build(self, resolution, channels):
         o = self.options

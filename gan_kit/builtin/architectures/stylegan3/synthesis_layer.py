@@ -5,6 +5,7 @@ filtered leaky ReLU between the layer's sampling rates."""
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -16,22 +17,36 @@ from gan_kit.builtin.architectures.stylegan3.filtered_lrelu import filtered_lrel
 from gan_kit.builtin.architectures.stylegan3.filters import lowpass_filter
 from gan_kit.builtin.architectures.stylegan3.schedule import LayerSpec
 
-__all__ = ["SynthesisLayer", "modulated_conv2d"]
+__all__ = ["SynthesisLayer", "modulated_conv2d", "ModConv"]
+
+#: How the modulated convolution is computed (the same formula): see ``modulated_conv2d``.
+ModConv = Literal["grouped", "scaled"]
 
 
 def modulated_conv2d(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor, *, demodulate: bool,
-                     padding: int, input_gain: torch.Tensor | None = None) -> torch.Tensor:
+                     padding: int, input_gain: torch.Tensor | None = None, modconv: ModConv = "grouped") -> torch.Tensor:
     """StyleGAN2's modulated convolution (Karras et al. 2020, sec. 2.2, eq. 1-3) as StyleGAN3 uses
     it: ``x[N, Cin, H, W]``, ``weight[Cout, Cin, k, k]``, ``styles[N, Cin]``; with ``demodulate``
     the weight (per output channel) and the styles (all together) are first divided by their RMS,
     which demodulation cancels but which keeps fp16 in range; ``input_gain`` (a scalar tensor)
     multiplies the modulated weight, i.e. the input. ``padding`` zeros on each side. Returns
-    ``[N, Cout, H + 2 padding - k + 1, ...]``; one convolution with ``groups=N``."""
+    ``[N, Cout, H + 2 padding - k + 1, ...]``. ``modconv``: "grouped" (one convolution with
+    ``groups=N`` of the per-sample weights, the paper's code's form) or "scaled" (the input times
+    the styles, one convolution with the shared weight, the output times the demodulation
+    coefficients: the same sums in another order, and a graph whose batch size stays free for
+    export)."""
     n, cin, h, w_ = x.shape
     cout, _, kh, kw = weight.shape
     if demodulate:
         weight = weight * weight.square().mean(dim=(1, 2, 3), keepdim=True).rsqrt()
         styles = styles * styles.square().mean().rsqrt()
+    if modconv == "scaled":
+        scale = styles if input_gain is None else styles * input_gain
+        out = F.conv2d(x * scale.to(x.dtype).reshape(n, cin, 1, 1), weight.to(x.dtype), padding=padding)
+        if demodulate:
+            dcoefs = (styles.square() @ weight.square().sum(dim=(2, 3)).t() + 1e-8).rsqrt()
+            out = out * dcoefs.to(x.dtype).reshape(n, cout, 1, 1)
+        return out
     w = weight.unsqueeze(0) * styles.reshape(n, 1, cin, 1, 1)
     if demodulate:
         w = w * (w.square().sum(dim=(2, 3, 4), keepdim=True) + 1e-8).rsqrt()
@@ -53,12 +68,13 @@ class SynthesisLayer(nn.Module):
     demodulate. The convolution (``conv_kernel``, ToRGB 1x1) pads ``k - 1`` on each side; then
     ``filtered_lrelu`` with the layer's Kaiser filters (non-persistent buffers ``up_filter``,
     ``down_filter``, None for 1 tap), gain sqrt(2) and slope 0.2 (ToRGB: linear, gain 1), and the
-    output clamped to ``conv_clamp`` (None: not clamped)."""
+    output clamped to ``conv_clamp`` (None: not clamped). ``modconv``: see ``modulated_conv2d``."""
 
     def __init__(self, spec: LayerSpec, w_dim: int, *, filter_size: int = 6, conv_clamp: float | None = 256.0,
-                 magnitude_ema_beta: float = 0.999):
+                 magnitude_ema_beta: float = 0.999, modconv: ModConv = "grouped"):
         super().__init__()
         self.spec = spec
+        self.modconv = modconv
         self.conv_clamp = None if conv_clamp is None else float(conv_clamp)
         self.magnitude_ema_beta = float(magnitude_ema_beta)
         k = spec.conv_kernel
@@ -85,7 +101,7 @@ class SynthesisLayer(nn.Module):
         if s.is_torgb:
             styles = styles * (1.0 / math.sqrt(s.in_channels * s.conv_kernel ** 2))
         x = modulated_conv2d(x, self.weight, styles, padding=s.conv_kernel - 1, demodulate=not s.is_torgb,
-                             input_gain=self.magnitude_ema.rsqrt())
+                             input_gain=self.magnitude_ema.rsqrt(), modconv=self.modconv)
         return filtered_lrelu(x, self.up_filter, self.down_filter, self.bias, up=s.up_factor, down=s.down_factor,
                               padding=s.padding, gain=self.gain, slope=self.slope, clamp=self.conv_clamp)
 
