@@ -7,6 +7,7 @@ ToRGB, output times ``output_scale``); D = StyleGAN2's residual D (the paper's D
 from __future__ import annotations
 
 import copy
+import math
 from typing import Literal
 
 import attrs
@@ -174,6 +175,11 @@ class StyleGAN3(Architecture):
     def problems(cls, o, recipe):
         if recipe.growth.name != "static":
             yield "growth.name", f"stylegan3 does not grow: use [growth] name = \"static\", not {recipe.growth.name!r}"
+        init = recipe.init
+        if init.name != "equalized-lr" or abs(float(getattr(init.options, "gain", math.sqrt(2.0))) - math.sqrt(2.0)) > 1e-12:
+            yield "init.name", (f"stylegan3's layers apply the equalized learning rate themselves, so the initializer "
+                                f"{init.name!r} would not change them (set [init] name = \"equalized-lr\" with its "
+                                f"default gain, or remove the [init] table)")
         if o.num_layers <= o.num_critical:
             yield "num_layers", (f"{o.num_layers} must exceed num_critical ({o.num_critical}): the cutoff schedule "
                                  f"needs a non-critical layer")
