@@ -21,7 +21,7 @@ import torch
 
 from gan_kit.base.errors import GankitError
 from gan_kit.builtin.architectures.stylegan3 import StyleGAN3, filtered_lrelu, lowpass_filter, user_transform
-from gan_kit.builtin.importers.stylegan3_official import stylegan3_state_dict
+from gan_kit.builtin.importers.stylegan3_official import stylegan3_options, stylegan3_state_dict
 from gan_kit.plugin_api.components import BuildContext
 
 FIXTURE = Path(__file__).parent / "data" / "stylegan3_reference.pt"
@@ -34,18 +34,13 @@ def reference() -> dict:
 
 
 def build(cfg: str, *, load: bool = True):
-    """gankit's G for the recorded official ``cfg`` ("r": the official kwargs hold the doubled
-    channel_base / channel_max, the option the undoubled ones), with the official weights."""
-    k = reference()[cfg]["kwargs"]
-    double = 2 if cfg == "r" else 1
-    options = StyleGAN3.Options(config=cfg, latent_dim=k["z_dim"], w_dim=k["w_dim"],
-                                mapping_layers=k["mapping_kwargs"]["num_layers"],
-                                channel_base=k["channel_base"] // double, channel_max=k["channel_max"] // double,
-                                num_layers=k["num_layers"], conv_clamp=float(k["conv_clamp"]),
-                                magnitude_ema_beta=k["magnitude_ema_beta"])
-    arch = StyleGAN3(options, BuildContext(resolution=k["img_resolution"], channels=k["img_channels"],
-                                           num_classes=k["c_dim"]))
-    G, _ = arch.build(k["img_resolution"], k["img_channels"])
+    """gankit's G for the recorded official ``cfg``, its options read from the official kwargs by
+    the importer (``config`` "r" with channel_base / channel_max halved), with the official weights."""
+    o = stylegan3_options(reference()[cfg]["kwargs"])
+    assert o["architecture"]["config"] == cfg
+    arch = StyleGAN3(StyleGAN3.Options(**o["architecture"]),
+                     BuildContext(resolution=o["resolution"], channels=o["channels"], num_classes=o["num_classes"]))
+    G, _ = arch.build(o["resolution"], o["channels"])
     if load:
         state, _ = stylegan3_state_dict(reference()[cfg]["state_dict"])
         G.load_state_dict(state, strict=True)
@@ -238,6 +233,18 @@ def test_importer_refuses_an_unknown_key():
     state["synthesis.b4.const"] = torch.zeros(1)
     with pytest.raises(GankitError, match="synthesis.b4.const"):
         stylegan3_state_dict(state)
+
+
+def test_importer_options_refuse_what_gankit_does_not_compute():
+    """Official arguments gankit cannot follow are refused, naming the argument; R's widths are
+    the undoubled option values."""
+    k = dict(reference()["r"]["kwargs"])
+    assert stylegan3_options(k)["architecture"]["channel_base"] == k["channel_base"] // 2
+    for change, key in [({"conv_kernel": 3}, "conv_kernel"), ({"first_cutoff": 3}, "first_cutoff"),
+                        ({"channel_max": 33}, "channel_max"), ({"foo": 1}, "foo"),
+                        ({"mapping_kwargs": {"num_layers": 2, "bar": 1}}, "mapping_kwargs.bar")]:
+        with pytest.raises(GankitError, match=key):
+            stylegan3_options({**k, **change})
 
 
 def test_architecture_builds_a_trainable_pair():
