@@ -20,7 +20,7 @@ import scipy.signal
 import torch
 
 from gan_kit.base.errors import GankitError
-from gan_kit.builtin.architectures.stylegan3 import StyleGAN3, filtered_lrelu, lowpass_filter, user_transform
+from gan_kit.builtin.architectures.stylegan3 import StyleGAN3, filtered_lrelu, lowpass_filter, upfirdn2d, user_transform
 from gan_kit.builtin.importers.stylegan3_official import stylegan3_options, stylegan3_state_dict
 from gan_kit.plugin_api.components import BuildContext
 
@@ -150,6 +150,39 @@ def test_filtered_lrelu_equals_official(cfg):
                            down=s.down_factor, padding=s.padding, gain=layer.gain, slope=layer.slope,
                            clamp=layer.conv_clamp)
         torch.testing.assert_close(y, call["y"], atol=1e-5, rtol=0)
+
+
+def upfirdn2d_direct(x, f, up, down, padding, gain):
+    """The definition (the official reference path's order): insert zeros, pad or crop, correlate
+    with the flipped filter times gain (1-D: along x then y, gain ** 0.5 each), keep every
+    ``down``-th."""
+    n, c, h, w = x.shape
+    x0, x1, y0, y1 = padding
+    x = torch.nn.functional.pad(x.reshape(n, c, h, 1, w, 1), [0, up - 1, 0, 0, 0, up - 1]).reshape(n, c, h * up, w * up)
+    x = torch.nn.functional.pad(x, [max(x0, 0), max(x1, 0), max(y0, 0), max(y1, 0)])
+    x = x[:, :, max(-y0, 0):x.shape[2] - max(-y1, 0), max(-x0, 0):x.shape[3] - max(-x1, 0)]
+    f = (f * gain ** (f.ndim / 2)).flip(list(range(f.ndim)))
+    if f.ndim == 2:
+        x = torch.nn.functional.conv2d(x, f.expand(c, 1, *f.shape), groups=c)
+    else:
+        x = torch.nn.functional.conv2d(x, f.reshape(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
+        x = torch.nn.functional.conv2d(x, f.reshape(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
+    return x[:, :, ::down, ::down]
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+@pytest.mark.parametrize("up,down,padding", [(2, 1, (9, 8, 9, 8)), (4, 1, (-3, 5, 2, -1)), (2, 2, (0, 0, 0, 0)),
+                                             (1, 2, (3, 2, 1, 4)), (4, 2, (-7, -6, 1, 0))])
+def test_upfirdn2d_equals_its_definition_for_asymmetric_filters(ndim, up, down, padding):
+    """Our upfirdn2d (a transposed convolution for up > 1, strided convolution down) equals
+    zero insertion + padding/cropping + convolution + decimation (to 1e-5, abs. and rel.: the
+    outputs reach ~50), for random asymmetric
+    filters (so a flip or an off-by-one shift fails) and negative paddings."""
+    g = torch.Generator().manual_seed(up * 10 + down + ndim)
+    x = torch.randn(2, 3, 7, 9, generator=g)
+    f = torch.randn(*([8] * ndim), generator=g)
+    ours = upfirdn2d(x, f, up=up, down=down, padding=padding, gain=up ** 2)
+    torch.testing.assert_close(ours, upfirdn2d_direct(x, f, up, down, padding, up ** 2), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
