@@ -54,3 +54,17 @@ def test_recipe_problems_name_growth_and_init(tmp_path, tiny_recipe_text):
     msg = str(e.value)
     assert "growth.name" in msg and "static" in msg
     assert "init.name" in msg and "'normal'" in msg
+
+
+def test_style_mixing_replaces_the_ws_from_one_layer_on(tmp_path):
+    """With style_mixing_prob 1 a training forward's ws are the first z's up to a cut-off layer in
+    [1, num_ws) and a second z's from there on (StyleGAN sec. 3.1), as stylegan2's G."""
+    from gan_kit.builtin.architectures.stylegan3 import Generator
+
+    torch.manual_seed(0)
+    G = Generator(16, 1, 8, 8, channel_base=64, channel_max=4, num_layers=3, style_mixing_prob=1.0)
+    ws = G.mapping(torch.randn(4, 8))
+    mixed = G.mix_styles(ws)
+    same = (mixed == ws).all(dim=2).all(dim=0)
+    cut = int((~same).nonzero()[0])
+    assert 1 <= cut < G.num_ws and same[:cut].all() and not same[cut:].any()

@@ -14,7 +14,7 @@ import attrs
 import torch
 from torch import nn
 
-from gan_kit import Architecture, mean_over_processes, option
+from gan_kit import Architecture, batch_randn, mean_over_processes, option
 from gan_kit.builtin.architectures.conditioning import check_labels
 from gan_kit.builtin.architectures.stylegan2 import Discriminator, MappingNetwork
 from gan_kit.builtin.architectures.stylegan3.schedule import layer_schedule, num_ws
@@ -104,7 +104,7 @@ class Generator(nn.Module):
     def mix_styles(self, ws: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Style mixing (StyleGAN sec. 3.1), as stylegan2's G: with probability
         ``style_mixing_prob`` the Ws from a random layer on come from a second z."""
-        z2 = torch.randn(ws.shape[0], self.latent_dim, device=ws.device)
+        z2 = batch_randn(ws.shape[0], self.latent_dim, device=ws.device)  # drawn for the global batch
         w2 = self.mapping(z2, labels).to(ws.dtype)
         cutoff = torch.randint(1, self.num_ws, (), device=ws.device)
         mix = torch.rand((), device=ws.device) < self.style_mixing_prob
@@ -159,6 +159,8 @@ class StyleGAN3(Architecture):
         magnitude_ema_beta: float = option(0.999, help="Decay of each layer's running input magnitude per training "
                                                        "forward (paper's train.py: 0.5 ** (batch / 20000)).",
                                            min=0, max=1)
+        style_mixing_prob: float = option(0.0, help="Probability of style mixing per training batch (the paper's "
+                                                    "StyleGAN3 configs: 0, off; StyleGAN2's: 0.9).", min=0, max=1)
         truncation_cutoff: int | None = option(None, help="Truncation on the first truncation_cutoff Ws only; "
                                                           "None = all.", min=0)
         mbstd_group_size: int = option(4, help="D's minibatch-stddev group size (0 disables the layer).", min=0)
@@ -211,7 +213,8 @@ class StyleGAN3(Architecture):
         k = self.context.num_classes
         G = Generator(resolution, channels, o.latent_dim, o.w_dim, mapping_layers=o.mapping_layers,
                       mapping_lr_mult=o.mapping_lr_mult, w_avg_beta=o.w_avg_beta, num_classes=k,
-                      truncation_cutoff=o.truncation_cutoff, **self.synthesis_kwargs())
+                      truncation_cutoff=o.truncation_cutoff, style_mixing_prob=o.style_mixing_prob,
+                      **self.synthesis_kwargs())
         base, top = o.channel_base, o.channel_max
         D = Discriminator(resolution, channels, lambda res: int(min(base // res, top)), o.mbstd_group_size,
                           num_classes=k, conv_clamp=o.conv_clamp)
