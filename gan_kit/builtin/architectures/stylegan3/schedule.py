@@ -13,7 +13,6 @@ channel_max))`` (the last: the image channels). Computed in float64, as the pape
 
 from __future__ import annotations
 
-
 import attrs
 import numpy as np
 
