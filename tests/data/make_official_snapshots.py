@@ -105,7 +105,7 @@ MIRRORS = {"ada": "/work/.mirror/NVlabs+stylegan2-ada-pytorch/repo",
 #: gen_images.py --translate / --rotate recorded on the alias-free cases.
 TRANSLATE, ROTATE = (0.3, -0.2), 25.0
 #: The equivariance metrics' draws: torch.manual_seed(EQ_SEED), EQ_SAMPLES images in batches of 4.
-EQ_SEED, EQ_SAMPLES, EQ_BATCH = 5, 8, 4
+EQ_SEED, EQ_SAMPLES, EQ_BATCH = 5, 4, 4
 #: ADA's train.py augpipe_specs['bgcfnc'].
 BGCFNC = dict(xflip=1, rotate90=1, xint=1, scale=1, rotate=1, aniso=1, xfrac=1, brightness=1, contrast=1,
               lumaflip=1, hue=1, saturation=1, imgfilter=1, noise=1, cutout=1)

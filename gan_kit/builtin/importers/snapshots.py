@@ -33,7 +33,8 @@ from gan_kit.builtin.importers.ada_official import ada_options_from_official
 from gan_kit.builtin.importers.r3gan_official import r3gan_options, r3gan_state_dict
 from gan_kit.builtin.importers.stylegan2_official import stylegan2_options, stylegan2_state_dict
 from gan_kit.builtin.importers.stylegan2_tf import convert_tf_snapshot, is_tf_snapshot
-from gan_kit.builtin.importers.stylegan3_official import stylegan3_d_options, stylegan3_networks, stylegan3_options
+from gan_kit.builtin.importers.stylegan3_official import (stylegan3_d_as_stylegan2, stylegan3_d_options,
+                                                          stylegan3_networks, stylegan3_options)
 
 __all__ = ["StyleGAN2Snapshot", "StyleGAN3Snapshot", "StyleGAN2TFSnapshot", "R3GANSnapshot", "imported_recipe"]
 
@@ -187,8 +188,10 @@ class StyleGAN3Snapshot(Importer):
             config = stylegan3_options(dict(G_ema.init_kwargs))
             if D is not None:
                 config["architecture"].update(stylegan3_d_options(dict(D.init_kwargs), config))
-            nets = stylegan3_networks(config, G_ema.state_dict(), G.state_dict() if G is not None else None,
-                                      D.state_dict() if D is not None else None)
+            # D is the StyleGAN3 repository's networks_stylegan2 D: stylegan2's renaming
+            D_state = (stylegan2_state_dict(D.state_dict(), "D", stylegan3_d_as_stylegan2(config))
+                       if D is not None else None)
+            nets = stylegan3_networks(config, G_ema.state_dict(), G.state_dict() if G is not None else None, D_state)
         except GankitError as e:
             raise GankitError(f"{source.path}: {e}") from None
         arch = dict(config["architecture"])

@@ -30,10 +30,10 @@ import torch
 
 from gan_kit.base.errors import GankitError
 from gan_kit.builtin.architectures.stylegan3 import StyleGAN3
-from gan_kit.builtin.importers.stylegan2_official import stylegan2_state_dict
 from gan_kit.plugin_api.components import BuildContext
 
-__all__ = ["stylegan3_state_dict", "stylegan3_options", "stylegan3_d_options", "stylegan3_networks"]
+__all__ = ["stylegan3_state_dict", "stylegan3_options", "stylegan3_d_options", "stylegan3_d_as_stylegan2",
+           "stylegan3_networks"]
 
 #: Official synthesis arguments gankit fixes at the paper's values: a snapshot must hold these.
 _FIXED = {"first_cutoff": 2, "first_stopband": 2 ** 2.1, "last_stopband_rel": 2 ** 0.3, "output_scale": 0.25,
@@ -210,11 +210,23 @@ def _load_checked(net: torch.nn.Module, state: dict[str, torch.Tensor], name: st
     net.load_state_dict(state, strict=True)
 
 
+def stylegan3_d_as_stylegan2(config: dict) -> dict:
+    """The options of gankit's ``stylegan2`` whose D is the ``stylegan3`` D of ``config`` (the
+    same residual D, widths, labels and minibatch stddev), in ``stylegan2_options``' layout: what
+    ``stylegan2_official.stylegan2_state_dict(official_D, "D", ...)`` renames an official
+    ``networks_stylegan2.Discriminator``'s tensors with."""
+    arch = config["architecture"]
+    return {"resolution": config["resolution"], "channels": config["channels"], "num_classes": config["num_classes"],
+            "architecture": {"channel_base": arch["channel_base"], "channel_max": arch["channel_max"],
+                             "mbstd_group_size": arch.get("mbstd_group_size", 4)}}
+
+
 def stylegan3_networks(config: dict, G_ema: dict[str, torch.Tensor], G: dict[str, torch.Tensor] | None = None,
                        D: dict[str, torch.Tensor] | None = None) -> dict[str, dict[str, torch.Tensor] | None]:
     """``{"G_ema", "G", "D"}``: the official state dicts (``G_ema``, ``G``: a
-    ``networks_stylegan3.Generator``'s; ``D``: a ``networks_stylegan2.Discriminator``'s; None
-    where the file has none) in gankit's names for the ``stylegan3`` networks of ``config``
+    ``networks_stylegan3.Generator``'s; ``D``: a ``networks_stylegan2.Discriminator``'s already
+    renamed by ``stylegan2_state_dict`` with ``stylegan3_d_as_stylegan2(config)``; None where the
+    file has none) in gankit's names for the ``stylegan3`` networks of ``config``
     (``stylegan3_options``' result with D's ``mbstd_group_size`` in its architecture). Each is
     loaded into those networks (strict, shapes checked), and every layer's official ``up_filter``
     / ``down_filter`` must equal gankit's design to 1e-6 (gankit does not store them: a snapshot
@@ -247,14 +259,6 @@ def stylegan3_networks(config: dict, G_ema: dict[str, torch.Tensor], G: dict[str
         _load_checked(ours_G, state, name)
         out[name] = state
     if D is not None:
-        options = {"resolution": config["resolution"], "channels": config["channels"],
-                   "num_classes": config["num_classes"],
-                   "architecture": {"channel_base": arch["channel_base"], "channel_max": arch["channel_max"],
-                                    "mbstd_group_size": arch.get("mbstd_group_size", 4)}}
-        try:
-            state = stylegan2_state_dict(D, "D", options)
-        except GankitError as e:
-            raise GankitError(f"official StyleGAN3 {e}") from None
-        _load_checked(ours_D, state, "D")
-        out["D"] = state
+        _load_checked(ours_D, D, "D")
+        out["D"] = D
     return out
