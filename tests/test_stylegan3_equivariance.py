@@ -97,3 +97,21 @@ def test_a_g_without_input_transform_is_refused_in_one_line(tmp_path):
     recipe_text = ckpt.load(path)["recipe"]
     with pytest.raises(RecipeError, match="eqr50k.*'stylegan2'"):
         load_recipe(tmp_path / "r.toml", [f"data.path='{images}'", "metric=[{name='eqr50k'}]"], text=recipe_text)
+
+
+def test_a_stylegan3_run_evaluates_the_metric_on_g_ema(tmp_path, tiny_recipe_text):
+    """A stylegan3 recipe's [[metric]] eqt50k_int (4 latents) is computed on the run's G_ema by
+    the run's evaluate path: the value equivariance_psnr gives with the metric's seed."""
+    from gan_kit.recipe import load_recipe
+    from gan_kit.runs.run import build_run
+    from gan_kit.tools.evaluate import evaluate
+    from test_stylegan3 import sg3_recipe
+
+    recipe, plugins = load_recipe(sg3_recipe(tmp_path, tiny_recipe_text),
+                                  ["metric=[{name='eqt50k_int', num_images=4, seed=3}]"])
+    run = build_run(recipe, plugins)
+    [(spec, metric)] = run.metrics
+    values = evaluate(run, metric)
+    want = equivariance_psnr(run.G_ema, "eqt_int", 4, generator=torch.Generator().manual_seed(3))
+    assert values == {"Metrics/eqt50k_int": pytest.approx(want, abs=1e-9)}
+    assert 0 < want < 200
