@@ -12,7 +12,8 @@ through torch's own reduction (``torch._utils._rebuild_tensor_v2`` over
   order); each network module is ``torch_utils.persistence._reconstruct_persistent_obj(meta)``,
   ``meta = dict(type='class', version=6, module_src=..., class_name=..., state=<module __dict__>)``;
   ``_init_kwargs`` hold ``dnnlib.util.EasyDict``; numpy float64 gains pickle as
-  ``numpy.core.multiarray.scalar`` of a ``numpy.dtype``.
+  ``numpy.core.multiarray.scalar`` of a ``numpy.dtype``, StyleGAN3's numpy arrays (layer sizes,
+  sampling rates) as ``numpy.core.multiarray._reconstruct(numpy.ndarray, (0,), b'b')`` + BUILD.
 - R3GAN: ``dict(G, D, G_ema, training_set_kwargs, cur_nimg, D_opt_state, G_opt_state)`` (Adam's
   state dicts: plain dicts of tensors); every module a plain global class
   (``training.networks.Generator``, ``R3GAN.Networks.ResidualBlock``, ``torch.nn.modules.conv.Conv2d``

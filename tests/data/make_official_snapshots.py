@@ -10,6 +10,13 @@ The official code is run, not copied: point the options at extracted checkouts o
     python tests/data/make_official_snapshots.py --ada /tmp/sg2ada --sg3 /tmp/sg3 --r3gan /tmp/r3gan \
         [--out tests/data/official_snapshots.pt] [--check-genuine /tmp/genuine]
 
+``--sg3`` records the StyleGAN3 checkout's StyleGAN2 cases and its alias-free ones;
+``--sg3-alias-free`` (with ``--sg3``) records only the StyleGAN3-T / -R cases (format
+``"stylegan3"``: ``sg3-t``, RGB with train.py's StyleGAN3 augment pipe at p = 0.2;
+``sg3-r-conditional``, grayscale, 3 classes, ``--cfg stylegan3-r``'s doubled widths, 1x1
+convolutions and radial filters; both 16 px with 4 synthesis layers) and puts them into
+``--out`` in place of earlier ones, keeping the file's other cases and commits.
+
 Each checkout is imported in a subprocess of its own (the three share the module names
 ``dnnlib``, ``torch_utils``, ``training``, ``legacy``). Everything runs on the CPU, where the
 official ``bias_act``, ``upfirdn2d``, ``conv2d_gradfix`` and ``grid_sample_gradfix`` ops take their
@@ -40,7 +47,9 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
   ``"requires_grad"`` (parameter names that require it), ``"training"}``. Values that are not
   plain Python (``attributes``, ``init_*``) are tagged dicts: ``{"__type__": "numpy.scalar", "dtype":
   "float64", "value": v, "ref": n}``, ``{"__type__": "torch.dtype", "value": "torch.bfloat16"}``,
-  ``{"__type__": "dict" | "easydict", "items": {...}}``; tuples stay tuples. Object identity, which
+  ``{"__type__": "dict" | "easydict", "items": {...}}``, ``{"__type__": "numpy.ndarray", "dtype",
+  "shape", "values", "fortran", "ref"}`` (StyleGAN3's layers keep sizes and rates as arrays);
+  tuples stay tuples. Object identity, which
   decides what a pickle writes once and then refers to: ``ref`` numbers the numpy scalar objects of
   a snapshot (every ADA layer's ``act_gain`` is one object), ``"tuple_refs"`` (field path, e.g.
   ``"init_args"``, ``"attributes.kernel_size"``, ``"init_kwargs.x"`` -> number) the tuples (G_ema,
@@ -58,6 +67,15 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
   array and the image ``generate.py`` draws from it (``G.synthesis(w, noise_mode='const')``).
 - ``d_c``, ``d_logits_fake`` (D on the psi=1 const images), ``d_inputs_random``, ``d_logits_random``
   (D on a batch of 4; G_ema runs one seed at a time; all on the snapshot copies).
+- ``transform`` (``"stylegan3"``): gen_images.py's ``--translate`` / ``--rotate`` (``translate``,
+  ``rotate``; ``matrix``: the inverse of its ``make_transform``, as it sets
+  ``G.synthesis.input.transform``) and G_ema's images of the seeds with it (psi 1), ``img`` and
+  ``uint8``.
+- ``eq`` (``"stylegan3"``): the official ``metrics/equivariance.py`` values ``eqt_int``,
+  ``eqt_frac``, ``eqr`` (dB, float64) on G_ema, each after ``torch.manual_seed(seed)``, for
+  ``num_samples`` latents in batches of ``batch_size``; ``labels``: the one-hot classes every batch
+  of a conditional G gets (the official code draws them from its data set; fixed here, by
+  replacing ``metric_utils.iterate_random_labels`` for the call).
 - ``augment`` (when there is an augment_pipe): ``{"kwargs", "p", "inputs", "seeds", "outputs"}``,
   the pipe's output on ``inputs`` after ``torch.manual_seed(seed)``.
 
@@ -66,7 +84,8 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
 not show in its outputs): that case's outputs carry float16 rounding and conv_clamp.
 
 The networks' initial biases are zeros and w_avg is zero, which would hide terms from a parity
-check, so every parameter and w_avg is moved by seeded noise before recording.
+check, so every parameter and w_avg is moved by seeded noise before recording (StyleGAN3's
+magnitude EMAs, 1 at first, are set to seeded values in [0.5, 1.5)).
 
 Checks it prints (``check ...`` lines): each recorded case is rebuilt by
 ``official_pickles.write_official_pickle`` (with the real source text in ``module_src``, to a
@@ -794,6 +813,8 @@ def main() -> None:
         _worker(args.worker, args.repo, args.tmp, args.check, args.check_genuine)
         return
     repos = {k: getattr(args, k) for k in FORMATS if k != "sg3af" and getattr(args, k)}
+    if args.sg3:
+        repos["sg3af"] = args.sg3  # the StyleGAN3 checkout's alias-free cases come with its StyleGAN2 ones
     kept: dict = {"cases": [], "commits": {}}
     if args.sg3_alias_free:
         if not args.sg3:
