@@ -226,8 +226,13 @@ def _edited(name: str, net: str, change) -> dict:
     ("D", lambda t: t["modules"][""]["init_kwargs"].__setitem__("channel_base", 512), ["channel_base", "512"]),
     ("D", lambda t: t["modules"][""]["init_kwargs"]["epilogue_kwargs"].__setitem__("mbstd_num_channels", 2),
      ["mbstd_num_channels", "2"]),
+    ("D", lambda t: t["modules"][""]["init_kwargs"].__setitem__("img_channels", 1), ["img_channels", "1", "G has 3"]),
+    ("D", lambda t: t["modules"][""]["init_kwargs"].__setitem__("conv_clamp", None), ["conv_clamp", "None"]),
 ])
 def test_what_gankit_does_not_compute_the_same_way_is_refused_in_one_line(net, edit, words, tmp_path):
+    """Another filter size or kernel, a layer filter that is not gankit's design, a D that is not
+    the residual D of G's widths, data shape and clamp, or with more stddev channels: one line
+    naming the file, the argument and the value."""
     case = _edited("sg3-t", net, edit)
     path = _pickle("odd", tmp_path, case)
     r = invoke("generate", path, "--seeds", "0", "--outdir", tmp_path / "out")
