@@ -12,7 +12,8 @@ through torch's own reduction (``torch._utils._rebuild_tensor_v2`` over
   order); each network module is ``torch_utils.persistence._reconstruct_persistent_obj(meta)``,
   ``meta = dict(type='class', version=6, module_src=..., class_name=..., state=<module __dict__>)``;
   ``_init_kwargs`` hold ``dnnlib.util.EasyDict``; numpy float64 gains pickle as
-  ``numpy.core.multiarray.scalar`` of a ``numpy.dtype``.
+  ``numpy.core.multiarray.scalar`` of a ``numpy.dtype``, StyleGAN3's numpy arrays (layer sizes,
+  sampling rates) as ``numpy.core.multiarray._reconstruct(numpy.ndarray, (0,), b'b')`` + BUILD.
 - R3GAN: ``dict(G, D, G_ema, training_set_kwargs, cur_nimg, D_opt_state, G_opt_state)`` (Adam's
   state dicts: plain dicts of tensors); every module a plain global class
   (``training.networks.Generator``, ``R3GAN.Networks.ResidualBlock``, ``torch.nn.modules.conv.Conv2d``
@@ -41,7 +42,8 @@ import torch
 PERSISTENCE_VERSION = 6
 PLACEHOLDER_SRC = "# placeholder: source not distributed"
 #: The official training loops' snapshot keys, in their order.
-LAYOUT_BY_FORMAT = {"stylegan2-ada-pytorch": "torch-1.7", "stylegan3-stylegan2": "torch-1.9", "r3gan": "current"}
+LAYOUT_BY_FORMAT = {"stylegan2-ada-pytorch": "torch-1.7", "stylegan3-stylegan2": "torch-1.9", "stylegan3": "torch-1.9",
+                    "r3gan": "current"}
 #: torch.nn.Module.__init__'s own attributes, in order, per torch release (all empty containers).
 _MODULE_INTERNALS = {
     "torch-1.7": ["training", "_parameters", "_buffers", "_non_persistent_buffers_set", "_backward_hooks",
@@ -138,6 +140,22 @@ def _numpy_scalar(dtype: str, value, numpy_core: str):
     return _instance(numpy_core, "scalar", lambda cls: (cls, (_DTYPES[dtype], data)))
 
 
+def _numpy_array(dtype: str, shape, values, fortran: bool, numpy_core: str):
+    """An object that pickles as a numpy array does (``ndarray.__reduce__``, protocol 4):
+    ``_reconstruct(ndarray, (0,), b'b')`` then BUILD ``(1, shape, dtype, is_fortran, raw bytes)``."""
+    import struct
+
+    if dtype not in _DTYPES:
+        code, order = _NUMPY_DTYPES[dtype]
+        _DTYPES[dtype] = _instance("numpy", "dtype", lambda cls: (
+            cls, (code, False, True), (3, order, None, None, None, -1, -1, 0)))
+    fmt = {"float64": "d", "float32": "f", "int64": "q", "int32": "i", "bool": "?"}[dtype]
+    data = struct.pack(f"<{len(values)}{fmt}", *values)
+    ndarray = official_global("numpy", "ndarray")
+    return _instance(numpy_core, "_reconstruct", lambda cls: (
+        cls, (ndarray, (0,), b"b"), (1, tuple(shape), _DTYPES[dtype], bool(fortran), data)))
+
+
 #: Objects shared within the snapshot being built (cleared per snapshot).
 _shared: dict = {}
 
@@ -157,6 +175,12 @@ def _decode(value, numpy_core: str):
             key = ("numpy.scalar", value.get("ref", id(value)), numpy_core)
             if key not in _shared:
                 _shared[key] = _numpy_scalar(value["dtype"], value["value"], numpy_core)
+            return _shared[key]
+        if tag == "numpy.ndarray":
+            key = ("numpy.ndarray", value.get("ref", id(value)), numpy_core)
+            if key not in _shared:
+                _shared[key] = _numpy_array(value["dtype"], value["shape"], value["values"], value["fortran"],
+                                            numpy_core)
             return _shared[key]
         if tag == "torch.dtype":
             return official_global("torch", value["value"].split(".", 1)[1])

@@ -154,7 +154,7 @@ def test_gankit_import_writes_a_folder_every_command_reads(tmp_path):
 def test_list_plugins_names_the_importers():
     r = invoke("list-plugins", "--kind", "importer")
     assert r.exit_code == 0, r.output
-    for name in ("stylegan2-ada-pytorch", "stylegan2-tf", "r3gan"):
+    for name in ("stylegan2-ada-pytorch", "stylegan3", "stylegan2-tf", "r3gan"):
         assert name in r.output
 
 

@@ -43,10 +43,13 @@ R3GAN_GLOBALS = TENSOR_GLOBALS | {
     ("R3GAN.FusedOperators", "BiasedActivationCUDA"), ("R3GAN.Resamplers", "InterpolativeUpsamplerCUDA"),
     ("R3GAN.Resamplers", "InterpolativeDownsamplerCUDA"), ("torch.nn.modules.container", "ModuleList"),
     ("torch.nn.modules.conv", "Conv2d"), ("torch.nn.modules.linear", "Linear"), ("torch", "float32")}
+#: StyleGAN3's alias-free layers keep sizes and sampling rates as numpy arrays.
+STYLEGAN3_GLOBALS = STYLEGAN2_GLOBALS | {("numpy", "ndarray"), ("numpy.core.multiarray", "_reconstruct")}
 EXPECTED_GLOBALS = {"stylegan2-ada-pytorch": STYLEGAN2_GLOBALS, "stylegan3-stylegan2": STYLEGAN2_GLOBALS,
-                    "r3gan": R3GAN_GLOBALS}
+                    "stylegan3": STYLEGAN3_GLOBALS, "r3gan": R3GAN_GLOBALS}
 SNAPSHOT_KEYS = {"stylegan2-ada-pytorch": ["training_set_kwargs", "G", "D", "G_ema", "augment_pipe"],
                  "stylegan3-stylegan2": ["G", "D", "G_ema", "augment_pipe", "training_set_kwargs"],
+                 "stylegan3": ["G", "D", "G_ema", "augment_pipe", "training_set_kwargs"],
                  "r3gan": ["G", "D", "G_ema", "training_set_kwargs", "cur_nimg", "D_opt_state", "G_opt_state"]}
 
 
@@ -113,22 +116,28 @@ def _module_tensors(node, prefix: str, out: dict) -> dict:
 def test_fixture_loads_weights_only_with_versions_and_commits():
     """The fixture is plain data (weights_only) and names the official commits and versions it ran."""
     data = torch.load(FIXTURE, weights_only=True)
-    assert set(data["commits"]) == {"stylegan2-ada-pytorch", "stylegan3-stylegan2", "r3gan"}
+    assert set(data["commits"]) == {"stylegan2-ada-pytorch", "stylegan3-stylegan2", "stylegan3", "r3gan"}
     assert all(len(c) == 40 for c in data["commits"].values())
     assert {"torch", "numpy"} <= set(data["versions"])
-    assert FIXTURE.stat().st_size < 4_000_000
+    assert FIXTURE.stat().st_size < 4_500_000
 
 
 def test_fixture_has_the_cases_the_reader_tests_need():
     """Every requested case is there: ADA's architectures, conditional, fp16, grayscale, mapping and
-    mbstd options, the augment pipe; StyleGAN3's stylegan2; R3GAN fp32, conditional and bf16."""
+    mbstd options, the augment pipe; StyleGAN3's stylegan2 and its alias-free T (with an augment pipe)
+    and R (conditional, grayscale); R3GAN fp32, conditional and bf16."""
     assert set(BY_NAME) == {
         "ada-skip-resnet", "ada-orig-orig", "ada-resnet-skip", "ada-conditional", "ada-fp16-clamp",
-        "ada-grayscale", "ada-mapping3-mbstd2", "sg3-skip-resnet", "sg3-conditional",
+        "ada-grayscale", "ada-mapping3-mbstd2", "sg3-skip-resnet", "sg3-conditional", "sg3-t", "sg3-r-conditional",
         "r3gan-unconditional", "r3gan-conditional", "r3gan-bf16"}
     assert BY_NAME["ada-skip-resnet"]["augment"]["p"] == 0.3
     assert BY_NAME["ada-conditional"]["c"].shape == (4, 3)
     assert BY_NAME["ada-grayscale"]["generations"][0]["uint8"].shape == (4, 8, 8, 1)
+    assert BY_NAME["sg3-t"]["augment"]["p"] == pytest.approx(0.2)
+    assert BY_NAME["sg3-r-conditional"]["nets"]["G"]["modules"][""]["init_kwargs"]["use_radial_filters"] is True
+    for name in ("sg3-t", "sg3-r-conditional"):
+        assert set(BY_NAME[name]["eq"]) >= {"eqt_int", "eqt_frac", "eqr", "seed", "labels"}
+        assert BY_NAME[name]["transform"]["uint8"].shape[0] == 4
     for case in CASES:
         gens = case["generations"]
         if case["format"] != "r3gan":

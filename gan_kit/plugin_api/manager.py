@@ -47,6 +47,7 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.metrics.inception",
     "gan_kit.builtin.metrics.protocols",
     "gan_kit.builtin.metrics.backbones",
+    "gan_kit.builtin.metrics.equivariance",
     "gan_kit.builtin.augment",
     "gan_kit.builtin.augment.ada",
     "gan_kit.builtin.augment.apa",

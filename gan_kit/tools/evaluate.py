@@ -49,6 +49,11 @@ def _evaluate(run, metric, num_images: int | None) -> dict[str, float]:
 
     from gan_kit.base.phase import fade_real
 
+    if getattr(metric, "measures_generator", False):
+        # A metric of G itself (the equivariance metrics transform G's input): no image sets.
+        if num_images:
+            metric = _with_count(metric, num_images)
+        return metric.compute_generator(run.G_ema, partial(_draw_labels, run), run.device)
     if getattr(metric, "real_rule", None) is not None:
         n = num_images or metric.num_images  # a protocol's generated count is its own, never capped
     else:
@@ -68,6 +73,27 @@ def _evaluate(run, metric, num_images: int | None) -> dict[str, float]:
     if run.num_classes and getattr(getattr(metric, "options", None), "per_class", False):
         out.update(_per_class(run, metric, reals, run.real_labels(reals.shape[0], seed=metric.seed), g))
     return out
+
+
+def _with_count(metric, n: int):
+    """``metric`` drawing ``n`` latents (a copy with its ``num_images`` option changed)."""
+    import copy
+
+    out = copy.copy(metric)
+    out.options = attrs.evolve(metric.options, num_images=n)
+    return out
+
+
+def _draw_labels(run, k: int, g):
+    """``k`` classes for a conditional G (None otherwise), drawn from ``g`` with the data's
+    frequencies, as the generated sets of the image metrics."""
+    import torch
+
+    if not run.num_classes:
+        return None
+    known = getattr(run.metric_dataset, "labels", None)
+    return (torch.randint(run.num_classes, (k,), generator=g) if known is None
+            else known[torch.randint(len(known), (k,), generator=g)])
 
 
 def batch_seed(seed: int, stream: int, index: int) -> int:

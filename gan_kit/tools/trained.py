@@ -183,6 +183,18 @@ class TrainedGenerator:
                               f"{what} needs one, e.g. stylegan2")
         return self.G  # type: ignore[return-value]
 
+    def set_output_transform(self, translate: tuple[float, float] = (0.0, 0.0), rotate: float = 0.0) -> None:
+        """Draw from now on with the output translated by ``translate`` (x, y, image widths) and
+        rotated by ``rotate`` degrees, as StyleGAN3's gen_images.py ``--translate`` / ``--rotate``
+        (the architecture's ``set_output_transform``: stylegan3). ``GankitError`` (one line) for an
+        architecture without an input transform, or an export folder."""
+        setter = getattr(self.arch, "set_output_transform", None)
+        if setter is None or self.exported:
+            what = "an export folder" if self.exported else f"architecture {self.architecture!r}"
+            raise GankitError(f"--translate / --rotate: {what} has no input transform to translate or rotate its "
+                              f"images (stylegan3's G has one; use its checkpoint, or leave the flags out)")
+        setter(self.G, translate, rotate)
+
     def class_label(self, value: str) -> int:
         """``--class`` as a label: an index in ``[0, num_classes)`` or one of ``class_names``.
         Raises ``GankitError`` (one line) for a G that is not class-conditional, or a class it

@@ -10,6 +10,13 @@ The official code is run, not copied: point the options at extracted checkouts o
     python tests/data/make_official_snapshots.py --ada /tmp/sg2ada --sg3 /tmp/sg3 --r3gan /tmp/r3gan \
         [--out tests/data/official_snapshots.pt] [--check-genuine /tmp/genuine]
 
+``--sg3`` records the StyleGAN3 checkout's StyleGAN2 cases and its alias-free ones;
+``--sg3-alias-free`` (with ``--sg3``) records only the StyleGAN3-T / -R cases (format
+``"stylegan3"``: ``sg3-t``, RGB with train.py's StyleGAN3 augment pipe at p = 0.2;
+``sg3-r-conditional``, grayscale, 3 classes, ``--cfg stylegan3-r``'s doubled widths, 1x1
+convolutions and radial filters; both 16 px with 4 synthesis layers) and puts them into
+``--out`` in place of earlier ones, keeping the file's other cases and commits.
+
 Each checkout is imported in a subprocess of its own (the three share the module names
 ``dnnlib``, ``torch_utils``, ``training``, ``legacy``). Everything runs on the CPU, where the
 official ``bias_act``, ``upfirdn2d``, ``conv2d_gradfix`` and ``grid_sample_gradfix`` ops take their
@@ -40,7 +47,9 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
   ``"requires_grad"`` (parameter names that require it), ``"training"}``. Values that are not
   plain Python (``attributes``, ``init_*``) are tagged dicts: ``{"__type__": "numpy.scalar", "dtype":
   "float64", "value": v, "ref": n}``, ``{"__type__": "torch.dtype", "value": "torch.bfloat16"}``,
-  ``{"__type__": "dict" | "easydict", "items": {...}}``; tuples stay tuples. Object identity, which
+  ``{"__type__": "dict" | "easydict", "items": {...}}``, ``{"__type__": "numpy.ndarray", "dtype",
+  "shape", "values", "fortran", "ref"}`` (StyleGAN3's layers keep sizes and rates as arrays);
+  tuples stay tuples. Object identity, which
   decides what a pickle writes once and then refers to: ``ref`` numbers the numpy scalar objects of
   a snapshot (every ADA layer's ``act_gain`` is one object), ``"tuple_refs"`` (field path, e.g.
   ``"init_args"``, ``"attributes.kernel_size"``, ``"init_kwargs.x"`` -> number) the tuples (G_ema,
@@ -58,6 +67,15 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
   array and the image ``generate.py`` draws from it (``G.synthesis(w, noise_mode='const')``).
 - ``d_c``, ``d_logits_fake`` (D on the psi=1 const images), ``d_inputs_random``, ``d_logits_random``
   (D on a batch of 4; G_ema runs one seed at a time; all on the snapshot copies).
+- ``transform`` (``"stylegan3"``): gen_images.py's ``--translate`` / ``--rotate`` (``translate``,
+  ``rotate``; ``matrix``: the inverse of its ``make_transform``, as it sets
+  ``G.synthesis.input.transform``) and G_ema's images of the seeds with it (psi 1), ``img`` and
+  ``uint8``.
+- ``eq`` (``"stylegan3"``): the official ``metrics/equivariance.py`` values ``eqt_int``,
+  ``eqt_frac``, ``eqr`` (dB, float64) on G_ema, each after ``torch.manual_seed(seed)``, for
+  ``num_samples`` latents in batches of ``batch_size``; ``labels``: the one-hot classes every batch
+  of a conditional G gets (the official code draws them from its data set; fixed here, by
+  replacing ``metric_utils.iterate_random_labels`` for the call).
 - ``augment`` (when there is an augment_pipe): ``{"kwargs", "p", "inputs", "seeds", "outputs"}``,
   the pipe's output on ``inputs`` after ``torch.manual_seed(seed)``.
 
@@ -66,7 +84,8 @@ The file (``torch.load(path, weights_only=True)``) is ``{"versions": ..., "commi
 not show in its outputs): that case's outputs carry float16 rounding and conv_clamp.
 
 The networks' initial biases are zeros and w_avg is zero, which would hide terms from a parity
-check, so every parameter and w_avg is moved by seeded noise before recording.
+check, so every parameter and w_avg is moved by seeded noise before recording (StyleGAN3's
+magnitude EMAs, 1 at first, are set to seeded values in [0.5, 1.5)).
 
 Checks it prints (``check ...`` lines): each recorded case is rebuilt by
 ``official_pickles.write_official_pickle`` (with the real source text in ``module_src``, to a
@@ -95,11 +114,17 @@ import torch
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "official_snapshots.pt"
 SEEDS = [0, 1, 2, 3]
-LAYOUT_NOTE = {"ada": "legacy.load_network_pkl", "sg3": "legacy.load_network_pkl", "r3gan": "pickle.load"}
-FORMATS = {"ada": "stylegan2-ada-pytorch", "sg3": "stylegan3-stylegan2", "r3gan": "r3gan"}
+LAYOUT_NOTE = {"ada": "legacy.load_network_pkl", "sg3": "legacy.load_network_pkl", "sg3af": "legacy.load_network_pkl",
+               "r3gan": "pickle.load"}
+FORMATS = {"ada": "stylegan2-ada-pytorch", "sg3": "stylegan3-stylegan2", "sg3af": "stylegan3", "r3gan": "r3gan"}
 MIRRORS = {"ada": "/work/.mirror/NVlabs+stylegan2-ada-pytorch/repo",
            "sg3": "/work/.mirror/NVlabs+stylegan3/repo",
+           "sg3af": "/work/.mirror/NVlabs+stylegan3/repo",
            "r3gan": "/work/.mirror/brownvc+R3GAN/repo"}
+#: gen_images.py --translate / --rotate recorded on the alias-free cases.
+TRANSLATE, ROTATE = (0.3, -0.2), 25.0
+#: The equivariance metrics' draws: torch.manual_seed(EQ_SEED), EQ_SAMPLES images in batches of 4.
+EQ_SEED, EQ_SAMPLES, EQ_BATCH = 5, 4, 4
 #: ADA's train.py augpipe_specs['bgcfnc'].
 BGCFNC = dict(xflip=1, rotate90=1, xint=1, scale=1, rotate=1, aniso=1, xfrac=1, brightness=1, contrast=1,
               lumaflip=1, hue=1, saturation=1, imgfilter=1, noise=1, cutout=1)
@@ -142,6 +167,14 @@ def _encode(value, where: str):
         # layer's act_gain is bias_act's def_gain) pickles once, then as a memo reference.
         ref = _SCALAR_REFS.setdefault(id(value), (len(_SCALAR_REFS), value))[0]
         return {"__type__": "numpy.scalar", "dtype": value.dtype.name, "value": value.item(), "ref": ref}
+    if type(value) is np.ndarray:
+        # StyleGAN3's layers keep sizes and sampling rates as numpy arrays; pickled as
+        # ndarray.__reduce__ gives them (_reconstruct, then the dtype and the raw bytes).
+        ref = _SCALAR_REFS.setdefault(id(value), (len(_SCALAR_REFS), value))[0]
+        return {"__type__": "numpy.ndarray", "dtype": value.dtype.name, "shape": list(value.shape),
+                "values": value.reshape(-1).tolist(), "fortran": bool(value.flags.f_contiguous and value.ndim > 1
+                                                                      and not value.flags.c_contiguous),
+                "ref": ref}
     if isinstance(value, torch.dtype):
         return {"__type__": "torch.dtype", "value": str(value)}
     if type(value) is tuple:
@@ -238,6 +271,9 @@ def _perturb(net: torch.nn.Module, seed: int) -> None:
                 noise = torch.randn(t.shape, generator=gen, dtype=torch.float32)
                 spread = t.float().std().item() if t.numel() > 1 else abs(t.item())
                 t.add_((noise * (0.2 * spread if spread > 0 else 0.05)).to(t.dtype))
+        for name, b in net.named_buffers():
+            if name.endswith("magnitude_ema"):  # StyleGAN3's layers: 1 at first would hide the division
+                b.fill_(float(0.5 + torch.rand((), generator=gen)))
 
 
 def _snapshot_copy(net):
@@ -398,7 +434,7 @@ def _build_stylegan2_case(fmt: str, spec: dict, seed: int) -> dict:
         pipe.p.copy_(torch.as_tensor(spec["augment_p"]))
     snap = {"G": _snapshot_copy(G), "D": _snapshot_copy(D), "G_ema": _snapshot_copy(G_ema),
             "augment_pipe": None if pipe is None else _snapshot_copy(pipe)}
-    extra = {"random_seed": 0} if fmt == "sg3" else {}
+    extra = {"random_seed": 0} if fmt in ("sg3", "sg3af") else {}
     tsk = _dataset_kwargs(spec["res"], spec["c_dim"] > 0, 100, **extra)
     case = {"format": FORMATS[fmt], "case": spec["case"], "seeds": SEEDS, "class_idx": spec.get("class_idx"),
             "training_set_kwargs": tsk,
@@ -407,10 +443,95 @@ def _build_stylegan2_case(fmt: str, spec: dict, seed: int) -> dict:
             "null_keys": [] if pipe is not None else ["augment_pipe"],
             "nets": _record_nets(snap)}
     _record_outputs(case, snap["G_ema"], snap["D"], True, (spec["channels"], spec["res"], spec["res"]))
+    if fmt == "sg3af":
+        _record_stylegan3(case, snap["G_ema"])
     if pipe is not None:
         # The geometric augmentations pad by the wavelet's support: inputs of 32 px, whatever G's size.
         _record_augment(case, snap["augment_pipe"], spec["augment"], spec["augment_p"], (spec["channels"], 32, 32))
     return case, snap
+
+
+def _stylegan3_cases() -> list[dict]:
+    import dnnlib
+
+    E = dnnlib.EasyDict
+
+    def kw(cfg, res, cbase, cmax, c_dim):
+        # StyleGAN3's train.py --cfg stylegan3-t / -r (batch 32: magnitude_ema_beta 0.5 ** (32 / 20000)),
+        # a tiny synthesis network (num_layers 4); D as train.py builds it for every --cfg.
+        G_kwargs = E(class_name="training.networks_stylegan3.Generator", z_dim=16, w_dim=16,
+                     mapping_kwargs=E(num_layers=2), channel_base=cbase, channel_max=cmax,
+                     magnitude_ema_beta=0.5 ** (32 / (20 * 1e3)), num_layers=4)
+        if cfg == "r":
+            G_kwargs.conv_kernel = 1
+            G_kwargs.channel_base *= 2
+            G_kwargs.channel_max *= 2
+            G_kwargs.use_radial_filters = True
+        D_kwargs = E(class_name="training.networks_stylegan2.Discriminator", block_kwargs=E(freeze_layers=0),
+                     mapping_kwargs=E(), epilogue_kwargs=E(mbstd_group_size=4), channel_base=cbase,
+                     channel_max=cmax)
+        return G_kwargs, D_kwargs
+
+    # train.py's augpipe for StyleGAN3 ('bgc' without the filters, noise and cutout).
+    bgc = dict(xflip=1, rotate90=1, xint=1, scale=1, rotate=1, aniso=1, xfrac=1, brightness=1, contrast=1,
+               lumaflip=1, hue=1, saturation=1)
+    return [
+        dict(case="sg3-t", res=16, channels=3, c_dim=0, kw=kw("t", 16, 256, 16, 0), augment=bgc, augment_p=0.2),
+        dict(case="sg3-r-conditional", res=16, channels=1, c_dim=3, class_idx=1, kw=kw("r", 16, 256, 8, 3)),
+    ]
+
+
+def make_transform(translate, angle):
+    """gen_images.py's make_transform (the matrix it inverts into G.synthesis.input.transform)."""
+    m = np.eye(3)
+    s, c = np.sin(angle / 360.0 * np.pi * 2), np.cos(angle / 360.0 * np.pi * 2)
+    m[0][0], m[0][1], m[0][2] = c, s, translate[0]
+    m[1][0], m[1][1], m[1][2] = -s, c, translate[1]
+    return m
+
+
+def _eq_labels(c_dim: int, batch: int) -> torch.Tensor:
+    """The labels both sides of the equivariance check give a conditional G (the official metric
+    draws them from the data set with numpy; a fixed cycle here, recorded)."""
+    return torch.nn.functional.one_hot(torch.arange(batch) % c_dim, c_dim).float()
+
+
+def _record_stylegan3(case: dict, G_ema) -> None:
+    """gen_images.py's --translate / --rotate images, and the official equivariance metrics."""
+    import copy as _copy
+
+    from metrics import equivariance, metric_utils
+
+    label = _labels(G_ema.c_dim, case["class_idx"])
+    G = _copy.deepcopy(G_ema)
+    m = torch.from_numpy(np.linalg.inv(make_transform(TRANSLATE, ROTATE)))
+    imgs = []
+    with torch.no_grad():
+        G.synthesis.input.transform.copy_(m)
+        for i in range(len(SEEDS)):
+            imgs.append(G(case["z"][i:i + 1], label, truncation_psi=1, noise_mode="const"))
+    img = torch.cat(imgs).float()
+    case["transform"] = {"translate": TRANSLATE, "rotate": ROTATE, "matrix": G.synthesis.input.transform.clone(),
+                         "img": img, "uint8": _to_uint8(img)}
+    eq = {"seed": EQ_SEED, "num_samples": EQ_SAMPLES, "batch_size": EQ_BATCH,
+          "labels": _eq_labels(G_ema.c_dim, EQ_BATCH) if G_ema.c_dim else torch.zeros(EQ_BATCH, 0)}
+    orig = metric_utils.iterate_random_labels
+
+    def labels(opts, batch_size):
+        while True:
+            yield eq["labels"][:batch_size]
+
+    metric_utils.iterate_random_labels = labels
+    try:
+        opts = metric_utils.MetricOptions(G=G_ema, device=torch.device("cpu"))
+        for key, flag in (("eqt_int", "compute_eqt_int"), ("eqt_frac", "compute_eqt_frac"), ("eqr", "compute_eqr")):
+            torch.manual_seed(EQ_SEED)
+            psnr = equivariance.compute_equivariance_metrics(opts, num_samples=EQ_SAMPLES, batch_size=EQ_BATCH,
+                                                             **{flag: True})
+            eq[key] = torch.tensor(float(psnr), dtype=torch.float64)
+    finally:
+        metric_utils.iterate_random_labels = orig
+    case["eq"] = eq
 
 
 def _r3gan_cases() -> list[dict]:
@@ -511,6 +632,33 @@ def _check_case(fmt: str, case: dict, nets: dict) -> list[str]:
                 torch.manual_seed(s)
                 got = pipe(aug["inputs"].clone())
                 worst = max(worst, (got - want).abs().max().item())
+    extra_what = ""
+    if "transform" in case:
+        # gen_images.py's --translate / --rotate, and the equivariance metrics, on the loaded G_ema.
+        from metrics import equivariance, metric_utils
+
+        G = copy.deepcopy(G_ema)
+        G.synthesis.input.transform.copy_(torch.from_numpy(np.linalg.inv(make_transform(TRANSLATE, ROTATE))))
+        with torch.no_grad():
+            img = torch.cat([G(case["z"][i:i + 1], label, truncation_psi=1, noise_mode="const")
+                             for i in range(len(SEEDS))]).float()
+        worst = max(worst, (img - case["transform"]["img"]).abs().max().item())
+        eq = case["eq"]
+        orig = metric_utils.iterate_random_labels
+        metric_utils.iterate_random_labels = lambda opts, batch_size: iter(lambda: eq["labels"][:batch_size], None)
+        try:
+            opts = metric_utils.MetricOptions(G=G_ema, device=torch.device("cpu"))
+            for key, flag in (("eqt_int", "compute_eqt_int"), ("eqt_frac", "compute_eqt_frac"),
+                              ("eqr", "compute_eqr")):
+                torch.manual_seed(eq["seed"])
+                psnr = equivariance.compute_equivariance_metrics(opts, num_samples=eq["num_samples"],
+                                                                 batch_size=eq["batch_size"], **{flag: True})
+                if abs(float(psnr) - float(eq[key])) > 1e-4:
+                    raise AssertionError(f"{case['case']}: {key} {psnr} != recorded {float(eq[key])}")
+        finally:
+            metric_utils.iterate_random_labels = orig
+        extra_what = (f", translate+rotate images, EQ-T {float(eq['eqt_int']):.2f} / EQ-T frac "
+                      f"{float(eq['eqt_frac']):.2f} / EQ-R {float(eq['eqr']):.2f} dB")
     for name in ("G", "D", "G_ema", "augment_pipe"):
         if name in case["nets"]:
             want = case["nets"][name]["tensors"]
@@ -526,6 +674,7 @@ def _check_case(fmt: str, case: dict, nets: dict) -> list[str]:
         raise AssertionError(f"{case['case']}: G and G_ema share a weight; a mix-up would pass unseen")
     what = "G_ema images, ws, W file, D logits" if stylegan2 else "G_ema images, D logits"
     what += ", augment_pipe outputs" if "augment" in case else ""
+    what += extra_what
     lines.append(f"check {case['case']}: the rebuilt pickle ({LAYOUT_NOTE[fmt]}) loads in the official code; "
                  f"all tensors equal; {what} match (max |diff| {worst:.2g} G, {worst_d:.2g} D); uint8 pixels equal")
     return lines
@@ -582,7 +731,8 @@ def _worker(fmt: str, repo: str, out: str, check_file: str | None, genuine_dir: 
     _import_official(repo)
     torch.set_num_threads(1)
     if check_file is None:
-        specs = _r3gan_cases() if fmt == "r3gan" else _stylegan2_cases(fmt)
+        specs = (_r3gan_cases() if fmt == "r3gan" else _stylegan3_cases() if fmt == "sg3af"
+                 else _stylegan2_cases(fmt))
         cases = []
         for i, spec in enumerate(specs):
             case, snap = (_build_r3gan_case(spec, 100 * i) if fmt == "r3gan"
@@ -649,6 +799,9 @@ def main() -> None:
     ap.add_argument("--r3gan", help="extracted R3GAN checkout")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--check-genuine", metavar="DIR", help="also write genuine official pickles here (not the repo)")
+    ap.add_argument("--sg3-alias-free", action="store_true",
+                    help="record only the StyleGAN3-T / -R cases (from --sg3) and put them into --out in place of "
+                         "earlier ones, keeping its other cases")
     ap.add_argument("--only-check", action="store_true", help="check an existing --out file, record nothing")
     ap.add_argument("--no-check", action="store_true", help="record only; skip loading rebuilt pickles")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -659,14 +812,25 @@ def main() -> None:
     if args.worker:
         _worker(args.worker, args.repo, args.tmp, args.check, args.check_genuine)
         return
-    repos = {k: getattr(args, k) for k in FORMATS if getattr(args, k)}
+    repos = {k: getattr(args, k) for k in FORMATS if k != "sg3af" and getattr(args, k)}
+    if args.sg3:
+        repos["sg3af"] = args.sg3  # the StyleGAN3 checkout's alias-free cases come with its StyleGAN2 ones
+    kept: dict = {"cases": [], "commits": {}}
+    if args.sg3_alias_free:
+        if not args.sg3:
+            raise SystemExit("--sg3-alias-free: name the StyleGAN3 checkout with --sg3")
+        repos = {"sg3af": args.sg3}
+        if os.path.exists(args.out):
+            old = torch.load(args.out, weights_only=True)
+            kept = {"cases": [c for c in old["cases"] if c["format"] != FORMATS["sg3af"]],
+                    "commits": {k: v for k, v in old["commits"].items() if k != FORMATS["sg3af"]}}
     if args.check_genuine:
         gdir = Path(args.check_genuine).resolve()
         if HERE.parent.parent in gdir.parents or gdir == HERE.parent.parent:
             raise SystemExit(f"--check-genuine {gdir}: inside the repository; genuine pickles embed NVIDIA's source")
         gdir.mkdir(parents=True, exist_ok=True)
     if not args.only_check:
-        cases = []
+        cases = list(kept["cases"])
         for fmt, repo in repos.items():
             with tempfile.TemporaryDirectory() as tmp:
                 tmp_out = os.path.join(tmp, "cases.pt")
@@ -674,7 +838,7 @@ def main() -> None:
                 proc = _run_worker(fmt, repo, "--tmp", tmp_out, *extra)
                 sys.stdout.write(proc.stdout)
                 cases += torch.load(tmp_out, weights_only=True)
-        commits = {}
+        commits = dict(kept["commits"])
         for fmt in repos:
             commits[FORMATS[fmt]] = subprocess.run(["git", "-C", MIRRORS[fmt], "rev-parse", "HEAD"],
                                                    capture_output=True, text=True).stdout.strip() or "unknown"

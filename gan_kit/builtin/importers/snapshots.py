@@ -6,6 +6,10 @@ gankit's ``stylegan2`` / ``r3gan`` networks.
   2020b, arXiv:2006.06676) and of the StyleGAN3 repository's StyleGAN2 networks
   (``networks_stylegan2``): ``dict(G, D, G_ema, augment_pipe, training_set_kwargs)`` of
   ``torch_utils.persistence`` modules whose ``init_kwargs`` name the configuration.
+* ``stylegan3``: the StyleGAN3 repository's alias-free networks (Karras et al. 2021,
+  arXiv:2106.12423; ``--cfg stylegan3-t`` / ``stylegan3-r``): the same snapshot dict, G and G_ema
+  ``networks_stylegan3.Generator`` (magnitude EMAs and w_avg included), D its
+  ``networks_stylegan2.Discriminator``, converted into gankit's ``stylegan3``.
 * ``stylegan2-tf``: the TF-era StyleGAN2 / StyleGAN2-ADA pickles ``(G, D, Gs)`` of
   ``dnnlib.tflib.network.Network`` (what stylegan2-ada-pytorch's ``legacy.py`` converts).
 * ``r3gan``: brownvc/R3GAN's snapshots (Huang et al. 2024, arXiv:2501.05441): plain
@@ -29,8 +33,10 @@ from gan_kit.builtin.importers.ada_official import ada_options_from_official
 from gan_kit.builtin.importers.r3gan_official import r3gan_options, r3gan_state_dict
 from gan_kit.builtin.importers.stylegan2_official import stylegan2_options, stylegan2_state_dict
 from gan_kit.builtin.importers.stylegan2_tf import convert_tf_snapshot, is_tf_snapshot
+from gan_kit.builtin.importers.stylegan3_official import (stylegan3_d_as_stylegan2, stylegan3_d_options,
+                                                          stylegan3_networks, stylegan3_options)
 
-__all__ = ["StyleGAN2Snapshot", "StyleGAN2TFSnapshot", "R3GANSnapshot", "imported_recipe"]
+__all__ = ["StyleGAN2Snapshot", "StyleGAN3Snapshot", "StyleGAN2TFSnapshot", "R3GANSnapshot", "imported_recipe"]
 
 #: The licence NVIDIA publishes StyleGAN2-ADA / StyleGAN3 code and models under.
 NVIDIA_LICENSE = ("NVIDIA Source Code License for StyleGAN2 with Adaptive Discriminator Augmentation (ADA) / "
@@ -54,7 +60,8 @@ def imported_recipe(architecture: dict, *, resolution: int, num_classes: int, da
     """The TOML text of a gankit recipe that builds an imported model's networks
     (``architecture``: the ``[architecture]`` table) and fine-tunes them the way its codebase
     trains (``family``: "stylegan2" - non-saturating loss, lazy R1 and path length, Adam(0.0025,
-    0, 0.99), EMA half-life 10 kimg; or "r3gan" - RpGAN + R1 + R2, its Adam settings). ``data``
+    0, 0.99), EMA half-life 10 kimg; "stylegan3" - the same without path length, G's lr 0.0025
+    and D's 0.002 (the StyleGAN3 repository's train.py); or "r3gan" - RpGAN + R1 + R2, its Adam settings). ``data``
     names the data set (an image folder or zip) the user points it at; ``augment``: the
     ``[augment]`` table (ADA with the file's pipeline and p)."""
     arch = {"name": family, **({"conditional": True} if num_classes else {}), **architecture}
@@ -66,16 +73,19 @@ def imported_recipe(architecture: dict, *, resolution: int, num_classes: int, da
                  **({"labels": "dataset.json"} if num_classes else {})},
         "architecture": arch,
     }
-    if family == "stylegan2":
+    if family in ("stylegan2", "stylegan3"):
         gamma = 0.0002 * resolution ** 2 / 32  # stylegan2-ada-pytorch's --gamma auto for a batch of 32
+        penalties = [{"name": "r1", "weight": round(gamma, 6), "interval": 16}]
+        if family == "stylegan2":
+            penalties.append({"name": "path-length", "weight": 2.0, "interval": 4})
         recipe.update({
             "init": {"name": "equalized-lr"},
             "loss": {"name": "bce"},
-            "penalty": [{"name": "r1", "weight": round(gamma, 6), "interval": 16},
-                        {"name": "path-length", "weight": 2.0, "interval": 4}],
+            "penalty": penalties,
             "update": {"name": "d-then-g"},
             "growth": {"name": "static", "batch_size": 32},
-            "optim": {"lr": 0.0025, "betas": [0.0, 0.99]},
+            "optim": ({"lr": 0.0025, "betas": [0.0, 0.99]} if family == "stylegan2" else
+                      {"lr": 0.0025, "d_lr": 0.002, "betas": [0.0, 0.99]}),
             "ema": {"half_life_kimg": 10, "rampup": 0.05},
         })
     else:
@@ -111,6 +121,24 @@ def _network(data: Any, key: str) -> PickledModule | None:
     return value if isinstance(value, PickledModule) else None
 
 
+def _alias_free(G_ema: PickledModule) -> bool:
+    """A networks_stylegan3 G: its synthesis network starts at a Fourier-feature ``input``."""
+    return "input" in G_ema.children.get("synthesis", PickledModule()).children
+
+
+def _augment(data: Any, source, components: dict) -> dict | None:
+    """The ``[augment]`` table of the snapshot's ADA pipe (None without one); its state (p) goes
+    into ``components``."""
+    pipe = _network(data, "augment_pipe")
+    if pipe is None:
+        return None
+    p = float(pipe.buffers["p"].reshape(-1)[0]) if "p" in pipe.buffers else 0.0
+    converted = ada_options_from_official(dict(pipe.init_kwargs), p, where=f"{source.path.name}: augment_pipe")
+    if converted.get("state") is not None:
+        components["augment"] = converted["state"]
+    return converted["table"]
+
+
 class StyleGAN2Snapshot(Importer):
     """stylegan2-ada-pytorch and StyleGAN3-repository StyleGAN2 network snapshots (network-snapshot-*.pkl): G, D, G_ema and the ADA pipe's p, read without running the file's code."""
 
@@ -121,9 +149,8 @@ class StyleGAN2Snapshot(Importer):
         G_ema = _network(data, "G_ema")
         if G_ema is None or not G_ema.persistent or G_ema.class_name != "Generator":
             return None
-        if "input" in G_ema.children.get("synthesis", PickledModule()).children:
-            raise GankitError(f"{source.path}: a StyleGAN3 (alias-free, config t / r) generator; gankit imports "
-                              f"StyleGAN2 networks of the StyleGAN3 repository (networks_stylegan2) so far")
+        if _alias_free(G_ema):
+            return None  # StyleGAN3Snapshot's
         G, D = _network(data, "G"), _network(data, "D")
         config = stylegan2_options(dict(G_ema.init_kwargs), dict(D.init_kwargs) if D is not None else None)
         # stylegan2-ada-pytorch's G takes one synthesis_kwargs dict, the StyleGAN3 repository's
@@ -131,14 +158,7 @@ class StyleGAN2Snapshot(Importer):
         origin = "stylegan2-ada-pytorch" if "synthesis_kwargs" in G_ema.init_kwargs else "stylegan3-stylegan2"
         arch = config["architecture"]
         components: dict[str, Any] = {}
-        augment = None
-        pipe = _network(data, "augment_pipe")
-        if pipe is not None:
-            p = float(pipe.buffers["p"].reshape(-1)[0]) if "p" in pipe.buffers else 0.0
-            converted = ada_options_from_official(dict(pipe.init_kwargs), p, where=f"{source.path.name}: augment_pipe")
-            augment = converted["table"]
-            if converted.get("state") is not None:
-                components["augment"] = converted["state"]
+        augment = _augment(data, source, components)
         recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
                                  data=_data_name(data.get("training_set_kwargs")), family="stylegan2", augment=augment,
                                  source=source.path.name)
@@ -151,6 +171,44 @@ class StyleGAN2Snapshot(Importer):
             components=components, cur_nimg=0, seeds="numpy", license=NVIDIA_LICENSE,
             notes=(f"StyleGAN2 networks of stylegan2-ada-pytorch / the StyleGAN3 repository, G source SHA-256 "
                    f"{G_ema.source_sha256 or 'unknown'}; weights renamed to gankit's layout, values unchanged.",))
+
+
+class StyleGAN3Snapshot(Importer):
+    """StyleGAN3-T / -R network snapshots of the StyleGAN3 repository (network-snapshot-*.pkl): G, D, G_ema (magnitude EMAs, w_avg) and the ADA pipe's p, read without running the file's code."""
+
+    def read(self, source):
+        if not source.is_pickle:
+            return None
+        data = source.pickle()
+        G_ema = _network(data, "G_ema")
+        if G_ema is None or not G_ema.persistent or G_ema.class_name != "Generator" or not _alias_free(G_ema):
+            return None
+        G, D = _network(data, "G"), _network(data, "D")
+        try:
+            config = stylegan3_options(dict(G_ema.init_kwargs))
+            if D is not None:
+                config["architecture"].update(stylegan3_d_options(dict(D.init_kwargs), config))
+            # D is the StyleGAN3 repository's networks_stylegan2 D: stylegan2's renaming
+            D_state = (stylegan2_state_dict(D.state_dict(), "D", stylegan3_d_as_stylegan2(config))
+                       if D is not None else None)
+            nets = stylegan3_networks(config, G_ema.state_dict(), G.state_dict() if G is not None else None, D_state)
+        except GankitError as e:
+            raise GankitError(f"{source.path}: {e}") from None
+        arch = dict(config["architecture"])
+        if arch.get("conv_clamp") is None:
+            arch["conv_clamp"] = "none"  # how a recipe spells None (the option's default is 256)
+        components: dict[str, Any] = {}
+        augment = _augment(data, source, components)
+        recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
+                                 data=_data_name(data.get("training_set_kwargs")), family="stylegan3",
+                                 augment=augment, source=source.path.name)
+        return ImportedModel(
+            format="stylegan3", recipe=recipe, resolution=config["resolution"], channels=config["channels"],
+            num_classes=config["num_classes"], G_ema=nets["G_ema"], G=nets["G"], D=nets["D"],
+            components=components, cur_nimg=0, seeds="numpy", license=NVIDIA_LICENSE,
+            notes=(f"StyleGAN3-{config['architecture']['config'].upper()} networks of the StyleGAN3 repository, G "
+                   f"source SHA-256 {G_ema.source_sha256 or 'unknown'}; weights renamed to gankit's layout, values "
+                   f"unchanged; the layers' filters equal gankit's designs.",))
 
 
 class StyleGAN2TFSnapshot(Importer):
@@ -227,5 +285,6 @@ class R3GANSnapshot(Importer):
 @hookimpl
 def register_importers(register):
     register("stylegan2-ada-pytorch", StyleGAN2Snapshot)
+    register("stylegan3", StyleGAN3Snapshot)
     register("stylegan2-tf", StyleGAN2TFSnapshot)
     register("r3gan", R3GANSnapshot)

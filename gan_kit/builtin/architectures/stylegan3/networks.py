@@ -18,7 +18,7 @@ from gan_kit import Architecture, batch_randn, mean_over_processes, option
 from gan_kit.builtin.architectures.conditioning import check_labels
 from gan_kit.builtin.architectures.stylegan2 import Discriminator, MappingNetwork
 from gan_kit.builtin.architectures.stylegan3.schedule import layer_schedule, num_ws
-from gan_kit.builtin.architectures.stylegan3.synthesis_input import SynthesisInput
+from gan_kit.builtin.architectures.stylegan3.synthesis_input import SynthesisInput, user_transform
 from gan_kit.builtin.architectures.stylegan3.synthesis_layer import ModConv, SynthesisLayer
 
 __all__ = ["SynthesisNetwork", "Generator", "StyleGAN3", "Config"]
@@ -199,6 +199,14 @@ class StyleGAN3(Architecture):
                     num_layers=o.num_layers, num_critical=o.num_critical, margin_size=o.margin_size,
                     conv_kernel=1 if r else 3, use_radial_filters=r, conv_clamp=o.conv_clamp,
                     magnitude_ema_beta=o.magnitude_ema_beta, modconv=o.modconv)
+
+    def set_output_transform(self, G: nn.Module, translate: tuple[float, float] = (0.0, 0.0),
+                             rotate: float = 0.0) -> None:
+        """From now on, G draws its images translated by ``translate`` (x, y, in image widths)
+        and rotated by ``rotate`` degrees: the synthesis input's ``transform`` buffer set to
+        ``user_transform(translate, rotate)`` (the inverse matrix, as the paper's gen_images.py
+        sets it). (0, 0), 0 restores the identity."""
+        G.synthesis_network.input.transform.copy_(user_transform(translate, rotate))
 
     def export_view(self, G: nn.Module) -> nn.Module:
         # The "scaled" modulated convolution: the same function without a convolution whose
