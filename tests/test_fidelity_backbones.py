@@ -10,7 +10,7 @@ import torch
 
 from gan_kit.builtin.metrics import feature_extractors as fx
 
-fe = pytest.importorskip("torch_fidelity.feature_extractor_inceptionv3")
+import torch_fidelity.feature_extractor_inceptionv3 as fe  # noqa: E402  (the test extra installs it)
 
 
 @pytest.fixture(scope="module")

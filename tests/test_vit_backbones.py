@@ -22,8 +22,8 @@ from gan_kit.builtin.metrics.vit_backbones import CLIP_URL, DINOV2_URL, ClipViTB
 # dgm-eval's constants (dgm_eval/models/dinov2.py), written out: the code under test has its own.
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
-open_clip = pytest.importorskip("open_clip")
-timm = pytest.importorskip("timm")
+import open_clip  # noqa: E402  (the test extra installs them: a missing one is a failure, not a skip)
+import timm  # noqa: E402
 
 
 def _random_state(meta_state: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
