@@ -5,6 +5,7 @@ was made from): read, written atomically, equal to clean-fid's math on the same 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -153,7 +154,7 @@ def test_files_of_another_backbone_dimension_or_protocol_are_refused_in_one_line
     assert result.exit_code == 2 and "holds 2048-d statistics, and stub gives 64-d features" in result.output
     np.savez_compressed(tmp_path / "plain64.npz", mu=np.zeros(64), sigma=np.eye(64))
     result = _invoke("eval", checkpoint, "--against", tmp_path / "plain64.npz", "--metric", "fid50k_full", "--n", "8")
-    assert result.exit_code == 0 and "backbone, weights, resize mode and real set cannot be checked" in result.output
+    assert result.exit_code == 0 and "backbone, weights, resize mode, real set and image resolution cannot be checked" in result.output
     result = _invoke("eval", checkpoint, "--against", tmp_path / "plain64.npz", "--metric", "kid50k_full")
     assert result.exit_code == 2 and "--against: kid50k_full needs the real images' features" in result.output
     np.savez_compressed(tmp_path / "feats.npz", feats=np.zeros((3, 64)))  # clean-fid's KID file
@@ -183,6 +184,117 @@ def test_the_destination_is_checked_before_the_work_and_written_whole(tmp_path, 
         raise OSError("disk full")
 
     monkeypatch.setattr(np, "savez_compressed", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(GankitError, match=r"--write-stats: cannot write .*new\.npz \(") as e:
         write_stats(tmp_path / "new.npz", np.zeros(2), np.eye(2), {})
+    assert ".tmp" not in str(e.value)  # the final path, never the hidden temporary name
     assert sorted(p.name for p in tmp_path.iterdir()) == ["imgs", "old.npz"]
+
+
+def test_a_destination_that_cannot_take_a_file_is_refused_before_any_image_is_read(tmp_path, folder, monkeypatch):
+    """/proc exists and os.access may call it writable, yet no file can be made there: the check
+    creates and removes a file in the folder first, and names the final path's folder."""
+    read = []
+    monkeypatch.setattr(fx, "stream_features", lambda *a, **k: read.append(1))
+    result = _invoke("eval", "--write-stats", "/proc/x.npz", folder)
+    assert result.exit_code == 2 and "--write-stats: cannot create files in /proc" in result.output, result.output
+    assert ".tmp" not in result.output and not read and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def progressive(tmp_path, folder):
+    """A progressive run (4 px, then 8 px) saved in its first phase, at 4 px."""
+    run = make_run(tmp_path / "p", overrides=["data.name=image-folder", f"data.path={folder}", "data.resolution=8",
+                                              "metric=[{name='fid200_full', feature_extractor='stub'}]"])
+    run.phase = run.growth.phase_at(0)
+    run.save_checkpoint("latest")
+    assert run.phase.resolution == 4
+    return str(run.out_dir / "checkpoints" / "latest.pt")
+
+
+def test_stats_record_their_resolution_and_a_progressive_phase_at_another_is_refused(tmp_path, progressive):
+    """--write-stats of a progressive checkpoint's recipe uses its final 8 px; the checkpoint's
+    images are 4 px (direct eval compares faded 4 px reals), so --against refuses naming both
+    resolutions and the fix; stats written at 4 px are accepted."""
+    out = tmp_path / "st8.npz"
+    assert _invoke("eval", "--write-stats", out, progressive, "--metric", "fid200_full").exit_code == 0
+    meta = read_stats(out).meta
+    assert (meta["resolution"], meta["channels"], meta["input_size"]) == (8, 3, 32)
+    result = _invoke("eval", progressive, "--against", out, "--n", "8")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "holds statistics of 8 px reals (3 channels), and the generated images are 4 px" in result.output
+    assert "--set data.resolution=4" in result.output and "final phase" in result.output
+    out4 = tmp_path / "st4.npz"
+    assert _invoke("eval", "--write-stats", out4, progressive, "--metric", "fid200_full", "--set",
+                   "data.resolution=4").exit_code == 0
+    result = _invoke("eval", progressive, "--against", out4, "--n", "8")
+    assert result.exit_code == 0 and "note" not in result.output, result.output
+
+
+def test_a_plain_file_says_the_resolution_cannot_be_checked_and_why_it_may_differ(tmp_path, progressive):
+    """A clean-fid/TTUR file records no resolution: the note says so, names the generated images'
+    4 px and that the backbone resizes every image to its input (32 px for the stub)."""
+    np.savez_compressed(tmp_path / "plain64.npz", mu=np.zeros(64), sigma=np.eye(64))
+    result = _invoke("eval", progressive, "--against", tmp_path / "plain64.npz", "--n", "8")
+    assert result.exit_code == 0, result.output
+    assert "image resolution cannot be checked (the generated images are 4 px; stub resizes every image to " \
+           "32 px" in result.output
+
+
+@pytest.mark.parametrize("entry, said", [("[1, 2]", "is [1, 2] (a JSON list)"), ("5", "is 5 (a JSON int)"),
+                                         ("{not json", "is not JSON"),
+                                         ('{"count": "many"}', "key 'count' holds \"many\", not a int")])
+def test_a_malformed_gankit_entry_is_one_line_naming_the_file_and_key(tmp_path, entry, said):
+    """The gankit entry must be a JSON object with typed keys; anything else is one line, not an
+    AttributeError from deep inside."""
+    path = tmp_path / "bad.npz"
+    np.savez_compressed(path, mu=np.zeros(4), sigma=np.eye(4), gankit=np.array(entry))
+    with pytest.raises(GankitError) as e:
+        read_stats(path)
+    text = str(e.value)
+    assert f"--against: {path}: its 'gankit' entry" in text and said in text and "\n" not in text
+
+
+@pytest.mark.parametrize("mu, sigma, said", [
+    (np.array([0.0, np.nan, 0.0]), np.eye(3), "mu holds 1 NaN or inf"),
+    (np.zeros(3), np.diag([1.0, np.inf, 1.0]), "sigma holds 1 NaN or inf"),
+    (np.zeros(3), np.array([[1.0, 0.5, 0], [0, 1, 0], [0, 0, 1]]), "sigma is not symmetric"),
+    (np.zeros(3), -np.eye(3), "sigma is not positive semi-definite (eigenvalue -1"),
+])
+def test_impossible_mu_or_sigma_are_refused_when_read(tmp_path, mu, sigma, said):
+    """NaN/inf, an asymmetric or negative-definite sigma would give a NaN or negative FID: refused
+    at read time naming the file and what is wrong."""
+    path = tmp_path / "s.npz"
+    np.savez_compressed(path, mu=mu, sigma=sigma)
+    with pytest.raises(GankitError, match=re.escape(said)) as e:
+        read_stats(path)
+    assert str(path) in str(e.value)
+    feats = np.random.default_rng(0).standard_normal((3, 5))  # fewer samples than dims: PSD, rank-deficient
+    np.savez_compressed(path, mu=feats.mean(0), sigma=np.cov(feats, rowvar=False))
+    assert read_stats(path).dim == 5
+
+
+def test_a_file_that_is_not_a_npz_is_one_line(tmp_path):
+    """A text file or a .npy is 'not a .npz of mu and sigma', never numpy's allow_pickle advice."""
+    (tmp_path / "t.npz").write_text("hello\n")
+    np.save(tmp_path / "a.npy", np.zeros(3))
+    for path in (tmp_path / "t.npz", tmp_path / "a.npy"):
+        with pytest.raises(GankitError) as e:
+            read_stats(path)
+        assert "is not a .npz of mu and sigma" in str(e.value) and "pickle" not in str(e.value)
+
+
+def test_plain_fid_with_against_names_the_protocol_to_use(tmp_path, checkpoint):
+    """fid (not a protocol) with --against: the refusal says --against serves the FID protocols and
+    names the one to use - not that the file 'serves FID alone'."""
+    np.savez_compressed(tmp_path / "plain64.npz", mu=np.zeros(64), sigma=np.eye(64))
+    result = _invoke("eval", checkpoint, "--against", tmp_path / "plain64.npz", "--metric", "fid")
+    assert result.exit_code == 2, result.output
+    assert "--against serves the FID protocols (fid50k_full, fid10k_full, ...)" in result.output
+    assert "use --metric fid50k_full" in result.output and "FID alone" not in result.output
+
+
+def test_json_with_against_names_the_stats_file(tmp_path, checkpoint):
+    np.savez_compressed(tmp_path / "plain64.npz", mu=np.zeros(64), sigma=np.eye(64))
+    result = _invoke("eval", checkpoint, "--against", tmp_path / "plain64.npz", "--n", "8", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["against"] == str(tmp_path / "plain64.npz")

@@ -240,7 +240,10 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     run_opts = attrs.evolve(recipe.run, progress=False, **({"device": device} if device else {}))
     recipe = attrs.evolve(recipe, run=run_opts)
     if stats is not None:
-        names = tuple(metrics) or (stats.meta.get("protocol") or "fid50k_full",)
+        # The file's protocol, else the recipe's first FID protocol (its options come with it).
+        recipe_fid = next((s.name for s in recipe.metrics if callable(getattr(
+            _metric_factory(plugins.registry, s.name), "compute_against", None))), None)
+        names = tuple(metrics) or (stats.meta.get("protocol") or recipe_fid or "fid50k_full",)
     else:
         names = tuple(metrics) or tuple(dict.fromkeys(s.name for s in recipe.metrics)) or ("swd",)
     _check_against(names, stats, plugins.registry)
@@ -299,6 +302,7 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
             else:
                 results[name]["trained"] = evaluate(run, metric, results[name].get("num_images"))
     return {
+        **({"against": stats.path} if stats is not None else {}),
         "checkpoint": str(path),
         "kimg": int(state["cur_nimg"]) / 1000.0,
         "phase": {"index": phase.index, "resolution": phase.resolution, "alpha": phase.alpha},
@@ -306,6 +310,14 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
         "dataset_size": len(run.metric_dataset),
         "results": results,
     }
+
+
+def _metric_factory(registry, name: str):
+    """The factory of metric ``name``, or None for a name the registry does not know."""
+    try:
+        return registry.get("metric", name).factory
+    except KeyError:
+        return None
 
 
 def _check_against(names: tuple[str, ...], stats, registry) -> None:
@@ -320,9 +332,14 @@ def _check_against(names: tuple[str, ...], stats, registry) -> None:
         except KeyError as e:
             raise GankitError(f"--metric: {e.args[0]}") from None
         if not callable(getattr(factory, "compute_against", None)):
+            use = stats.meta.get("protocol") or "fid50k_full"
+            if name.startswith("fid"):
+                raise GankitError(f"--against: {name} compares with the data itself; --against serves the FID "
+                                  f"protocols (fid50k_full, fid10k_full, ...), which name their real set as a "
+                                  f"statistics file does; use --metric {use}, or drop --against")
             raise GankitError(f"--against: {name} needs the real images' features, and a statistics file holds "
-                              f"only their mean and covariance, which serve FID alone; use --metric fid50k_full "
-                              f"(or another fid protocol), or drop --against")
+                              f"only their mean and covariance; --against serves the FID protocols "
+                              f"(fid50k_full, fid10k_full, ...): use --metric {use}, or drop --against")
 
 
 def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict) -> None:
@@ -342,7 +359,9 @@ def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict)
             continue
         desc = dict(metric.describe())
         if stats is not None:
-            refusal, note = mismatch(stats, metric.reference_meta(run.device))
+            want = {**metric.reference_meta(run.device), "resolution": run.phase.resolution,
+                    "channels": run.channels}
+            refusal, note = mismatch(stats, want)
             if refusal:
                 raise GankitError(refusal)
             count = stats.meta.get("count")
@@ -352,6 +371,10 @@ def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict)
         elif getattr(metric, "needs_real", True):
             dataset, indices = protocol_reals(run, rule)
             desc["reals"] = int(indices.shape[0])
+            k = getattr(metric, "neighborhood", None)
+            if k is not None and desc["reals"] <= k:  # refused before any feature is computed
+                raise GankitError(f"{name}: neighbourhood {k} needs more than {k} real images, and the protocol's "
+                                  f"real set holds {desc['reals']:,}; use a smaller neighbourhood (pr<N>k3_full)")
             desc["reals_text"] = rule.describe(len(dataset))
         else:
             desc["reals"], desc["reals_text"] = 0, "no reals"
@@ -478,6 +501,7 @@ def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid5
     with showing_progress(progress):
         mu, sigma, count = metric.statistics(ImageBatches(n, size, watched("real images", real, n, size)), dev,
                                              real=True)
-    meta.update(count=count, data_sha256=digest.hexdigest(), source=str(source), dataset=recipe.data.name)
+    meta.update(count=count, data_sha256=digest.hexdigest(), source=str(source), dataset=recipe.data.name,
+                resolution=res, channels=channels)
     write_stats(dest, mu, sigma, meta)
     return {**meta, "path": str(dest)}
