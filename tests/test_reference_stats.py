@@ -143,10 +143,12 @@ def test_files_of_another_backbone_dimension_or_protocol_are_refused_in_one_line
     cases = [({"backbone": "inception-v3-compat"}, "was written with backbone 'inception-v3-compat', and this "
                                                    "metric uses 'stub'"),
              ({"reals": "first 50000 reals, max_images off, x-flips as trained"}, "was written with reals 'first 50000"),
-             ({"resize": "clean"}, "was written with resize 'clean'")]
+             ({"resize": "clean"}, "was written with resize 'clean', and this metric uses 'legacy_tensorflow'")]
     for change, message in cases:
         path = write_stats(tmp_path / "x.npz", mu, sigma, {**base, **change})
-        result = _invoke("eval", checkpoint, "--against", path, "--metric", "fid50k_full", "--n", "8")
+        # --backbone / --resize given: the file's own settings are not taken over them
+        result = _invoke("eval", checkpoint, "--against", path, "--metric", "fid50k_full", "--n", "8",
+                         "--backbone", "stub", "--resize", "legacy_tensorflow")
         assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1, \
             result.output
     np.savez_compressed(tmp_path / "plain.npz", mu=np.zeros(2048), sigma=np.eye(2048))
@@ -298,3 +300,47 @@ def test_json_with_against_names_the_stats_file(tmp_path, checkpoint):
     result = _invoke("eval", checkpoint, "--against", tmp_path / "plain64.npz", "--n", "8", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["against"] == str(tmp_path / "plain64.npz")
+
+
+def test_backbone_option_chooses_the_features_of_write_stats_and_eval(tmp_path, folder, checkpoint):
+    """--backbone stub applies to every feature metric computed, for a folder's --write-stats (no
+    recipe entry) and for a protocol the checkpoint's recipe has no entry for; --set metric.0... is
+    not needed."""
+    out = tmp_path / "s.npz"
+    result = _invoke("eval", "--write-stats", out, folder, "--metric", "fid200_full", "--backbone", "stub")
+    assert result.exit_code == 0, result.output
+    assert read_stats(out).meta["backbone"] == "stub"
+    result = _invoke("eval", checkpoint, "--metric", "fid100_full", "--backbone", "stub", "--n", "8", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["results"]["fid100_full"]["protocol"]["backbone"] == "stub"
+    result = _invoke("eval", checkpoint, "--metric", "fid100_full", "--backbone", "nope", "--n", "8")
+    assert result.exit_code == 2 and "unknown backbone 'nope'" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_against_takes_the_backbone_and_resize_from_the_files_metadata(tmp_path, folder, checkpoint):
+    """A stub file written with resize clean evaluates fid100_full (no recipe entry: Inception by
+    default) with the stub and clean resize, as written; a file of a backbone whose weights are
+    absent names the weights file it needs, not the recipe's Inception."""
+    out = tmp_path / "s.npz"
+    assert _invoke("eval", "--write-stats", out, folder, "--metric", "fid100_full", "--backbone", "stub",
+                   "--resize", "clean").exit_code == 0
+    result = _invoke("eval", checkpoint, "--against", out, "--n", "8", "--json")
+    assert result.exit_code == 0, result.output
+    desc = json.loads(result.output)["results"]["fid100_full"]["protocol"]
+    assert (desc["backbone"], desc["resize"]) == ("stub", "clean")
+    meta = {**read_stats(out).meta, "backbone": "clip-vit-b-32", "dim": 64, "resize": "pil_uint8_crop",
+            "weights_file": "open_clip_pytorch_model.bin"}
+    clip_file = write_stats(tmp_path / "clip.npz", np.zeros(64), np.eye(64), meta)
+    result = _invoke("eval", checkpoint, "--against", clip_file, "--n", "8")
+    assert result.exit_code == 2 and "clip-vit-b-32 weights file" in result.output, result.output
+
+
+def test_a_weights_dir_without_the_file_is_named_in_the_error(tmp_path, monkeypatch, checkpoint):
+    """$GANKIT_WEIGHTS_DIR set but lacking the backbone's file: the error names that folder too, and
+    the --weights option."""
+    monkeypatch.setenv("GANKIT_WEIGHTS_DIR", str(tmp_path / "wdir"))
+    result = _invoke("eval", checkpoint, "--metric", "fid100_full", "--backbone", "inception-v3-compat", "--n", "8")
+    assert result.exit_code == 2, result.output
+    assert f"$GANKIT_WEIGHTS_DIR ({tmp_path / 'wdir'}), which lacks weights-inception-2015-12-05-6726825d.pth" in result.output
+    assert "--weights FILE" in result.output

@@ -188,8 +188,10 @@ def _per_class(run, metric, reals, real_labels, g) -> dict[str, float]:
     return values
 
 
-def _metric(run, name: str, num: int | None):
-    """The metric ``name`` with the recipe's options for it (defaults if the recipe has none)."""
+def _metric(run, name: str, num: int | None, features: dict[str, Any] | None = None):
+    """The metric ``name`` with the recipe's options for it (defaults if the recipe has none);
+    ``features``: ``feature_extractor`` / ``resize`` / ``weights`` given on the command line,
+    applied to a metric that computes features (others have no such options)."""
     from gan_kit.plugin_api.components import BuildContext
     from gan_kit.base.errors import GankitError
 
@@ -201,13 +203,60 @@ def _metric(run, name: str, num: int | None):
     options = spec.options if spec is not None else comp.Options()
     if num is not None and hasattr(options, "num_images"):
         options = attrs.evolve(options, num_images=num)
+    options = with_features(options, features, name)
     return comp.factory(options, BuildContext(run.recipe.resolution, run.channels, run.recipe))
+
+
+#: The command-line options of ``gankit eval`` that set a feature metric's options.
+FEATURE_OPTIONS = {"feature_extractor": "--backbone", "resize": "--resize", "weights": "--weights"}
+
+
+def with_features(options, features: dict[str, Any] | None, name: str):
+    """``options`` with ``features`` (``feature_extractor``, ``resize``, ``weights``; None values
+    left out) set where the metric has them. Raises ``GankitError`` naming the option and value a
+    metric refuses (pr's backbone is VGG16 or the stub)."""
+    from gan_kit.base.errors import GankitError, clip
+
+    given = {k: v for k, v in (features or {}).items() if v is not None and hasattr(options, k)}
+    if not given:
+        return options
+    try:
+        return attrs.evolve(options, **given)
+    except (TypeError, ValueError) as e:
+        flags = ", ".join(f"{FEATURE_OPTIONS[k]} {v}" for k, v in given.items())
+        raise GankitError(f"{name}: {flags}: {clip(str(e), 160)}") from None
+
+
+def _features_from_stats(stats, features: dict[str, Any]) -> dict[str, Any]:
+    """``features`` with what the command line left out taken from a gankit statistics file's
+    metadata: its backbone and resize mode, and its weights file when found by name in
+    ``$GANKIT_WEIGHTS_DIR`` or the torch hub cache (else the metric's own, and the weights
+    check names both files)."""
+    import os
+
+    meta = stats.meta if stats is not None else {}
+    out = dict(features)
+    if out.get("feature_extractor") is None and meta.get("backbone"):
+        out["feature_extractor"] = meta["backbone"]
+        if out.get("resize") is None and meta.get("resize"):
+            out["resize"] = meta["resize"]
+        if out.get("weights") is None and meta.get("weights_file"):
+            import torch
+
+            folders = [os.environ.get("GANKIT_WEIGHTS_DIR"), str(Path(torch.hub.get_dir()) / "checkpoints")]
+            found = [Path(f).expanduser() / meta["weights_file"] for f in folders if f]
+            found = [p for p in found if p.is_file()]
+            if found:
+                out["weights"] = str(found[0])
+    elif out.get("resize") is None and meta.get("resize") and out.get("feature_extractor") == meta.get("backbone"):
+        out["resize"] = meta["resize"]
+    return out
 
 
 def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: int | None = None,
                         overrides: tuple[str, ...] = (), device: str | None = None,
                         baselines: bool = False, against: str | Path | None = None,
-                        progress: bool = False) -> dict[str, Any]:
+                        progress: bool = False, features: dict[str, Any] | None = None) -> dict[str, Any]:
     """Evaluate ``path``'s G_ema: a checkpoint file, or a run directory (its
     ``checkpoints/latest.pt``).
 
@@ -220,7 +269,10 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     ``against``: a reference statistics file (``gan_kit.tools.refstats``: clean-fid's, TTUR's or
     gankit's ``.npz``); the FID metrics compare G_ema's images with its mu and sigma instead of
     the data (default metric: the file's protocol, else ``fid50k_full``); any other metric is
-    refused. ``progress``: a progress bar on a terminal (``gan_kit.tools.progress``).
+    refused; the backbone, resize mode and weights not given in ``features`` are the file's
+    (``_features_from_stats``). ``features``: ``feature_extractor`` / ``resize`` / ``weights``
+    for every feature metric (``gankit eval --backbone / --resize / --weights``).
+    ``progress``: a progress bar on a terminal (``gan_kit.tools.progress``).
     Raises ``GankitError`` (bad checkpoint, recipe problems, unknown metric, missing data/weights,
     a statistics file that does not fit).
     """
@@ -259,7 +311,8 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     phase = Phase(**state["phase"]) if state.get("phase") else run.growth.phase_at(int(state["cur_nimg"]))
     run.phase = phase
     run.set_phase(phase)
-    built = {name: _metric(run, name, num) for name in names}
+    features = _features_from_stats(stats, features or {})
+    built = {name: _metric(run, name, num, features) for name in names}
 
     results: dict[str, dict[str, Any]] = {name: {} for name in names}
     _check_protocol_use(built, baselines, stats, run, results)
@@ -267,7 +320,7 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
         for name, metric in built.items():
             want = num or metric.num_images
             n = max(2, min(want, len(run.metric_dataset) // 2))
-            metric = _metric(run, name, n)
+            metric = _metric(run, name, n, features)
             built[name] = metric
             seed = metric.seed
             halves = run.real_images(2 * n, seed=seed + 7)
@@ -449,11 +502,13 @@ def _first_image_side(p: Path) -> int:
 
 def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid50k_full",
                           overrides: tuple[str, ...] = (), device: str | None = None,
-                          overwrite: bool = False, progress: bool = False) -> dict[str, Any]:
+                          overwrite: bool = False, progress: bool = False,
+                          features: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the reference statistics (``gan_kit.tools.refstats``) of the real set of the FID
     protocol ``metric_name`` of ``source``'s data (see ``_source_recipe``) to ``out``, a ``.npz``
-    checked before the long work and written atomically. Returns the file's metadata with
-    ``path``. Raises ``GankitError``."""
+    checked before the long work and written atomically. ``features``: the backbone, resize mode
+    and weights (``with_features``) over the recipe's entry for the metric, if any. Returns the
+    file's metadata with ``path``. Raises ``GankitError``."""
     import hashlib
 
     import torch
@@ -482,7 +537,8 @@ def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid5
                                                                 BuildContext(res, 0, recipe)).build(res)
     first = dataset[0]
     channels = int((first[0] if isinstance(first, (tuple, list)) else first).shape[0])
-    metric = comp.factory(spec.options if spec is not None else comp.Options(), BuildContext(res, channels, recipe))
+    options = with_features(spec.options if spec is not None else comp.Options(), features, metric_name)
+    metric = comp.factory(options, BuildContext(res, channels, recipe))
     dev = resolve_device(device or recipe.run.device)
     meta = metric.reference_meta(dev)
     holder = type("Data", (), {"recipe": recipe, "registry": registry, "dataset": dataset, "stash": Stash()})()

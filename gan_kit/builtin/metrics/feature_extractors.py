@@ -170,8 +170,12 @@ def extractor_problem(metric: str, name: str, weights: str | None = None) -> str
             missing.append(f"the {package} package (pip install {package})")
     path = weights_path(name, weights)
     if path is not None and not path.is_file():
-        fix = f"fetch {b.weights_source} to that path" + ("" if weights else
-                                                          ", or set the metric's weights option, or $GANKIT_WEIGHTS_DIR")
+        fix = f"fetch {b.weights_source} to that path"
+        if not weights:
+            folder = os.environ.get("GANKIT_WEIGHTS_DIR")
+            fix += (f" or into $GANKIT_WEIGHTS_DIR ({Path(folder).expanduser()}), which lacks {b.weights_file}, or give "
+                    f"--weights FILE (the metric's weights option)" if folder else
+                    ", or give --weights FILE (the metric's weights option), or set $GANKIT_WEIGHTS_DIR")
         missing.append(f"the {name} weights file {path} (gankit never downloads it: {fix}; "
                        f"or use swd, which needs no weights)")
     if not missing:
