@@ -344,3 +344,26 @@ def test_a_weights_dir_without_the_file_is_named_in_the_error(tmp_path, monkeypa
     assert result.exit_code == 2, result.output
     assert f"$GANKIT_WEIGHTS_DIR ({tmp_path / 'wdir'}), which lacks weights-inception-2015-12-05-6726825d.pth" in result.output
     assert "--weights FILE" in result.output
+
+
+def test_the_same_tensors_under_two_file_names_are_the_same_weights(tmp_path):
+    """torch.save writes the file's name into it, so ViT-B-32.pt and open_clip_pytorch_model.bin of
+    identical tensors differ byte for byte; the statistics check compares the tensors' digest and
+    accepts them, and a real difference is refused naming both file names beside the digests."""
+    state = {"visual.proj": torch.arange(6.0).reshape(2, 3), "logit_scale": torch.tensor(4.6)}
+    a, b = tmp_path / "ViT-B-32.pt", tmp_path / "open_clip_pytorch_model.bin"
+    torch.save(state, a)
+    torch.save(state, b)
+    assert fx.weights_digest(a) != fx.weights_digest(b)
+    assert fx.weights_state_digest(a) == fx.weights_state_digest(b) is not None
+    torch.save({**state, "logit_scale": torch.tensor(4.7)}, tmp_path / "other.pt")
+    assert fx.weights_state_digest(tmp_path / "other.pt") != fx.weights_state_digest(a)
+
+    def meta(path):
+        return {"backbone": "clip-vit-b-32", "dim": 4, "weights_file": path.name, "reals": "r", "resize": "clean",
+                "weights_sha256": fx.weights_digest(path), "weights_tensors_sha256": fx.weights_state_digest(path)}
+
+    stats = read_stats(write_stats(tmp_path / "s.npz", np.zeros(4), np.eye(4), meta(a)))
+    assert mismatch(stats, meta(b)) == (None, None)
+    refusal, _ = mismatch(stats, meta(tmp_path / "other.pt"))
+    assert "with the weights ViT-B-32.pt (tensors sha256" in refusal and "uses other.pt (tensors sha256" in refusal

@@ -7,7 +7,8 @@ Three kinds are read, all ``.npz`` with the arrays ``mu`` and ``sigma``:
   rowvar=False)``) and TTUR's (``fid_stats_*.npz``, the same two keys): no record of how they
   were made, so only the feature dimension can be checked;
 - gankit's own: the same two arrays (float64, unbiased covariance as ``np.cov``) plus ``gankit``,
-  a JSON text with ``backbone``, ``weights_file``, ``weights_sha256``, ``dim``, ``protocol``,
+  a JSON text with ``backbone``, ``weights_file``, ``weights_sha256`` (of the file's bytes),
+  ``weights_tensors_sha256`` (of its tensors: names, dtypes, shapes, bytes), ``dim``, ``protocol``,
   ``reals`` (the real-set rule in words), ``resize``, ``count``, ``data_sha256`` (of the uint8
   images in order), ``resolution`` and ``channels`` (of the real images the features were
   computed from) and ``format``. Arrays only: the file is read with ``allow_pickle=False``.
@@ -98,6 +99,7 @@ def read_stats(path: str | Path) -> RefStats:
 
 #: The metadata keys ``read_stats`` checks the type of, and the types each may hold.
 _META_TYPES = {"backbone": (str,), "weights_file": (str, type(None)), "weights_sha256": (str, type(None)),
+               "weights_tensors_sha256": (str, type(None)),
                "dim": (int,), "protocol": (str,), "reals": (str,), "resize": (str,), "count": (int,),
                "resolution": (int,), "channels": (int,)}
 
@@ -195,13 +197,20 @@ def mismatch(stats: RefStats, want: dict[str, Any]) -> tuple[str | None, str | N
                       + _resolution_note(want))
     for key in CHECKED:
         have, need = stats.meta.get(key), want.get(key)
-        if key == "weights_sha256" and (have is None or need is None):
-            continue  # a backbone without a weights file (the stub)
-        if have != need:
-            if key == "weights_sha256":
-                return (f"{where} was written with the weights {stats.meta.get('weights_file')} (sha256 {have}), and "
-                        f"this metric uses {want.get('weights_file')} (sha256 {need}); give the file's weights "
+        if key == "weights_sha256":
+            tensors, wanted = stats.meta.get("weights_tensors_sha256"), want.get("weights_tensors_sha256")
+            if tensors is not None and wanted is not None:  # the same tensors, whatever file holds them
+                have, need, what = tensors, wanted, "tensors sha256"
+            else:
+                what = "file sha256"
+            if have is None or need is None:
+                continue  # a backbone without a weights file (the stub)
+            if have != need:
+                return (f"{where} was written with the weights {stats.meta.get('weights_file')} ({what} {have}), "
+                        f"and this metric uses {want.get('weights_file')} ({what} {need}); give the file's weights "
                         f"(--weights FILE), or write the statistics again with these"), None
+            continue
+        if have != need:
             return (f"{where} was written with {key} {have!r}, and this metric uses {need!r}; write the file again "
                     f"with this metric (gankit eval --write-stats), or evaluate with the file's settings"), None
     have_res, have_ch = stats.meta.get("resolution"), stats.meta.get("channels")

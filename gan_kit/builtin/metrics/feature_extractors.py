@@ -108,6 +108,35 @@ def weights_digest(path: Path) -> str:
     return _WEIGHT_DIGESTS[key]
 
 
+_STATE_DIGESTS: dict[tuple[str, int, int], str | None] = {}
+
+
+def weights_state_digest(path: Path) -> str | None:
+    """SHA-256 (hex) of the tensors a weights file holds - each name, dtype, shape and bytes, in
+    name order - or None for a file that is not a state dict (``vit_backbones.read_state_dict``).
+    Two files of the same tensors agree whatever their names or containers: ``torch.save``
+    writes the file's own name into it, so the bytes' digest (``weights_digest``, the feature
+    cache's key, which may only ever split, never merge) differs. What reference statistics
+    files are checked with."""
+    from gan_kit.builtin.metrics.vit_backbones import read_state_dict
+
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _STATE_DIGESTS:
+        try:
+            state = read_state_dict(path)
+        except (ValueError, RuntimeError, OSError, EOFError, KeyError, AttributeError):
+            _STATE_DIGESTS[key] = None
+        else:
+            h = hashlib.sha256()
+            for name in sorted(state):
+                t = state[name].detach().cpu().contiguous()
+                h.update(f"{name}|{t.dtype}|{list(t.shape)}|".encode())
+                h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+            _STATE_DIGESTS[key] = h.hexdigest()
+    return _STATE_DIGESTS[key]
+
+
 def resize_mode(name: str, resize: str | None) -> str:
     """The resize mode ``name``'s features are computed with: ``resize``, or the backbone's own
     default when None. Raises GankitError for ``legacy_tensorflow`` on a backbone that does not

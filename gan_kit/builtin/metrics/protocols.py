@@ -172,12 +172,14 @@ class FIDProtocol(Protocol, FID):
 
     def reference_meta(self, device) -> dict[str, Any]:
         """What a statistics file for this metric records and is checked against
-        (``gan_kit.tools.refstats``): backbone, weights file and digest, dim, real-set rule, resize,
+        (``gan_kit.tools.refstats``): backbone, weights file and digests (of its bytes, and of its
+        tensors: ``fx.weights_state_digest``), dim, real-set rule, resize,
         and ``input_size``, the side the backbone resizes every image to."""
         o = self.options
         path = fx.weights_path(o.feature_extractor, o.weights)
         return {"backbone": o.feature_extractor, "weights_file": path.name if path is not None else None,
                 "weights_sha256": fx.weights_digest(path) if path is not None else None,
+                "weights_tensors_sha256": fx.weights_state_digest(path) if path is not None else None,
                 "dim": self.feature_dim(device), "protocol": self.spec.name, "reals": self.real_rule.text(),
                 "resize": fx.resize_mode(o.feature_extractor, o.resize),
                 "input_size": fx.backbone(o.feature_extractor).input_size}
