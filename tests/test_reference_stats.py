@@ -367,3 +367,19 @@ def test_the_same_tensors_under_two_file_names_are_the_same_weights(tmp_path):
     assert mismatch(stats, meta(b)) == (None, None)
     refusal, _ = mismatch(stats, meta(tmp_path / "other.pt"))
     assert "with the weights ViT-B-32.pt (tensors sha256" in refusal and "uses other.pt (tensors sha256" in refusal
+
+
+@pytest.mark.parametrize("name, said", [
+    ("fid99999999k_full", "metric fid99999999k_full: 99,999,999,000 generated images is more than the 16,777,216"),
+    ("pr200_1000_full", "metric pr200_1000_full: neighbourhood 1000 needs more than 1000 images of each set, and 200"),
+    ("pr200_25_full", "pr200_25_full: neighbourhood 25 needs more than 25 real images, and the protocol's real set "
+                      "holds 20"),
+])
+def test_impossible_protocol_names_are_refused_before_any_feature(name, said, checkpoint, monkeypatch):
+    """The 2^24 cap of num_images applies to the name's count; a pr neighbourhood not below the
+    generated or the real count is refused before a feature is computed."""
+    read = []
+    monkeypatch.setattr(fx, "stream_features", lambda *a, **k: read.append(1))
+    result = _invoke("eval", checkpoint, "--metric", name, "--backbone", "stub")
+    assert result.exit_code == 2 and said in result.output and not read, result.output
+    assert len(result.output.strip().splitlines()) == 1
