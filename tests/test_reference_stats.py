@@ -224,12 +224,22 @@ def test_stats_record_their_resolution_and_a_progressive_phase_at_another_is_ref
     result = _invoke("eval", progressive, "--against", out, "--n", "8")
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
     assert "holds statistics of 8 px reals (3 channels), and the generated images are 4 px" in result.output
-    assert "--set data.resolution=4" in result.output and "final phase" in result.output
+    assert "--write-stats OUT.npz SOURCE --resolution 4" in result.output and "final phase" in result.output
     out4 = tmp_path / "st4.npz"
-    assert _invoke("eval", "--write-stats", out4, progressive, "--metric", "fid200_full", "--set",
-                   "data.resolution=4").exit_code == 0
-    result = _invoke("eval", progressive, "--against", out4, "--n", "8")
-    assert result.exit_code == 0 and "note" not in result.output, result.output
+    assert _invoke("eval", "--write-stats", out4, progressive, "--metric", "fid200_full", "--resolution",
+                   "4").exit_code == 0
+    assert read_stats(out4).meta["resolution"] == 4
+    result = _invoke("eval", progressive, "--against", out4, "--n", "8", "--json")
+    assert result.exit_code == 0, result.output
+    against = json.loads(result.output)["results"]["fid200_full"]
+    assert against["protocol"]["note"] is None
+    direct = json.loads(_invoke("eval", progressive, "--metric", "fid200_full", "--n", "8", "--json").output)
+    # the reals box-filtered to 4 px, as direct evaluation at the 4 px phase reads them: the same figure
+    assert against["trained"]["Metrics/fid200_full"] == pytest.approx(
+        direct["results"]["fid200_full"]["trained"]["Metrics/fid200_full"], rel=1e-9)
+    result = _invoke("eval", "--write-stats", tmp_path / "x.npz", progressive, "--metric", "fid200_full",
+                     "--resolution", "6")
+    assert result.exit_code == 2 and "--resolution: 6 is not a power of two from 4 to the data's 8 px" in result.output
 
 
 def test_a_plain_file_says_the_resolution_cannot_be_checked_and_why_it_may_differ(tmp_path, progressive):
@@ -383,3 +393,18 @@ def test_impossible_protocol_names_are_refused_before_any_feature(name, said, ch
     result = _invoke("eval", checkpoint, "--metric", name, "--backbone", "stub")
     assert result.exit_code == 2 and said in result.output and not read, result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_mid_fade_checkpoint_is_noted_against_a_file(tmp_path, folder):
+    """In a fade, direct evaluation blends the reals as training did; a file's reals are not:
+    --against says so beside the figure."""
+    run = make_run(tmp_path / "f", overrides=["data.name=image-folder", f"data.path={folder}", "data.resolution=8",
+                                              "metric=[{name='fid200_full', feature_extractor='stub'}]"])
+    nimg = next(n for n in range(0, 200, 4) if 0 < float(run.growth.phase_at(n).alpha) < 1)
+    run.phase = run.growth.phase_at(nimg)
+    run.save_checkpoint("latest")
+    ckpt = str(run.out_dir / "checkpoints" / "latest.pt")
+    out = tmp_path / "s.npz"
+    assert _invoke("eval", "--write-stats", out, ckpt, "--metric", "fid200_full").exit_code == 0
+    result = _invoke("eval", ckpt, "--against", out, "--n", "8")
+    assert result.exit_code == 0 and "note: the checkpoint is mid-fade (alpha 0." in result.output, result.output

@@ -74,12 +74,16 @@ _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lowe
 @click.option("--weights", metavar="FILE", default=None,
               help="The backbone's weights file, for every feature metric; default the recipe's, else "
                    "$GANKIT_WEIGHTS_DIR or the torch hub cache. With --against: the file's, found there by name.")
+@click.option("--resolution", "resolution", type=int, default=None, metavar="N",
+              help="--write-stats: box-filter the reals down to N px first, as eval of a progressive checkpoint "
+                   "in its N px phase reads them (default: the data's resolution).")
 @click.option("--overwrite", is_flag=True, help="--write-stats: replace an existing OUT.npz.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @user_errors
 def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, baselines: bool,
                  overrides: tuple[str, ...], device: str | None, against: str | None, write_stats: str | None,
-                 backbone: str | None, resize: str | None, weights: str | None, overwrite: bool,
+                 backbone: str | None, resize: str | None, weights: str | None, resolution: int | None,
+                 overwrite: bool,
                  as_json: bool) -> None:
     """Print the metrics of CHECKPOINT's G_ema against the recipe's data. CHECKPOINT is a
     checkpoint file or a run directory (its checkpoints/latest.pt); with --write-stats, the
@@ -90,7 +94,8 @@ def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, bas
             raise click.UsageError("--write-stats takes one --metric (an FID protocol) and no --baselines, --against "
                                    "or --n")
         meta = write_reference_stats(checkpoint, write_stats, metrics[0] if metrics else "fid50k_full", overrides,
-                                     device, overwrite, progress=not as_json, features=features)
+                                     device, overwrite, progress=not as_json, features=features,
+                                     resolution=resolution)
         if as_json:
             click.echo(json.dumps(meta, indent=2))
             return
@@ -98,8 +103,8 @@ def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, bas
                    f"({meta['reals']}), {meta['backbone']} {meta['weights_file'] or 'no weights file'}, "
                    f"{meta['dim']}-d, resize {meta['resize']}")
         return
-    if overwrite:
-        raise click.UsageError("--overwrite goes with --write-stats")
+    if overwrite or resolution is not None:
+        raise click.UsageError("--overwrite and --resolution go with --write-stats")
     out = evaluate_checkpoint(checkpoint, metrics, num, overrides, device, baselines, against, progress=not as_json,
                               features=features)
     if as_json:

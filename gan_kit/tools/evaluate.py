@@ -417,6 +417,10 @@ def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict)
             refusal, note = mismatch(stats, want)
             if refusal:
                 raise GankitError(refusal)
+            if float(run.phase.alpha) < 1.0:
+                fade = (f"the checkpoint is mid-fade (alpha {float(run.phase.alpha):.2f}): direct evaluation fades "
+                        f"the reals as training did, and a statistics file's are not faded")
+                note = f"{note}; {fade}" if note else fade
             count = stats.meta.get("count")
             desc["reals"] = count
             desc["reals_text"] = (f"{stats.path}" + (f" ({count:,} reals, {stats.meta.get('reals')})" if count else ""))
@@ -503,11 +507,13 @@ def _first_image_side(p: Path) -> int:
 def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid50k_full",
                           overrides: tuple[str, ...] = (), device: str | None = None,
                           overwrite: bool = False, progress: bool = False,
-                          features: dict[str, Any] | None = None) -> dict[str, Any]:
+                          features: dict[str, Any] | None = None, resolution: int | None = None) -> dict[str, Any]:
     """Write the reference statistics (``gan_kit.tools.refstats``) of the real set of the FID
     protocol ``metric_name`` of ``source``'s data (see ``_source_recipe``) to ``out``, a ``.npz``
     checked before the long work and written atomically. ``features``: the backbone, resize mode
-    and weights (``with_features``) over the recipe's entry for the metric, if any. Returns the
+    and weights (``with_features``) over the recipe's entry for the metric, if any.
+    ``resolution``: box-filter the reals down to this side first, as direct evaluation of a
+    progressive checkpoint in a phase at that resolution reads them (``resize_real``). Returns the
     file's metadata with ``path``. Raises ``GankitError``."""
     import hashlib
 
@@ -521,8 +527,14 @@ def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid5
     from gan_kit.tools.realsets import protocol_reals
     from gan_kit.training.imagesets import ImageBatches
 
+    from gan_kit.base.phase import resize_real
+
     dest = check_destination(out, overwrite)
     recipe, plugins = _source_recipe(source, overrides)
+    if resolution is not None and (resolution < 4 or resolution & (resolution - 1) or
+                                   resolution > recipe.resolution):
+        raise GankitError(f"--resolution: {resolution} is not a power of two from 4 to the data's "
+                          f"{recipe.resolution} px; give one (a progressive phase's resolution)")
     registry = plugins.registry
     try:
         comp = registry.get("metric", metric_name)
@@ -545,10 +557,11 @@ def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid5
     data, indices = protocol_reals(holder, metric.real_rule)
     size = int(metric.options.batch_size)
     n = int(indices.shape[0])
-    digest, seen = hashlib.sha256(repr((n, channels, res, res)).encode()), set()
+    side = resolution or res
+    digest, seen = hashlib.sha256(repr((n, channels, side, side)).encode()), set()
 
     def real(i: int) -> torch.Tensor:
-        images = images_at(data, indices[i * size:(i + 1) * size])
+        images = resize_real(images_at(data, indices[i * size:(i + 1) * size]), side)
         if i not in seen:  # the data digest, from the first pass over the images
             seen.add(i)
             digest.update(((images.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy().tobytes())
@@ -558,6 +571,6 @@ def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid5
         mu, sigma, count = metric.statistics(ImageBatches(n, size, watched("real images", real, n, size)), dev,
                                              real=True)
     meta.update(count=count, data_sha256=digest.hexdigest(), source=str(source), dataset=recipe.data.name,
-                resolution=res, channels=channels)
+                resolution=side, channels=channels)
     write_stats(dest, mu, sigma, meta)
     return {**meta, "path": str(dest)}

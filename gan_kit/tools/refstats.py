@@ -218,11 +218,15 @@ def mismatch(stats: RefStats, want: dict[str, Any]) -> tuple[str | None, str | N
         return None, (None if res is None else f"{stats.path} records no image resolution (written before gankit "
                       f"recorded it): it cannot be checked" + _resolution_note(want))
     if have_res != res or (have_ch is not None and want.get("channels") is not None and have_ch != want["channels"]):
-        return (f"{where} holds statistics of {have_res} px reals ({have_ch} channels), and the generated images "
-                f"are {res} px ({want.get('channels')} channels; a progressive run evaluates at its phase's "
-                f"resolution); write statistics at {res} px (gankit eval --write-stats OUT.npz SOURCE --set "
-                f"data.resolution={res}), or evaluate a checkpoint of the final phase"), None
+        return (f"{where} holds statistics of {have_res} px reals ({_channels(have_ch)}), and the generated images "
+                f"are {res} px ({_channels(want.get('channels'))}; a progressive run evaluates at its phase's "
+                f"resolution); write statistics at {res} px (gankit eval --write-stats OUT.npz SOURCE --resolution "
+                f"{res}), or evaluate a checkpoint of the final phase"), None
     return None, None
+
+
+def _channels(n: int | None) -> str:
+    return "channels unknown" if n is None else f"{n} channel{'s' if n != 1 else ''}"
 
 
 def _resolution_note(want: dict[str, Any]) -> str:
