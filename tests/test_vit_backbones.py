@@ -191,6 +191,11 @@ def test_another_networks_file_is_refused_in_one_line(clip_file, tmp_path):
         msg = _refusal(name, wrong)
         assert "\n" not in msg and f"cannot load the {name} weights {wrong}" in msg
         assert f"expects {cls.weights_file} from {cls.weights_source}" in msg
+        # torch's "Error(s) in loading state_dict for CLIP:" says nothing; a few key names do
+        assert "Error(s)" not in msg and f"not a {cls.__name__[:4].replace('Dino', 'DINOv2').replace('Clip', 'CLIP')}" \
+            in msg, msg
+    msg = _refusal("clip-vit-b-32", dino_s)
+    assert "not a CLIP ViT-B/32 state dict: it lacks" in msg and "(ln_final.bias, " in msg and "more)" in msg, msg
 
 
 def test_a_cut_or_foreign_file_is_refused_in_one_line(clip_file, tmp_path):

@@ -64,21 +64,38 @@ _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lowe
               help="Write the reference statistics of the real set of --metric (an FID protocol, default fid50k_full) "
                    "to OUT.npz, and nothing else; CHECKPOINT is then the data's source: a recipe (.toml), a checkpoint "
                    "or run directory, or a folder or zip of images.")
+@click.option("--backbone", metavar="NAME", default=None,
+              help="Backbone of every feature metric computed (fid, kid, the protocols; --write-stats too), over the "
+                   "recipe's feature_extractor: inception-v3-compat, clip-vit-b32, dinov2-vit-l14, stub, ... With "
+                   "--against: default the file's.")
+@click.option("--resize", metavar="MODE", default=None,
+              help="Resize mode of every feature metric (clean, legacy_tensorflow, legacy_pytorch, pil_uint8, "
+                   "pil_uint8_crop); default the recipe's, else the backbone's. With --against: default the file's.")
+@click.option("--weights", metavar="FILE", default=None,
+              help="The backbone's weights file, for every feature metric; default the recipe's, else "
+                   "$GANKIT_WEIGHTS_DIR or the torch hub cache. With --against: the file's, found there by name.")
+@click.option("--resolution", "resolution", type=int, default=None, metavar="N",
+              help="--write-stats: box-filter the reals down to N px first, as eval of a progressive checkpoint "
+                   "in its N px phase reads them (default: the data's resolution).")
 @click.option("--overwrite", is_flag=True, help="--write-stats: replace an existing OUT.npz.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @user_errors
 def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, baselines: bool,
                  overrides: tuple[str, ...], device: str | None, against: str | None, write_stats: str | None,
-                 overwrite: bool, as_json: bool) -> None:
+                 backbone: str | None, resize: str | None, weights: str | None, resolution: int | None,
+                 overwrite: bool,
+                 as_json: bool) -> None:
     """Print the metrics of CHECKPOINT's G_ema against the recipe's data. CHECKPOINT is a
     checkpoint file or a run directory (its checkpoints/latest.pt); with --write-stats, the
     source of the data whose statistics are written."""
+    features = {"feature_extractor": backbone, "resize": resize, "weights": weights}
     if write_stats is not None:
         if len(metrics) > 1 or baselines or against or num:
             raise click.UsageError("--write-stats takes one --metric (an FID protocol) and no --baselines, --against "
                                    "or --n")
         meta = write_reference_stats(checkpoint, write_stats, metrics[0] if metrics else "fid50k_full", overrides,
-                                     device, overwrite, progress=not as_json)
+                                     device, overwrite, progress=not as_json, features=features,
+                                     resolution=resolution)
         if as_json:
             click.echo(json.dumps(meta, indent=2))
             return
@@ -86,9 +103,10 @@ def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, bas
                    f"({meta['reals']}), {meta['backbone']} {meta['weights_file'] or 'no weights file'}, "
                    f"{meta['dim']}-d, resize {meta['resize']}")
         return
-    if overwrite:
-        raise click.UsageError("--overwrite goes with --write-stats")
-    out = evaluate_checkpoint(checkpoint, metrics, num, overrides, device, baselines, against, progress=not as_json)
+    if overwrite or resolution is not None:
+        raise click.UsageError("--overwrite and --resolution go with --write-stats")
+    out = evaluate_checkpoint(checkpoint, metrics, num, overrides, device, baselines, against, progress=not as_json,
+                              features=features)
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return

@@ -214,8 +214,10 @@ def _per_class(run, metric, reals, real_labels, g) -> dict[str, float]:
     return values
 
 
-def _metric(run, name: str, num: int | None):
-    """The metric ``name`` with the recipe's options for it (defaults if the recipe has none)."""
+def _metric(run, name: str, num: int | None, features: dict[str, Any] | None = None):
+    """The metric ``name`` with the recipe's options for it (defaults if the recipe has none);
+    ``features``: ``feature_extractor`` / ``resize`` / ``weights`` given on the command line,
+    applied to a metric that computes features (others have no such options)."""
     from gan_kit.plugin_api.components import BuildContext
     from gan_kit.base.errors import GankitError
 
@@ -227,13 +229,60 @@ def _metric(run, name: str, num: int | None):
     options = spec.options if spec is not None else comp.Options()
     if num is not None and hasattr(options, "num_images"):
         options = attrs.evolve(options, num_images=num)
+    options = with_features(options, features, name)
     return comp.factory(options, BuildContext(run.recipe.resolution, run.channels, run.recipe))
+
+
+#: The command-line options of ``gankit eval`` that set a feature metric's options.
+FEATURE_OPTIONS = {"feature_extractor": "--backbone", "resize": "--resize", "weights": "--weights"}
+
+
+def with_features(options, features: dict[str, Any] | None, name: str):
+    """``options`` with ``features`` (``feature_extractor``, ``resize``, ``weights``; None values
+    left out) set where the metric has them. Raises ``GankitError`` naming the option and value a
+    metric refuses (pr's backbone is VGG16 or the stub)."""
+    from gan_kit.base.errors import GankitError, clip
+
+    given = {k: v for k, v in (features or {}).items() if v is not None and hasattr(options, k)}
+    if not given:
+        return options
+    try:
+        return attrs.evolve(options, **given)
+    except (TypeError, ValueError) as e:
+        flags = ", ".join(f"{FEATURE_OPTIONS[k]} {v}" for k, v in given.items())
+        raise GankitError(f"{name}: {flags}: {clip(str(e), 160)}") from None
+
+
+def _features_from_stats(stats, features: dict[str, Any]) -> dict[str, Any]:
+    """``features`` with what the command line left out taken from a gankit statistics file's
+    metadata: its backbone and resize mode, and its weights file when found by name in
+    ``$GANKIT_WEIGHTS_DIR`` or the torch hub cache (else the metric's own, and the weights
+    check names both files)."""
+    import os
+
+    meta = stats.meta if stats is not None else {}
+    out = dict(features)
+    if out.get("feature_extractor") is None and meta.get("backbone"):
+        out["feature_extractor"] = meta["backbone"]
+        if out.get("resize") is None and meta.get("resize"):
+            out["resize"] = meta["resize"]
+        if out.get("weights") is None and meta.get("weights_file"):
+            import torch
+
+            folders = [os.environ.get("GANKIT_WEIGHTS_DIR"), str(Path(torch.hub.get_dir()) / "checkpoints")]
+            found = [Path(f).expanduser() / meta["weights_file"] for f in folders if f]
+            found = [p for p in found if p.is_file()]
+            if found:
+                out["weights"] = str(found[0])
+    elif out.get("resize") is None and meta.get("resize") and out.get("feature_extractor") == meta.get("backbone"):
+        out["resize"] = meta["resize"]
+    return out
 
 
 def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: int | None = None,
                         overrides: tuple[str, ...] = (), device: str | None = None,
                         baselines: bool = False, against: str | Path | None = None,
-                        progress: bool = False) -> dict[str, Any]:
+                        progress: bool = False, features: dict[str, Any] | None = None) -> dict[str, Any]:
     """Evaluate ``path``'s G_ema: a checkpoint file, or a run directory (its
     ``checkpoints/latest.pt``).
 
@@ -246,7 +295,10 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     ``against``: a reference statistics file (``gan_kit.tools.refstats``: clean-fid's, TTUR's or
     gankit's ``.npz``); the FID metrics compare G_ema's images with its mu and sigma instead of
     the data (default metric: the file's protocol, else ``fid50k_full``); any other metric is
-    refused. ``progress``: a progress bar on a terminal (``gan_kit.tools.progress``).
+    refused; the backbone, resize mode and weights not given in ``features`` are the file's
+    (``_features_from_stats``). ``features``: ``feature_extractor`` / ``resize`` / ``weights``
+    for every feature metric (``gankit eval --backbone / --resize / --weights``).
+    ``progress``: a progress bar on a terminal (``gan_kit.tools.progress``).
     Raises ``GankitError`` (bad checkpoint, recipe problems, unknown metric, missing data/weights,
     a statistics file that does not fit).
     """
@@ -266,7 +318,10 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     run_opts = attrs.evolve(recipe.run, progress=False, **({"device": device} if device else {}))
     recipe = attrs.evolve(recipe, run=run_opts)
     if stats is not None:
-        names = tuple(metrics) or (stats.meta.get("protocol") or "fid50k_full",)
+        # The file's protocol, else the recipe's first FID protocol (its options come with it).
+        recipe_fid = next((s.name for s in recipe.metrics if callable(getattr(
+            _metric_factory(plugins.registry, s.name), "compute_against", None))), None)
+        names = tuple(metrics) or (stats.meta.get("protocol") or recipe_fid or "fid50k_full",)
     else:
         names = tuple(metrics) or tuple(dict.fromkeys(s.name for s in recipe.metrics)) or ("swd",)
     _check_against(names, stats, plugins.registry)
@@ -282,7 +337,8 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     phase = Phase(**state["phase"]) if state.get("phase") else run.growth.phase_at(int(state["cur_nimg"]))
     run.phase = phase
     run.set_phase(phase)
-    built = {name: _metric(run, name, num) for name in names}
+    features = _features_from_stats(stats, features or {})
+    built = {name: _metric(run, name, num, features) for name in names}
 
     results: dict[str, dict[str, Any]] = {name: {} for name in names}
     _check_protocol_use(built, baselines, stats, run, results)
@@ -290,7 +346,7 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
         for name, metric in built.items():
             want = num or metric.num_images
             n = max(2, min(want, len(run.metric_dataset) // 2))
-            metric = _metric(run, name, n)
+            metric = _metric(run, name, n, features)
             built[name] = metric
             seed = metric.seed
             halves = run.real_images(2 * n, seed=seed + 7)
@@ -325,6 +381,7 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
             else:
                 results[name]["trained"] = evaluate(run, metric, results[name].get("num_images"))
     return {
+        **({"against": stats.path} if stats is not None else {}),
         "checkpoint": str(path),
         "kimg": int(state["cur_nimg"]) / 1000.0,
         "phase": {"index": phase.index, "resolution": phase.resolution, "alpha": phase.alpha},
@@ -332,6 +389,14 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
         "dataset_size": len(run.metric_dataset),
         "results": results,
     }
+
+
+def _metric_factory(registry, name: str):
+    """The factory of metric ``name``, or None for a name the registry does not know."""
+    try:
+        return registry.get("metric", name).factory
+    except KeyError:
+        return None
 
 
 def _check_against(names: tuple[str, ...], stats, registry) -> None:
@@ -346,9 +411,14 @@ def _check_against(names: tuple[str, ...], stats, registry) -> None:
         except KeyError as e:
             raise GankitError(f"--metric: {e.args[0]}") from None
         if not callable(getattr(factory, "compute_against", None)):
+            use = stats.meta.get("protocol") or "fid50k_full"
+            if name.startswith("fid"):
+                raise GankitError(f"--against: {name} compares with the data itself; --against serves the FID "
+                                  f"protocols (fid50k_full, fid10k_full, ...), which name their real set as a "
+                                  f"statistics file does; use --metric {use}, or drop --against")
             raise GankitError(f"--against: {name} needs the real images' features, and a statistics file holds "
-                              f"only their mean and covariance, which serve FID alone; use --metric fid50k_full "
-                              f"(or another fid protocol), or drop --against")
+                              f"only their mean and covariance; --against serves the FID protocols "
+                              f"(fid50k_full, fid10k_full, ...): use --metric {use}, or drop --against")
 
 
 def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict) -> None:
@@ -368,9 +438,15 @@ def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict)
             continue
         desc = dict(metric.describe())
         if stats is not None:
-            refusal, note = mismatch(stats, metric.reference_meta(run.device))
+            want = {**metric.reference_meta(run.device), "resolution": run.phase.resolution,
+                    "channels": run.channels}
+            refusal, note = mismatch(stats, want)
             if refusal:
                 raise GankitError(refusal)
+            if float(run.phase.alpha) < 1.0:
+                fade = (f"the checkpoint is mid-fade (alpha {float(run.phase.alpha):.2f}): direct evaluation fades "
+                        f"the reals as training did, and a statistics file's are not faded")
+                note = f"{note}; {fade}" if note else fade
             count = stats.meta.get("count")
             desc["reals"] = count
             desc["reals_text"] = (f"{stats.path}" + (f" ({count:,} reals, {stats.meta.get('reals')})" if count else ""))
@@ -378,6 +454,10 @@ def _check_protocol_use(built: dict, baselines: bool, stats, run, results: dict)
         elif getattr(metric, "needs_real", True):
             dataset, indices = protocol_reals(run, rule)
             desc["reals"] = int(indices.shape[0])
+            k = getattr(metric, "neighborhood", None)
+            if k is not None and desc["reals"] <= k:  # refused before any feature is computed
+                raise GankitError(f"{name}: neighbourhood {k} needs more than {k} real images, and the protocol's "
+                                  f"real set holds {desc['reals']:,}; use a smaller neighbourhood (pr<N>k3_full)")
             desc["reals_text"] = rule.describe(len(dataset))
         else:
             desc["reals"], desc["reals_text"] = 0, "no reals"
@@ -452,11 +532,15 @@ def _first_image_side(p: Path) -> int:
 
 def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid50k_full",
                           overrides: tuple[str, ...] = (), device: str | None = None,
-                          overwrite: bool = False, progress: bool = False) -> dict[str, Any]:
+                          overwrite: bool = False, progress: bool = False,
+                          features: dict[str, Any] | None = None, resolution: int | None = None) -> dict[str, Any]:
     """Write the reference statistics (``gan_kit.tools.refstats``) of the real set of the FID
     protocol ``metric_name`` of ``source``'s data (see ``_source_recipe``) to ``out``, a ``.npz``
-    checked before the long work and written atomically. Returns the file's metadata with
-    ``path``. Raises ``GankitError``."""
+    checked before the long work and written atomically. ``features``: the backbone, resize mode
+    and weights (``with_features``) over the recipe's entry for the metric, if any.
+    ``resolution``: box-filter the reals down to this side first, as direct evaluation of a
+    progressive checkpoint in a phase at that resolution reads them (``resize_real``). Returns the
+    file's metadata with ``path``. Raises ``GankitError``."""
     import hashlib
 
     import torch
@@ -469,8 +553,14 @@ def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid5
     from gan_kit.tools.realsets import protocol_reals
     from gan_kit.training.imagesets import ImageBatches
 
+    from gan_kit.base.phase import resize_real
+
     dest = check_destination(out, overwrite)
     recipe, plugins = _source_recipe(source, overrides)
+    if resolution is not None and (resolution < 4 or resolution & (resolution - 1) or
+                                   resolution > recipe.resolution):
+        raise GankitError(f"--resolution: {resolution} is not a power of two from 4 to the data's "
+                          f"{recipe.resolution} px; give one (a progressive phase's resolution)")
     registry = plugins.registry
     try:
         comp = registry.get("metric", metric_name)
@@ -485,17 +575,19 @@ def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid5
                                                                 BuildContext(res, 0, recipe)).build(res)
     first = dataset[0]
     channels = int((first[0] if isinstance(first, (tuple, list)) else first).shape[0])
-    metric = comp.factory(spec.options if spec is not None else comp.Options(), BuildContext(res, channels, recipe))
+    options = with_features(spec.options if spec is not None else comp.Options(), features, metric_name)
+    metric = comp.factory(options, BuildContext(res, channels, recipe))
     dev = resolve_device(device or recipe.run.device)
     meta = metric.reference_meta(dev)
     holder = type("Data", (), {"recipe": recipe, "registry": registry, "dataset": dataset, "stash": Stash()})()
     data, indices = protocol_reals(holder, metric.real_rule)
     size = int(metric.options.batch_size)
     n = int(indices.shape[0])
-    digest, seen = hashlib.sha256(repr((n, channels, res, res)).encode()), set()
+    side = resolution or res
+    digest, seen = hashlib.sha256(repr((n, channels, side, side)).encode()), set()
 
     def real(i: int) -> torch.Tensor:
-        images = images_at(data, indices[i * size:(i + 1) * size])
+        images = resize_real(images_at(data, indices[i * size:(i + 1) * size]), side)
         if i not in seen:  # the data digest, from the first pass over the images
             seen.add(i)
             digest.update(((images.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy().tobytes())
@@ -504,6 +596,7 @@ def write_reference_stats(source: str, out: str | Path, metric_name: str = "fid5
     with showing_progress(progress):
         mu, sigma, count = metric.statistics(ImageBatches(n, size, watched("real images", real, n, size)), dev,
                                              real=True)
-    meta.update(count=count, data_sha256=digest.hexdigest(), source=str(source), dataset=recipe.data.name)
+    meta.update(count=count, data_sha256=digest.hexdigest(), source=str(source), dataset=recipe.data.name,
+                resolution=side, channels=channels)
     write_stats(dest, mu, sigma, meta)
     return {**meta, "path": str(dest)}

@@ -108,6 +108,35 @@ def weights_digest(path: Path) -> str:
     return _WEIGHT_DIGESTS[key]
 
 
+_STATE_DIGESTS: dict[tuple[str, int, int], str | None] = {}
+
+
+def weights_state_digest(path: Path) -> str | None:
+    """SHA-256 (hex) of the tensors a weights file holds - each name, dtype, shape and bytes, in
+    name order - or None for a file that is not a state dict (``vit_backbones.read_state_dict``).
+    Two files of the same tensors agree whatever their names or containers: ``torch.save``
+    writes the file's own name into it, so the bytes' digest (``weights_digest``, the feature
+    cache's key, which may only ever split, never merge) differs. What reference statistics
+    files are checked with."""
+    from gan_kit.builtin.metrics.vit_backbones import read_state_dict
+
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _STATE_DIGESTS:
+        try:
+            state = read_state_dict(path)
+        except (ValueError, RuntimeError, OSError, EOFError, KeyError, AttributeError):
+            _STATE_DIGESTS[key] = None
+        else:
+            h = hashlib.sha256()
+            for name in sorted(state):
+                t = state[name].detach().cpu().contiguous()
+                h.update(f"{name}|{t.dtype}|{list(t.shape)}|".encode())
+                h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+            _STATE_DIGESTS[key] = h.hexdigest()
+    return _STATE_DIGESTS[key]
+
+
 def resize_mode(name: str, resize: str | None) -> str:
     """The resize mode ``name``'s features are computed with: ``resize``, or the backbone's own
     default when None. Raises GankitError for ``legacy_tensorflow`` on a backbone that does not
@@ -170,8 +199,12 @@ def extractor_problem(metric: str, name: str, weights: str | None = None) -> str
             missing.append(f"the {package} package (pip install {package})")
     path = weights_path(name, weights)
     if path is not None and not path.is_file():
-        fix = f"fetch {b.weights_source} to that path" + ("" if weights else
-                                                          ", or set the metric's weights option, or $GANKIT_WEIGHTS_DIR")
+        fix = f"fetch {b.weights_source} to that path"
+        if not weights:
+            folder = os.environ.get("GANKIT_WEIGHTS_DIR")
+            fix += (f" or into $GANKIT_WEIGHTS_DIR ({Path(folder).expanduser()}), which lacks {b.weights_file}, or give "
+                    f"--weights FILE (the metric's weights option)" if folder else
+                    ", or give --weights FILE (the metric's weights option), or set $GANKIT_WEIGHTS_DIR")
         missing.append(f"the {name} weights file {path} (gankit never downloads it: {fix}; "
                        f"or use swd, which needs no weights)")
     if not missing:

@@ -46,6 +46,8 @@ _PATTERNS = {
 }
 #: metric_main's caps on the reals of the *_full protocols (None: all).
 MAX_REAL_FULL = {"fid": None, "kid": 1_000_000, "pr": 200_000, "is": None}
+#: The most generated images a protocol computes (its name's count, or num_images).
+MAX_COUNT = 2**24
 #: kid's subsets and images per subset, is's splits (metric_main).
 KID_SUBSETS, KID_SUBSET_SIZE, IS_SPLITS = 100, 1000, 10
 
@@ -119,6 +121,13 @@ class Protocol:
 
             raise GankitError(f"metric {type(self).__name__}: name one protocol of the family, e.g. fid50k_full, "
                               f"kid50k_full, pr50k3_full, is50k or fid10k_full")
+        from gan_kit.base.errors import GankitError
+
+        if self.spec.count > MAX_COUNT:  # the cap num_images has applies to the name's count too
+            raise GankitError(f"metric {self.spec.name}: {self.spec.count:,} generated images is more than the "
+                              f"{MAX_COUNT:,} (2^24) a protocol computes; use a smaller count, e.g. "
+                              f"{self.spec.family}50k{'3' if self.spec.family == 'pr' else ''}"
+                              f"{'_full' if self.spec.full else ''}")
         super().__init__(options, context)
 
     @property
@@ -172,13 +181,17 @@ class FIDProtocol(Protocol, FID):
 
     def reference_meta(self, device) -> dict[str, Any]:
         """What a statistics file for this metric records and is checked against
-        (``gan_kit.tools.refstats``): backbone, weights file and digest, dim, real-set rule, resize."""
+        (``gan_kit.tools.refstats``): backbone, weights file and digests (of its bytes, and of its
+        tensors: ``fx.weights_state_digest``), dim, real-set rule, resize,
+        and ``input_size``, the side the backbone resizes every image to."""
         o = self.options
         path = fx.weights_path(o.feature_extractor, o.weights)
         return {"backbone": o.feature_extractor, "weights_file": path.name if path is not None else None,
                 "weights_sha256": fx.weights_digest(path) if path is not None else None,
+                "weights_tensors_sha256": fx.weights_state_digest(path) if path is not None else None,
                 "dim": self.feature_dim(device), "protocol": self.spec.name, "reals": self.real_rule.text(),
-                "resize": fx.resize_mode(o.feature_extractor, o.resize)}
+                "resize": fx.resize_mode(o.feature_extractor, o.resize),
+                "input_size": fx.backbone(o.feature_extractor).input_size}
 
     def statistics(self, images, device, real: bool) -> tuple[Any, Any, int]:
         """``(mu [D], sigma [D, D], count)`` (float64 numpy; unbiased covariance as ``np.cov``) of an
@@ -243,6 +256,16 @@ class PRProtocol(Protocol, PrecisionRecall):
             "vgg16", help="torch-fidelity's VGG16 fc2 features (4096-d, after ReLU), as metric_main's vgg16.pt." + _STUB_HELP)
         row_batch_size: int = option(10000, help="Points per block of the pairwise distance computation (memory: "
                                                  "row_batch_size x num_images distances).", min=1, max=2**20)
+
+    def __init__(self, options=None, context=None):
+        super().__init__(options, context)
+        from gan_kit.base.errors import GankitError
+
+        k = self.neighborhood
+        if self.num_images <= k:  # refused before any feature is computed (the reals: gankit eval's check)
+            raise GankitError(f"metric {self.spec.name}: neighbourhood {k} needs more than {k} images of each set, "
+                              f"and {self.num_images:,} are generated; use a neighbourhood below the count "
+                              f"(pr{self.spec.count}_3{'_full' if self.spec.full else ''}) or more images")
 
     @property
     def neighborhood(self) -> int:

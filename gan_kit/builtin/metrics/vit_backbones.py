@@ -98,6 +98,28 @@ def _quiet_root_logger():
         root.setLevel(level)
 
 
+def load_strictly(net: nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
+    """``net.load_state_dict(state, strict=True, assign=True)``, raising ``ValueError`` that names a
+    few of the missing and unexpected keys (torch's own message is many lines, the first saying
+    only "Error(s) in loading state_dict") when the names differ."""
+    own = set(net.state_dict())
+    missing, unexpected = sorted(own - set(state)), sorted(set(state) - own)
+    if missing or unexpected:
+        def few(keys: list[str]) -> str:
+            return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+        parts = ([f"lacks {len(missing)} of its keys ({few(missing)})"] if missing else []) + \
+            ([f"holds {len(unexpected)} it does not know ({few(unexpected)})"] if unexpected else [])
+        raise ValueError(f"not a {what} state dict: it " + "; it ".join(parts))
+    shapes = net.state_dict()
+    wrong = [f"{k} {list(state[k].shape)} for {list(shapes[k].shape)}" for k in sorted(state)
+             if tuple(state[k].shape) != tuple(shapes[k].shape)]
+    if wrong:
+        raise ValueError(f"not a {what} state dict: {len(wrong)} tensors have other shapes ({', '.join(wrong[:2])}"
+                         + (f" and {len(wrong) - 2} more)" if len(wrong) > 2 else ")"))
+    net.load_state_dict(state, strict=True, assign=True)
+
+
 def _materialised(net: nn.Module) -> nn.Module:
     """``net`` built on the meta device and filled by ``load_state_dict(assign=True)``; raises
     ``ValueError`` if a tensor the file did not hold was left without data."""
@@ -138,7 +160,7 @@ class ClipViTB32(Backbone):
         state = read_state_dict(Path(path))
         for key in ("input_resolution", "context_length", "vocab_size"):  # a TorchScript file's extras
             state.pop(key, None)
-        model.load_state_dict(state, strict=True, assign=True)
+        load_strictly(model, state, "CLIP ViT-B/32")
         return _materialised(_ClipImage(model.visual)).eval().requires_grad_(False)
 
     def version(self) -> str:
@@ -199,7 +221,7 @@ class DinoV2ViTL14(Backbone):
         pos = state.pop("pos_embed")
         state = checkpoint_filter_fn(state, vit)  # the hub layout -> timm's (drops mask_token)
         state["pos_embed"] = hub_pos_embed(pos, self.input_size // 14)
-        vit.load_state_dict(state, strict=True, assign=True)
+        load_strictly(vit, state, "DINOv2 ViT-L/14")
         return _materialised(_DinoCls(vit)).eval().requires_grad_(False)
 
     def version(self) -> str:
