@@ -19,32 +19,37 @@ from gan_kit.tools.export import export_model
 from test_stylegan3 import sg3_recipe
 
 
-def trained(tmp_path, text):
-    recipe, plugins = load_recipe(sg3_recipe(tmp_path, text))
+def trained(tmp_path, text, config="t", overrides=()):
+    recipe, plugins = load_recipe(sg3_recipe(tmp_path, text, config), list(overrides))
     run = build_run(recipe, plugins)
     train(run, max_steps=2)
     return run.save_checkpoint("latest")
 
 
-def test_torchscript_takes_the_transform_as_gankits_g_under_set_output_transform(tmp_path, tiny_recipe_text):
-    """The exported TorchScript model's ``model(z, transform)`` equals G_ema after
-    ``set_output_transform(translate, rotate)`` with ``transform = user_transform(translate,
-    rotate)`` (to 1e-4, on a batch size the trace never saw); the identity gives the untransformed
-    images, and a transform changes them. config.json lists the input."""
-    checkpoint = trained(tmp_path, tiny_recipe_text)
+@pytest.mark.parametrize("config", ["t", "r-conditional"])
+def test_torchscript_takes_the_transform_as_gankits_g_under_set_output_transform(tmp_path, tiny_recipe_text, config):
+    """The exported TorchScript model's ``model(z, transform)`` (``model(z, labels, transform)``
+    for a conditional G) equals G_ema after ``set_output_transform(translate, rotate)`` with
+    ``transform = user_transform(translate, rotate)`` (to 1e-4, on a batch size the trace never
+    saw); the identity gives the untransformed images, and a transform changes them.
+    config.json lists the input, last."""
+    conditional = config.endswith("conditional")
+    checkpoint = trained(tmp_path, tiny_recipe_text, config[0], ["architecture.conditional=true"] if conditional else [])
     config = export_model(checkpoint, tmp_path / "export", formats=("torchscript",))
-    assert [i["name"] for i in config["inputs"]] == ["z", "transform"]
-    assert json.loads((tmp_path / "export" / "config.json").read_text())["inputs"][1]["shape"] == [3, 3]
+    names = [i["name"] for i in config["inputs"]]
+    assert names == (["z", "labels", "transform"] if conditional else ["z", "transform"])
+    assert json.loads((tmp_path / "export" / "config.json").read_text())["inputs"][-1]["shape"] == [3, 3]
     model = torch.jit.load(str(tmp_path / "export" / "model.ts"))
     G, _, _, arch = load_generator(checkpoint)
     z = torch.randn(3, config["latent_dim"], generator=torch.Generator().manual_seed(1))
+    args = (z, torch.tensor([0, 7, 3])) if conditional else (z,)
     with torch.no_grad():
-        plain = G(z)
-        assert (model(z, torch.eye(3)) - plain).abs().max() <= 1e-4
+        plain = G(*args)
+        assert (model(*args, torch.eye(3)) - plain).abs().max() <= 1e-4
         for translate, rotate in [((0.3, -0.2), 0.0), ((0.0, 0.0), 25.0), ((-0.1, 0.15), -40.0)]:
             arch.set_output_transform(G, translate, rotate)
-            expected = G(z)
-            got = model(z, user_transform(translate, rotate))
+            expected = G(*args)
+            got = model(*args, user_transform(translate, rotate))
             assert (got - expected).abs().max() <= 1e-4, (translate, rotate)
             assert (expected - plain).abs().max() > 1e-2
 
