@@ -39,6 +39,8 @@ def test_torchscript_takes_the_transform_as_gankits_g_under_set_output_transform
     names = [i["name"] for i in config["inputs"]]
     assert names == (["z", "labels", "transform"] if conditional else ["z", "transform"])
     assert json.loads((tmp_path / "export" / "config.json").read_text())["inputs"][-1]["shape"] == [3, 3]
+    card = (tmp_path / "export" / "README.md").read_text()
+    assert "`transform` float32 `[3, 3]`" in card and "transform = torch.eye(3)" in card
     model = torch.jit.load(str(tmp_path / "export" / "model.ts"))
     G, _, _, arch = load_generator(checkpoint)
     z = torch.randn(3, config["latent_dim"], generator=torch.Generator().manual_seed(1))

@@ -354,11 +354,15 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
                   "", "| metric | value |", "|---|---|"] + [f"| {k} | {v:.4g} |" for k, v in sorted(metrics.items())] + [""]
     z_torch = f"torch.randn(16, {config['latent_dim']})"
     z_numpy = f"np.random.default_rng(0).standard_normal((16, {config['latent_dim']}), dtype=np.float32)"
-    call = "model(z, labels)" if conditional else "model(z)"
+    transform = any(i["name"] == "transform" for i in config["inputs"])
+    call = ("model(z, labels" if conditional else "model(z") + (", transform)" if transform else ")")
     k = config["num_classes"]
     label_torch = f"labels = torch.arange(16) % {k}  # int64 class indices\n" if conditional else ""
     label_numpy = f"labels = np.arange(16, dtype=np.int64) % {k}\n" if conditional else ""
-    feeds = '{"z": z, "labels": labels}' if conditional else '{"z": z}'
+    if transform:  # StyleGAN3: the identity, G's own view (see the Inputs line)
+        label_torch += "transform = torch.eye(3)\n"
+        label_numpy += "transform = np.eye(3, dtype=np.float32)\n"
+    feeds = ('{"z": z, "labels": labels' if conditional else '{"z": z') + (', "transform": transform}' if transform else "}")
     files = config["files"]
     use_ts = ["With PyTorch only (TorchScript):", "", "```python", "import torch", "",
               'model = torch.jit.load("model.ts")', f"z = {z_torch}", label_torch + f"images = {call}", "```", ""]
@@ -371,6 +375,9 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
     lines += ["## Use", "",
               f"Inputs: `z` float32 `[N, {config['latent_dim']}]` from a standard normal"
               + (f", `labels` int64 `[N]` in 0..{config['num_classes'] - 1}" if conditional else "")
+              + (", `transform` float32 `[3, 3]`: the inverse of the output's rotation by a and translation by "
+                 "tx, ty image widths, inv([[cos a, sin a, tx], [-sin a, cos a, ty], [0, 0, 1]]); the identity "
+                 "draws G's own view" if transform else "")
               + f"; output: images float32 `[N, {ch}, {res}, {res}]` in about [-1, 1].", "",
               ] + (use_ts if files["torchscript"] else []) + (use_onnx if files["onnx"] else []) + (
               use_gankit if files["safetensors"] else []) + ["## Recipe", "", "The recipe that builds these networks (gankit "
