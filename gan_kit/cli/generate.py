@@ -9,6 +9,7 @@ import click
 from gan_kit.base.errors import GankitError
 from gan_kit.cli.errors import user_errors
 from gan_kit.cli.paths import OutputPath
+from gan_kit.cli.transform import output_transform, transform_options
 
 __all__ = ["generate"]
 
@@ -31,10 +32,7 @@ __all__ = ["generate"]
 @click.option("--w", "w_path", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE.npz",
               help="Draw from the W vectors of this file instead of seeds (gankit project's output: key w, "
                    "[N, num_ws, w_dim]); one PNG each, projNN.png.")
-@click.option("--translate", default=None, metavar="X,Y",
-              help="StyleGAN3: translate the images by X, Y image widths (e.g. 0.3,-0.2), as its gen_images.py.")
-@click.option("--rotate", default=None, metavar="DEG", help="StyleGAN3: rotate the images by DEG degrees, as its "
-                                                            "gen_images.py.")
+@transform_options
 @click.option("--device", default="auto", show_default=True, metavar="DEVICE", help="auto (CUDA when present), cpu, cuda or cuda:N.")
 @user_errors
 def generate(checkpoint: str, seeds: str | None, outdir: Path, psi: float, class_: str | None, noise_mode: str,
@@ -61,16 +59,13 @@ def generate(checkpoint: str, seeds: str | None, outdir: Path, psi: float, class
     if w_path is not None and class_ is not None:
         raise GankitError("--class: --w draws the file's W vectors, whose class the mapping network already put "
                           "in; leave --class out")
-    shift = _vector(translate, "--translate", "X,Y, two numbers in image widths, e.g. --translate 0.3,-0.2") \
-        if translate is not None else None
-    angle = _vector(rotate, "--rotate", "degrees, one number, e.g. --rotate 25", size=1)[0] if rotate is not None \
-        else None
+    moved = output_transform(translate, rotate)
     numbers = parse_numbers(seeds, "--seeds", limit=SEED_LIMIT) if seeds is not None else []
     check_folder(outdir, "--outdir")  # before the generator is read and any image drawn
     trained = open_generator(checkpoint, device=device)
     trained.check(psi, noise_mode)
-    if shift is not None or angle is not None:
-        trained.set_output_transform(shift or (0.0, 0.0), angle or 0.0)
+    if moved is not None:
+        trained.set_output_transform(*moved)
     if w_path is not None:
         written = generate_from_w(trained, load_ws(w_path, trained), outdir, noise_mode=noise_mode)
         what = f" from the W of {w_path}"
@@ -82,16 +77,3 @@ def generate(checkpoint: str, seeds: str | None, outdir: Path, psi: float, class
     click.echo(f"wrote {len(written)} image{'s' if len(written) != 1 else ''} ({names}){what} at "
                f"{trained.resolution}px to {outdir}")
 
-
-def _vector(text: str, flag: str, expected: str, size: int = 2) -> tuple[float, ...]:
-    """``text`` as ``size`` finite comma-separated numbers, or GankitError naming ``flag``."""
-    import math
-
-    parts = text.split(",")
-    try:
-        values = tuple(float(p) for p in parts)
-    except ValueError:
-        values = ()
-    if len(values) != size or not all(math.isfinite(v) for v in values):
-        raise GankitError(f"{flag}: {text!r} is not {expected}")
-    return values

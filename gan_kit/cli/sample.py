@@ -9,6 +9,7 @@ import click
 from gan_kit.cli.errors import user_errors
 from gan_kit.base.errors import GankitError
 from gan_kit.cli.paths import OutputPath
+from gan_kit.cli.transform import output_transform, transform_options
 from gan_kit.tools.sampling import GIF_MAX_FPS
 from gan_kit.tools.seeds import SEED_LIMIT
 
@@ -50,12 +51,13 @@ __all__ = ["sample"]
 @click.option("--class", "class_", default=None, metavar="K",
               help="Class-conditional runs: every image of class K, an index or a class name (image-folder's "
                    "sub-folder); default: one row per class.")
+@transform_options
 @click.option("--device", default="auto", show_default=True, metavar="DEVICE",
               help="auto (CUDA when present), cpu, cuda or cuda:N.")
 @user_errors
 def sample(checkpoint: str, num: int | None, seed: int | None, seeds: str | None, out: Path, psi: float,
            steps: int | None, points: int | None, space: str, loop: bool, fps: float | None, class_: str | None,
-           device: str) -> None:
+           translate: str | None, rotate: str | None, device: str) -> None:
     """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at least
     32 px, like the run's own grids), or a latent interpolation strip, GIF or MP4. CHECKPOINT is
     a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder written by
@@ -68,7 +70,9 @@ def sample(checkpoint: str, num: int | None, seed: int | None, seeds: str | None
     short one. The file is written under a temporary name and renamed when complete: an
     interrupted or failed run leaves the previous file. A model trained elsewhere works too: a
     network-snapshot .pkl of stylegan2-ada-pytorch, StyleGAN3 or R3GAN, or a TF-era StyleGAN2
-    pickle (read without running it), and hf://OWNER/REPO/FILE."""
+    pickle (read without running it), and hf://OWNER/REPO/FILE. --translate / --rotate move a
+    StyleGAN3 G's output (every image and frame) through its input transform, as `gankit
+    generate`."""
     import torch
 
     from gan_kit.tools.grids import save_grid
@@ -98,11 +102,14 @@ def sample(checkpoint: str, num: int | None, seed: int | None, seeds: str | None
     delay = gif_delay(1000 / 120 if fps is None else fps) if suffix == ".gif" else 0
     if suffix == ".mp4":
         check_video_support(f"--out {out}")
+    moved = output_transform(translate, rotate)
     numbers = parse_numbers(seeds, "--seeds", limit=SEED_LIMIT) if seeds is not None else None
     walks, per_walk = _walk_shape(numbers, num, steps, points)
     check_file(out, "--out")  # before the generator is read and any image drawn
     trained = open_generator(checkpoint, device=device)
     trained.check(psi)
+    if moved is not None:
+        trained.set_output_transform(*moved)
     if space == "w":
         trained.style_generator("a walk in W (--space w)")
     classes = trained.num_classes

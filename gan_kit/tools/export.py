@@ -62,17 +62,26 @@ ONNX_OPSET = 18
 class ExportedGenerator(nn.Module):
     """G_ema fixed for export: deterministic (constant noise, no style mixing, no ``w_avg``
     update), truncation ``psi`` baked in. ``forward(z[N, latent_dim], labels[N] int64 = None)
-    -> images[N, C, r, r]``; ``labels`` only for a class-conditional G."""
+    -> images[N, C, r, r]``; ``labels`` only for a class-conditional G. With ``transform_input``
+    (an architecture with ``set_output_transform``: stylegan3) a last input ``transform[3, 3]``
+    float32 follows: the synthesis input's user transform, the inverse of the output's rotation
+    and translation (``user_transform(translate, rotate)``; the identity draws G's images)."""
 
-    def __init__(self, G: nn.Module, *, conditional: bool, kwargs: dict):
+    def __init__(self, G: nn.Module, *, conditional: bool, kwargs: dict, transform_input: bool = False):
         super().__init__()
         self.G = G
         self.conditional = conditional
+        self.transform_input = transform_input
         self.kwargs = dict(kwargs)
 
-    def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, z: torch.Tensor, second: torch.Tensor | None = None,
+                third: torch.Tensor | None = None) -> torch.Tensor:
+        # Positional, so a trace takes (z), (z, labels), (z, transform) or (z, labels, transform).
+        labels = second if self.conditional else None
+        transform = (third if self.conditional else second) if self.transform_input else None
         args = (z, labels) if self.conditional else (z,)
-        return self.G(*args, **self.kwargs)
+        kwargs = dict(self.kwargs, transform=transform) if self.transform_input else self.kwargs
+        return self.G(*args, **kwargs)
 
 
 def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str] = FORMATS,
@@ -103,10 +112,13 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
                           f"truncate (use 1, or export a stylegan2 checkpoint)")
     num_classes = int(arch.context.num_classes)
     kwargs = {"truncation_psi": float(truncation_psi), "noise_mode": "const"} if arch.supports_truncation else {}
-    model = ExportedGenerator(arch.export_view(G), conditional=num_classes > 0, kwargs=kwargs).eval()
+    transform_input = hasattr(arch, "set_output_transform")
+    model = ExportedGenerator(arch.export_view(G), conditional=num_classes > 0, kwargs=kwargs,
+                              transform_input=transform_input).eval()
     config = _config(state, recipe, arch, phase, truncation_psi, formats, checkpoint)
-    example = _example_inputs(arch.latent_dim, num_classes, batch=2, seed=seed)
-    grid_inputs = _example_inputs(arch.latent_dim, num_classes, batch=_grid_count(num_classes), seed=seed)
+    identity = (torch.eye(3),) if transform_input else ()
+    example = _example_inputs(arch.latent_dim, num_classes, batch=2, seed=seed) + identity
+    grid_inputs = _example_inputs(arch.latent_dim, num_classes, batch=_grid_count(num_classes), seed=seed) + identity
     # Every file under a temporary name beside its own, all renamed once the last is written: a
     # failed or interrupted export leaves the folder as it was (a previous export whole).
     with staged_outputs("--out") as staged:
@@ -124,7 +136,7 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
                 traced = without_source_paths(traced)
                 traced.save(str(staged.path(out / "model.ts")))
             if "onnx" in formats:
-                _export_onnx(model, example, staged.path(out / "model.onnx"), num_classes > 0)
+                _export_onnx(model, example, staged.path(out / "model.onnx"), num_classes > 0, transform_input)
         with torch.no_grad():
             save_grid(model(*grid_inputs).float(), staged.path(out / "samples.png"), nrow=_grid_rows(num_classes))
         staged.path(out / CONFIG_FILE).write_text(json.dumps(config, indent=2, allow_nan=False) + "\n",
@@ -191,13 +203,13 @@ def _require_onnx() -> None:
                           "e.g. --format safetensors,torchscript") from None
 
 
-def _export_onnx(model: nn.Module, example: tuple, path: Path, conditional: bool) -> None:
+def _export_onnx(model: nn.Module, example: tuple, path: Path, conditional: bool, transform_input: bool = False) -> None:
     """``model.onnx`` through torch.export (the exporter torch maintains; it needs ``onnxscript``:
     ``pip install 'gankit[export]'``; ``export_model`` checks for it before writing anything), the
-    batch size left free."""
+    batch size left free (``transform[3, 3]`` fixed)."""
     batch = torch.export.Dim("batch", min=1)
-    names = ["z", "labels"] if conditional else ["z"]
-    shapes = {name: {0: batch} for name in names}
+    names = (["z", "labels"] if conditional else ["z"]) + (["transform"] if transform_input else [])
+    shapes = tuple(None if name == "transform" else {0: batch} for name in names)
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -219,6 +231,10 @@ def _config(state: dict, recipe: Any, arch: Any, phase: Any, psi: float, formats
                "distribution": "standard normal"}]
     if num_classes:
         inputs.append({"name": "labels", "shape": ["batch"], "dtype": "int64", "range": [0, num_classes - 1]})
+    if hasattr(arch, "set_output_transform"):
+        inputs.append({"name": "transform", "shape": [3, 3], "dtype": "float32",
+                       "meaning": "inverse of the output's [[cos a, sin a, tx], [-sin a, cos a, ty], [0, 0, 1]] "
+                                  "(a: rotation, tx, ty: translation in image widths); identity: no transform"})
     return {
         "format": EXPORT_FORMAT,
         "format_version": EXPORT_FORMAT_VERSION,
@@ -338,11 +354,15 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
                   "", "| metric | value |", "|---|---|"] + [f"| {k} | {v:.4g} |" for k, v in sorted(metrics.items())] + [""]
     z_torch = f"torch.randn(16, {config['latent_dim']})"
     z_numpy = f"np.random.default_rng(0).standard_normal((16, {config['latent_dim']}), dtype=np.float32)"
-    call = "model(z, labels)" if conditional else "model(z)"
+    transform = any(i["name"] == "transform" for i in config["inputs"])
+    call = ("model(z, labels" if conditional else "model(z") + (", transform)" if transform else ")")
     k = config["num_classes"]
     label_torch = f"labels = torch.arange(16) % {k}  # int64 class indices\n" if conditional else ""
     label_numpy = f"labels = np.arange(16, dtype=np.int64) % {k}\n" if conditional else ""
-    feeds = '{"z": z, "labels": labels}' if conditional else '{"z": z}'
+    if transform:  # StyleGAN3: the identity, G's own view (see the Inputs line)
+        label_torch += "transform = torch.eye(3)\n"
+        label_numpy += "transform = np.eye(3, dtype=np.float32)\n"
+    feeds = ('{"z": z, "labels": labels' if conditional else '{"z": z') + (', "transform": transform}' if transform else "}")
     files = config["files"]
     use_ts = ["With PyTorch only (TorchScript):", "", "```python", "import torch", "",
               'model = torch.jit.load("model.ts")', f"z = {z_torch}", label_torch + f"images = {call}", "```", ""]
@@ -355,6 +375,9 @@ def model_card(config: dict, metrics: dict[str, float]) -> str:
     lines += ["## Use", "",
               f"Inputs: `z` float32 `[N, {config['latent_dim']}]` from a standard normal"
               + (f", `labels` int64 `[N]` in 0..{config['num_classes'] - 1}" if conditional else "")
+              + (", `transform` float32 `[3, 3]`: the inverse of the output's rotation by a and translation by "
+                 "tx, ty image widths, inv([[cos a, sin a, tx], [-sin a, cos a, ty], [0, 0, 1]]); the identity "
+                 "draws G's own view" if transform else "")
               + f"; output: images float32 `[N, {ch}, {res}, {res}]` in about [-1, 1].", "",
               ] + (use_ts if files["torchscript"] else []) + (use_onnx if files["onnx"] else []) + (
               use_gankit if files["safetensors"] else []) + ["## Recipe", "", "The recipe that builds these networks (gankit "

@@ -46,8 +46,8 @@ class SynthesisNetwork(nn.Module):
                                                    magnitude_ema_beta=magnitude_ema_beta, modconv=modconv)
                                     for s in specs)
 
-    def forward(self, ws: torch.Tensor, update_emas: bool = False) -> torch.Tensor:
-        x = self.input(ws[:, 0].float())
+    def forward(self, ws: torch.Tensor, update_emas: bool = False, transform: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.input(ws[:, 0].float(), transform)
         for i, layer in enumerate(self.layers):
             x = layer(x, ws[:, i + 1].float(), update_emas=update_emas)
         return x * self.output_scale if self.output_scale != 1 else x
@@ -94,12 +94,15 @@ class Generator(nn.Module):
         truncated = self.w_avg.to(w.dtype).lerp(w, float(truncation_psi)).unsqueeze(1).expand(-1, k, -1)
         return torch.cat([truncated, ws[:, k:]], dim=1)
 
-    def synthesis(self, ws: torch.Tensor, noise_mode: str = "const", *, update_emas: bool = False) -> torch.Tensor:
+    def synthesis(self, ws: torch.Tensor, noise_mode: str = "const", *, update_emas: bool = False,
+                  transform: torch.Tensor | None = None) -> torch.Tensor:
         """``ws[N, num_ws, w_dim] -> images[N, channels, r, r]``; ValueError for another
-        ``num_ws``. ``update_emas``: update every layer's ``magnitude_ema`` from this batch."""
+        ``num_ws``. ``update_emas``: update every layer's ``magnitude_ema`` from this batch.
+        ``transform[3, 3]``: the synthesis input's user transform for this call (None: its
+        ``transform`` buffer, which ``StyleGAN3.set_output_transform`` sets)."""
         if ws.ndim != 3 or ws.shape[1] != self.num_ws:
             raise ValueError(f"synthesis: expected ws[N, {self.num_ws}, {self.w_dim}], got {tuple(ws.shape)}")
-        return self.synthesis_network(ws, update_emas=update_emas)
+        return self.synthesis_network(ws, update_emas=update_emas, transform=transform)
 
     def mix_styles(self, ws: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Style mixing (StyleGAN sec. 3.1), as stylegan2's G: with probability
@@ -113,14 +116,16 @@ class Generator(nn.Module):
         return torch.where(layer >= cutoff, w2, ws)
 
     def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None, *, truncation_psi: float = 1.0,
-                noise_mode: str = "const", update_emas: bool | None = None) -> torch.Tensor:
+                noise_mode: str = "const", update_emas: bool | None = None,
+                transform: torch.Tensor | None = None) -> torch.Tensor:
         """Images ``[N, channels, r, r]`` for ``z``; ``update_emas`` (None: in training mode)
-        updates ``w_avg`` and the magnitude EMAs; style mixing in training mode."""
+        updates ``w_avg`` and the magnitude EMAs; style mixing in training mode; ``transform``:
+        see ``synthesis``."""
         update = self.training if update_emas is None else update_emas
         ws = self.mapping(z, labels, truncation_psi, update_w_avg=update)
         if self.training and self.style_mixing_prob > 0:
             ws = self.mix_styles(ws, labels)
-        return self.synthesis(ws, noise_mode, update_emas=update)
+        return self.synthesis(ws, noise_mode, update_emas=update, transform=transform)
 
 
 # -------------------------------------------------------------------------------- architecture --

@@ -60,7 +60,9 @@ class SynthesisInput(nn.Module):
         self.register_buffer("freqs", freqs)
         self.register_buffer("phases", phases)
 
-    def forward(self, w: torch.Tensor) -> torch.Tensor:
+    def forward(self, w: torch.Tensor, transform: torch.Tensor | None = None) -> torch.Tensor:
+        """``transform[3, 3]``: used in place of the ``transform`` buffer (None: the buffer), so an
+        exported graph can take it as an input."""
         n = w.shape[0]
         t = self.affine(w)
         t = t / t[:, :2].norm(dim=1, keepdim=True)
@@ -69,7 +71,7 @@ class SynthesisInput(nn.Module):
         # The inverse rotation and translation of the image, applied before the user's transform.
         m_r = torch.stack([c, -s, zero, s, c, zero, zero, zero, one], dim=1).reshape(n, 3, 3)
         m_t = torch.stack([one, zero, -tx, zero, one, -ty, zero, zero, one], dim=1).reshape(n, 3, 3)
-        transforms = m_r @ m_t @ self.transform.unsqueeze(0)
+        transforms = m_r @ m_t @ (self.transform if transform is None else transform).to(t.dtype).unsqueeze(0)
         freqs = self.freqs.unsqueeze(0)
         phases = self.phases.unsqueeze(0) + (freqs @ transforms[:, :2, 2:]).squeeze(2)
         freqs = freqs @ transforms[:, :2, :2]
