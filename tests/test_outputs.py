@@ -429,3 +429,35 @@ def test_no_library_warning_is_shown_for_a_checkpoint_that_is_refused(trained_sg
         assert shown == []
         ckpt.load_generator(path, state=state)  # a checkpoint that opens: its warning is shown
     assert [str(w.message) for w in shown] == ["a library's warning while the file is read"]
+
+
+@pytest.mark.parametrize("writer", ["save_grid", "save_image"])
+def test_a_picture_that_fails_mid_write_leaves_the_previous_file_and_no_temporary(tmp_path, monkeypatch, writer):
+    """A run's grids are rewritten every tick (samples/latest.png, final.png) and every command's
+    pictures go through the same two writers: a write that dies after some bytes leaves the
+    previous PNG whole at the final name and no hidden temporary file; a complete write
+    replaces it and leaves nothing else in the folder."""
+    import PIL.Image
+
+    from gan_kit.tools import grids
+
+    path = tmp_path / "samples" / "latest.png"
+    images = torch.linspace(-1, 1, 4 * 3 * 8 * 8).reshape(4, 3, 8, 8)
+    write = (lambda x: grids.save_grid(x, path)) if writer == "save_grid" else (lambda x: grids.save_image(x[0], path))
+    write(images)
+    before = path.read_bytes()
+    real_save = PIL.Image.Image.save
+
+    def dies_half_way(self, fp, *args, **kwargs):
+        real_save(self, fp, *args, **kwargs)
+        Path(fp).write_bytes(Path(fp).read_bytes()[:20])  # a truncated PNG, then the process dies
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PIL.Image.Image, "save", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        write(-images)
+    assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == ["latest.png"]
+    monkeypatch.setattr(PIL.Image.Image, "save", real_save)
+    write(-images)
+    assert path.read_bytes() != before and Image.open(path).size[0] >= 8
+    assert sorted(p.name for p in path.parent.iterdir()) == ["latest.png"]

@@ -11,6 +11,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from gan_kit.base.atomic import replace_with, temporary_sibling
+
 __all__ = ["save_grid", "save_image", "grid_frame", "to_uint8", "MIN_CELL"]
 
 #: Smallest side of one grid cell in pixels.
@@ -39,11 +41,9 @@ def save_image(image: torch.Tensor, path: str | Path) -> Path:
     if image.dim() != 3 or image.shape[0] not in MODES:
         raise ValueError(f"save_image: expected image[C, H, W] with 1 to 4 channels, got {list(image.shape)}")
     pixels = to_uint8(image).permute(1, 2, 0).numpy()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # PIL reads the mode from the array: [H, W] uint8 is L, [H, W, 2 | 3 | 4] is LA, RGB, RGBA
-    Image.fromarray(pixels[..., 0] if image.shape[0] == 1 else pixels).save(path)
-    return path
+    picture = Image.fromarray(pixels[..., 0] if image.shape[0] == 1 else pixels)
+    return _written(path, picture.save)
 
 
 def save_grid(images: torch.Tensor, path: str | Path, *, size: int | None = None, nrow: int | None = None) -> None:
@@ -56,9 +56,22 @@ def save_grid(images: torch.Tensor, path: str | Path, *, size: int | None = None
     if images.shape[-1] != size:
         images = F.interpolate(images, size=size, mode="nearest")
     nrow = nrow or max(1, int(math.sqrt(images.shape[0])))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    vutils.save_image(images.clamp(-1, 1), path, nrow=nrow, normalize=True, value_range=(-1, 1), padding=1)
+    _written(path, lambda tmp: vutils.save_image(images.clamp(-1, 1), tmp, nrow=nrow, normalize=True,
+                                                 value_range=(-1, 1), padding=1))
+
+
+def _written(path: str | Path, write) -> Path:
+    """``write(tmp)`` into a hidden file beside ``path`` (same suffix, so the format follows the
+    name), renamed over ``path`` when complete: a run's grids, rewritten every tick, and every
+    command's pictures are the previous file or the whole new one, never a truncated PNG (an
+    interrupted or failed write removes the temporary file). The folder is created."""
+    tmp = temporary_sibling(path)
+    try:
+        write(tmp)
+        return replace_with(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def grid_frame(images: torch.Tensor) -> torch.Tensor:
