@@ -46,6 +46,18 @@ torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.fixture
+def metric_cache_dir(tmp_path: Path, monkeypatch) -> Path:
+    """The feature metrics' on-disk cache of this test ($GANKIT_CACHE_DIR/metrics under tmp_path),
+    and no extractor or features kept in memory from another test, before or after it."""
+    from gan_kit.builtin.metrics import feature_extractors as fx
+
+    monkeypatch.setenv("GANKIT_CACHE_DIR", str(tmp_path / "cache"))
+    fx.clear_caches()
+    yield tmp_path / "cache" / "metrics"
+    fx.clear_caches()
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

@@ -32,13 +32,8 @@ from gan_kit.tools.report import load_metrics, metric_directions
 ALL = (FID, KID, PrecisionRecall, InceptionScore)
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    """The on-disk feature cache of this test, and no extractor or features kept from another."""
-    monkeypatch.setenv("GANKIT_CACHE_DIR", str(tmp_path / "cache"))
-    fx.clear_caches()
-    yield tmp_path / "cache" / "metrics"
-    fx.clear_caches()
+#: Every test starts with an empty feature cache of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("metric_cache_dir")
 
 
 def stub(cls, **options):
@@ -184,7 +179,7 @@ def test_inception_score_and_fid_on_features_with_known_values():
 # ---------------------------------------------------------------------------- caches --
 
 
-def test_features_are_cached_by_the_exact_images(cache_dir, caplog):
+def test_features_are_cached_by_the_exact_images(metric_cache_dir, caplog):
     fake, real = image_sets()
     fid, kid = stub(FID, num_images=24), stub(KID, num_images=24, subsets=4, subset_size=8)
     ex = fid.extractor("cpu")
@@ -198,7 +193,7 @@ def test_features_are_cached_by_the_exact_images(cache_dir, caplog):
     other[3, 0, 5, 5] ^= 1  # one pixel changed: another set
     fid.compute(gen, as_float(other), "cpu")
     assert ex.passes == 3
-    files = sorted(cache_dir.glob("*.pt"))
+    files = sorted(metric_cache_dir.glob("*.pt"))
     assert len(files) == 2 and all("stub-24x16px-" in f.name for f in files)
     fx.clear_caches()  # a new process: the real features come from disk
     fid2 = stub(FID, num_images=24)
@@ -270,7 +265,7 @@ KEYS = ["Metrics/fid", "Metrics/kid", "Metrics/kid/std", "Metrics/precision", "M
         "Metrics/is/std"]
 
 
-def test_metrics_at_every_metric_tick_in_jsonl_tensorboard_report_and_eval(tiny_recipe_text, write_recipe, cache_dir):
+def test_metrics_at_every_metric_tick_in_jsonl_tensorboard_report_and_eval(tiny_recipe_text, write_recipe, metric_cache_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     text = tiny_recipe_text.replace("[growth]\nname = \"progressive\"\nstart_resolution = 4\nfade_kimg = 0.04\n"
@@ -287,7 +282,7 @@ def test_metrics_at_every_metric_tick_in_jsonl_tensorboard_report_and_eval(tiny_
     # generated set once, for all four metrics.
     ex = fx.get_extractor("stub", None, "cpu", "fid")
     assert (ex.passes, ex.images_seen) == (1 + len(ticks), 48 * (1 + len(ticks)))
-    assert len(list(cache_dir.glob("digits-stub-48x8px-*.pt"))) == 1
+    assert len(list(metric_cache_dir.glob("digits-stub-48x8px-*.pt"))) == 1
 
     acc = EventAccumulator(str(run.out_dir / "events"))
     acc.Reload()
@@ -346,7 +341,7 @@ def _weights_file_extractor(monkeypatch, tmp_path) -> tuple[Path, Path]:
     return files[0], files[1]
 
 
-def test_the_real_feature_cache_tells_weights_files_of_one_name_and_size_apart(cache_dir, tmp_path, monkeypatch):
+def test_the_real_feature_cache_tells_weights_files_of_one_name_and_size_apart(metric_cache_dir, tmp_path, monkeypatch):
     """Two weights files with one name and one byte size but other values: the second never gets
     the first one's cached real features, on disk or in memory; the same file does."""
     wa, wb = _weights_file_extractor(monkeypatch, tmp_path)
@@ -366,7 +361,7 @@ def test_the_real_feature_cache_tells_weights_files_of_one_name_and_size_apart(c
     fx.clear_caches()
     assert fid_b == fid_b_uncached != fid_a
     assert fid(wb) == fid_b_uncached  # from the disk cache, now wB's
-    assert len(list(cache_dir.glob("*.pt"))) == 2  # one file per extractor, neither overwriting the other
+    assert len(list(metric_cache_dir.glob("*.pt"))) == 2  # one file per extractor, neither overwriting the other
     # The same path rewritten in place with other weights (a new modification time): a new extractor.
     fx.clear_caches()
     assert fid(wa) == fid_a

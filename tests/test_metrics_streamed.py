@@ -23,12 +23,8 @@ from gan_kit.tools.evaluate import evaluate, evaluate_checkpoint
 from gan_kit.testing import make_run, train_steps
 
 
-@pytest.fixture(autouse=True)
-def _fresh_caches(tmp_path, monkeypatch):
-    monkeypatch.setenv("GANKIT_CACHE_DIR", str(tmp_path / "cache"))
-    fx.clear_caches()
-    yield
-    fx.clear_caches()
+#: Every test starts with an empty feature cache of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("metric_cache_dir")
 
 
 class _Noise(Dataset):

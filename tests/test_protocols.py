@@ -37,12 +37,8 @@ OFFICIAL = ['A/k.png', 'B.png', 'a-b/0.png', 'a-b/1.png', 'a.b/q.png', 'a.png', 
             'img10.png', 'img2.png']
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("GANKIT_CACHE_DIR", str(tmp_path / "cache"))
-    fx.clear_caches()
-    yield
-    fx.clear_caches()
+#: Every test starts with an empty feature cache of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("metric_cache_dir")
 
 
 @pytest.fixture

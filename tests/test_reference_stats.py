@@ -21,12 +21,8 @@ from gan_kit.testing import make_run
 from gan_kit.tools.refstats import check_destination, mismatch, read_stats, write_stats
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("GANKIT_CACHE_DIR", str(tmp_path / "cache"))
-    fx.clear_caches()
-    yield
-    fx.clear_caches()
+#: Every test starts with an empty feature cache of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("metric_cache_dir")
 
 
 @pytest.fixture

@@ -97,6 +97,15 @@ _NUM_HELP = ("Generated images; None = the count in the name (50,000 for fid50k_
 _SEED_HELP = "Seed of the generated images' latents, class labels and noise (and of kid's subsets)."
 
 
+@attrs.frozen
+class ProtocolOptions(FID.Options):
+    """What every protocol takes beyond FID's options: the generated count (None: the name's) and
+    the seed of the generated set."""
+
+    num_images: int | None = option(None, min=2, max=2**24, help=_NUM_HELP)
+    seed: int = option(0, help=_SEED_HELP, min=0, max=2**32 - 1, max_exclusive=True)
+
+
 class Protocol:
     """What every protocol adds to its metric: the name read (``spec``), the reals (``real_rule``),
     the generated count, ``describe()`` for report lines and the reference-statistics metadata."""
@@ -162,11 +171,7 @@ class FIDProtocol(Protocol, FID):
     """A published FID protocol (fid<N>k_full: N generated vs every real; fid<N>k: vs the first N reals, x-flips as trained); lower is better."""
 
     family = "fid"
-
-    @attrs.frozen
-    class Options(FID.Options):
-        num_images: int | None = option(None, min=2, max=2**24, help=_NUM_HELP)
-        seed: int = option(0, help=_SEED_HELP, min=0, max=2**32 - 1, max_exclusive=True)
+    Options = ProtocolOptions
 
     def from_features(self, fake, real, device):
         return {self._key(): super().from_features(fake, real, device)["Metrics/fid"]}
@@ -218,11 +223,7 @@ class KIDProtocol(Protocol, KID):
     """A published KID protocol (kid<N>k_full: N generated vs up to 1,000,000 reals, 100 subsets of 1,000; kid<N>k: vs the first N reals); lower is better."""
 
     family = "kid"
-
-    @attrs.frozen
-    class Options(FID.Options):
-        num_images: int | None = option(None, min=2, max=2**24, help=_NUM_HELP)
-        seed: int = option(0, help=_SEED_HELP, min=0, max=2**32 - 1, max_exclusive=True)
+    Options = ProtocolOptions
 
     @property
     def subsets(self) -> int:
@@ -249,9 +250,7 @@ class PRProtocol(Protocol, PrecisionRecall):
     family = "pr"
 
     @attrs.frozen
-    class Options(FID.Options):
-        num_images: int | None = option(None, min=2, max=2**24, help=_NUM_HELP)
-        seed: int = option(0, help=_SEED_HELP, min=0, max=2**32 - 1, max_exclusive=True)
+    class Options(ProtocolOptions):
         feature_extractor: Literal["vgg16", "stub"] = option(
             "vgg16", help="torch-fidelity's VGG16 fc2 features (4096-d, after ReLU), as metric_main's vgg16.pt." + _STUB_HELP)
         row_batch_size: int = option(10000, help="Points per block of the pairwise distance computation (memory: "
@@ -295,9 +294,7 @@ class ISProtocol(Protocol, InceptionScore):
     family = "is"
 
     @attrs.frozen
-    class Options(FID.Options):
-        num_images: int | None = option(None, min=2, max=2**24, help=_NUM_HELP)
-        seed: int = option(0, help=_SEED_HELP, min=0, max=2**32 - 1, max_exclusive=True)
+    class Options(ProtocolOptions):
         feature_extractor: Literal["inception-v3-compat", "stub"] = option(
             "inception-v3-compat", help="torch-fidelity's InceptionV3; the score reads its 1008 logits without the "
                                         "output bias (metric_main's no_output_bias)." + _STUB_HELP)
