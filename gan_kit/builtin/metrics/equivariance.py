@@ -36,8 +36,9 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from gan_kit import GankitError, Metric, hookimpl, option
+from gan_kit import GankitError, hookimpl, option
 from gan_kit.builtin.architectures.stylegan3 import upfirdn2d
+from gan_kit.builtin.metrics import FromOptions
 
 __all__ = ["equivariance_psnr", "input_transform", "EquivarianceMetric", "EQT", "EQTFrac", "EQR", "Kind"]
 
@@ -244,7 +245,7 @@ def equivariance_psnr(G: torch.nn.Module, kind: Kind, num_samples: int, *, gener
     return float(math.log10(2) * 20 - mse.log10() * 10)
 
 
-class EquivarianceMetric(Metric):
+class EquivarianceMetric(FromOptions):
     """Base of the three equivariance metrics: computed on G_ema itself (``measures_generator``:
     the run calls ``compute_generator``), not on a set of images."""
 
@@ -272,14 +273,6 @@ class EquivarianceMetric(Metric):
             return [("name", f"{cls.metric_name} measures a G with a synthesis-input transform (stylegan3); "
                              f"architecture {arch!r} has none (remove this [[metric]])")]
         return []
-
-    @property
-    def num_images(self) -> int:
-        return self.options.num_images
-
-    @property
-    def seed(self) -> int:
-        return self.options.seed
 
     def compute(self, generate, reals, device):
         raise GankitError(f"{self.metric_name}: measured on G itself (through its input transform), not on two "
