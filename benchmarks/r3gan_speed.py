@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gan_kit.base.phase import fade_real  # noqa: E402
-from gan_kit.tools.bench import prepare  # noqa: E402
+from gan_kit.tools.bench import operator_table, prepare  # noqa: E402
 
 DEFAULT_CASES = [
     "stylegan2=recipes/stylegan2.toml",
@@ -152,16 +152,9 @@ def print_profile(case: Case, iterations: int, top: int) -> None:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for reals in batches:
             case.row.step(reals)
-    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
-    total = sum(e.self_cpu_time_total for e in events)
-    events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
-    print(f"\n{case.label}: {iterations} iterations, {total / 1e3 / iterations:.1f} ms self CPU per iteration "
-          f"under the profiler")
-    print("| operator | calls / iteration | self CPU ms / iteration | share |")
-    print("|---|---|---|---|")
-    for e in events[:top]:
-        print(f"| {e.key} | {e.count / iterations:.0f} | {e.self_cpu_time_total / 1e3 / iterations:.2f} | "
-              f"{e.self_cpu_time_total / total:.0%} |")
+    ms, lines = operator_table(prof, iterations, top, "iteration")
+    print(f"\n{case.label}: {iterations} iterations, {ms:.1f} ms self CPU per iteration under the profiler")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gan_kit.builtin.architectures.stylegan3 import Generator  # noqa: E402
-from gan_kit.tools.bench import prepare  # noqa: E402
+from gan_kit.tools.bench import operator_table, prepare  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "stylegan2.toml"
 
@@ -130,15 +130,9 @@ def print_profile(case: Case, iterations: int, top: int) -> None:
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         case.g_round(iterations, 10_000)
-    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
-    total = sum(e.self_cpu_time_total for e in events)
-    events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
-    print(f"\n{case.label} G forward: {total / 1e3 / iterations:.1f} ms self CPU per batch under the profiler")
-    print("| operator | calls / batch | self CPU ms / batch | share |")
-    print("|---|---|---|---|")
-    for e in events[:top]:
-        print(f"| {e.key} | {e.count / iterations:.0f} | {e.self_cpu_time_total / 1e3 / iterations:.2f} | "
-              f"{e.self_cpu_time_total / total:.0%} |")
+    ms, lines = operator_table(prof, iterations, top, "batch")
+    print(f"\n{case.label} G forward: {ms:.1f} ms self CPU per batch under the profiler")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ import torch
 from gan_kit.plugin_api.components import set_phase
 from gan_kit.base.errors import GankitError
 
-__all__ = ["BenchRow", "BenchResult", "prepare", "measure", "run_bench", "result_table", "hand_written_step"]
+__all__ = ["BenchRow", "BenchResult", "prepare", "measure", "run_bench", "result_table", "hand_written_step",
+           "operator_table"]
 
 REFERENCE = "hand-written"
 
@@ -407,3 +408,16 @@ def result_table(result: BenchResult):
         table.add_row(row.name, f"{row.best_s * 1e3:.1f}", f"{row.median_s * 1e3:.1f}",
                       f"{result.images_per_s(row):.0f}", rel)
     return table
+
+
+def operator_table(prof, iterations: int, top: int, per: str) -> tuple[float, list[str]]:
+    """What a finished ``torch.profiler.profile`` ``prof`` of ``iterations`` repeats (a batch, an
+    iteration: ``per``) spent: the total self CPU milliseconds per repeat, and a markdown table of
+    its ``top`` operators by self CPU time (calls, ms per repeat, share), as benchmarks/ print them."""
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
+    lines = [f"| operator | calls / {per} | self CPU ms / {per} | share |", "|---|---|---|---|"]
+    lines += [f"| {e.key} | {e.count / iterations:.0f} | {e.self_cpu_time_total / 1e3 / iterations:.2f} | "
+              f"{e.self_cpu_time_total / total:.0%} |" for e in events[:top]]
+    return total / 1e3 / iterations, lines
