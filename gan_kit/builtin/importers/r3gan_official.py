@@ -244,6 +244,15 @@ class _Net:
         return w.shape[0]
 
 
+def _class_embedding(net: _Net) -> tuple[int, int]:
+    """``(classes, class_dim)`` of a network's class embedding (``Model.EmbeddingLayer``, a linear
+    map of the one-hot class), ``(0, 0)`` for an unconditional one."""
+    if net.state.get("Model.EmbeddingLayer.weight") is None:
+        return 0, 0
+    embed = net.tensor("Model.EmbeddingLayer.weight", 2)
+    return embed.shape[1], embed.shape[0]
+
+
 def _stage_name(net: str, stage: int, res: int) -> str:
     return f"{net} stage {stage} ({res} px)"
 
@@ -281,12 +290,7 @@ def _read_g(g: _Net) -> dict:
     out["channels"] = rgb.shape[0]
     out["in_dim"] = linear.shape[1]
     g.agree("Model.MainLayers.0.Layers.0.LinearLayer", "in_features", linear.shape[1], "the weight's shape")
-    embed = g.state.get("Model.EmbeddingLayer.weight")
-    if embed is not None:
-        embed = g.tensor("Model.EmbeddingLayer.weight", 2)
-        out["classes"], out["class_dim"] = embed.shape[1], embed.shape[0]
-    else:
-        out["classes"], out["class_dim"] = 0, 0
+    out["classes"], out["class_dim"] = _class_embedding(g)
     return out
 
 
@@ -341,12 +345,7 @@ def _read_d(d: _Net) -> dict:
             d.agree(f"{path}.Basis", "stride", [1, 1], "the official DiscriminativeBasis")
             out["out_dim"] = linear.shape[0]
     out["widths"] = widths
-    embed = d.state.get("Model.EmbeddingLayer.weight")
-    if embed is not None:
-        embed = d.tensor("Model.EmbeddingLayer.weight", 2)
-        out["classes"], out["class_dim"] = embed.shape[1], embed.shape[0]
-    else:
-        out["classes"], out["class_dim"] = 0, 0
+    out["classes"], out["class_dim"] = _class_embedding(d)
     return out
 
 
