@@ -18,11 +18,12 @@ number of numbers). It also records the pipe's image-space filter bank (``Hz_fba
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+
+from checkout import checkout_commit  # beside this script: on sys.path when it runs
 
 OUT = Path(__file__).resolve().parent / "ada_official_reference.pt"
 
@@ -67,14 +68,6 @@ def record(AugmentPipe, name: str, kwargs: dict, p: float, shape: tuple, seed: i
     return {"name": name, "kwargs": kwargs, "p": p, "seed": seed, "x": x, "y": y, "after": after}
 
 
-def _commit(path: Path) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--official", type=Path, required=True, help="a checkout of github.com/NVlabs/stylegan2-ada-pytorch")
@@ -91,7 +84,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)  # the same reductions whatever the machine
     data = {
         "source": {"repository": "github.com/NVlabs/stylegan2-ada-pytorch",
-                   "commit": args.commit or _commit(args.official), "torch": str(torch.__version__)},
+                   "commit": args.commit or checkout_commit(args.official), "torch": str(torch.__version__)},
         "filter_bank": AugmentPipe().Hz_fbank.clone(),
         "cases": [record(AugmentPipe, *case) for case in CASES],
     }

@@ -52,12 +52,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import subprocess
 import sys
 import types
 from pathlib import Path
 
 import torch
+
+from checkout import checkout_commit  # beside this script: on sys.path when it runs
 
 OUT = Path(__file__).resolve().parent / "r3gan_reference.pt"
 
@@ -301,14 +302,6 @@ def record_schedules(official) -> dict:
             "preset": {k: list(v) for k, v in PRESET.items()}, "values": values}
 
 
-def _commit(path: Path) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--official", type=Path, required=True, help="a checkout of github.com/brownvc/R3GAN")
@@ -322,7 +315,7 @@ def main(argv=None) -> int:
     official = import_official(args.official.resolve())
     torch.set_num_threads(1)  # the same reductions whatever the machine
     data = {
-        "source": {"repository": "github.com/brownvc/R3GAN", "commit": args.commit or _commit(args.official),
+        "source": {"repository": "github.com/brownvc/R3GAN", "commit": args.commit or checkout_commit(args.official),
                    "torch": str(torch.__version__)},
         "config": dict(CONFIG), "classes": dict(CLASSES), "batch": BATCH,
         "unconditional": record_case(official, None, seed=0),

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import subprocess
 import sys
 from pathlib import Path
 
@@ -61,6 +60,7 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "tf_reference.pt"
 sys.path.insert(0, str(HERE.parent))
 from tf_pickles import tf_pickle_bytes, write_tf_pickle  # noqa: E402
+from checkout import checkout_commit  # noqa: E402  (beside this script, on sys.path when it runs)
 
 _SMALL = {"resolution": 16, "num_channels": 3, "fmap_base": 32, "fmap_max": 8}
 
@@ -285,14 +285,6 @@ def record_outputs(G_ema, D) -> dict:
     return {"seeds": list(SEEDS), "z": z, "c": c, "psi": list(PSI), "images": images, "d_logits": logits}
 
 
-def _commit(path: Path) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ada", type=Path, required=True, help="a copy of github.com/NVlabs/stylegan2-ada-pytorch")
@@ -325,7 +317,7 @@ def main(argv=None) -> int:
         print(f"{name}: {path.stat().st_size / 1024:.0f} KB pickle, "
               f"{sum(len(s) for s in case['state_dicts'].values())} state entries")
     data = {"source": {"repository": "github.com/NVlabs/stylegan2-ada-pytorch",
-                       "commit": args.commit or _commit(args.ada), "torch": str(torch.__version__),
+                       "commit": args.commit or checkout_commit(args.ada), "torch": str(torch.__version__),
                        "numpy": str(np.__version__)},
             "cases": cases}
     args.out.parent.mkdir(parents=True, exist_ok=True)
