@@ -105,11 +105,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import types
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from checkout import make_transform, put_on_path  # beside this script: on sys.path when it runs
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "official_snapshots.pt"
@@ -132,21 +133,6 @@ BGCFNC = dict(xflip=1, rotate90=1, xint=1, scale=1, rotate=1, aniso=1, xfrac=1, 
 
 # --------------------------------------------------------------------------------------------
 # Importing an official checkout
-
-
-def _import_official(repo: str) -> None:
-    """Put ``repo`` first on sys.path and stand in for the two absent modules it imports."""
-    sys.path.insert(0, repo)
-    try:
-        import pkg_resources  # noqa: F401
-    except ImportError:
-        from packaging.version import parse
-
-        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
-    try:
-        import psutil  # noqa: F401
-    except ImportError:
-        sys.modules["psutil"] = types.ModuleType("psutil")
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,15 +467,6 @@ def _stylegan3_cases() -> list[dict]:
     ]
 
 
-def make_transform(translate, angle):
-    """gen_images.py's make_transform (the matrix it inverts into G.synthesis.input.transform)."""
-    m = np.eye(3)
-    s, c = np.sin(angle / 360.0 * np.pi * 2), np.cos(angle / 360.0 * np.pi * 2)
-    m[0][0], m[0][1], m[0][2] = c, s, translate[0]
-    m[1][0], m[1][1], m[1][2] = -s, c, translate[1]
-    return m
-
-
 def _eq_labels(c_dim: int, batch: int) -> torch.Tensor:
     """The labels both sides of the equivariance check give a conditional G (the official metric
     draws them from the data set with numpy; a fixed cycle here, recorded)."""
@@ -728,7 +705,7 @@ def _compare_with_genuine(fmt: str, repo: str, case: dict, genuine: Path) -> str
 
 
 def _worker(fmt: str, repo: str, out: str, check_file: str | None, genuine_dir: str | None) -> None:
-    _import_official(repo)
+    put_on_path(repo)
     torch.set_num_threads(1)
     if check_file is None:
         specs = (_r3gan_cases() if fmt == "r3gan" else _stylegan3_cases() if fmt == "sg3af"

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import torch
 
-from checkout import checkout_commit  # beside this script: on sys.path when it runs
+from checkout import checkout_commit, put_on_path  # beside this script: on sys.path when it runs
 
 OUT = Path(__file__).resolve().parent / "r3gan_reference.pt"
 
@@ -93,17 +93,7 @@ RECIPE = {"lr": (5e-4, 1.25e-4), "beta1": 0.0, "beta2": (0.9, 0.99), "eps": 1e-8
 
 def import_official(path: Path) -> types.SimpleNamespace:
     """The official modules, imported from ``path``."""
-    try:
-        import pkg_resources  # noqa: F401
-    except ImportError:
-        from packaging.version import parse
-
-        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
-    try:
-        import psutil  # noqa: F401
-    except ImportError:
-        sys.modules["psutil"] = types.ModuleType("psutil")
-    sys.path.insert(0, str(path))
+    put_on_path(path)
     import R3GAN.Networks as networks
     import R3GAN.Resamplers as resamplers
     import R3GAN.Trainer as trainer

@@ -43,12 +43,12 @@ records, as plain tensors:
 from __future__ import annotations
 
 import argparse
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from checkout import make_transform, put_on_path  # beside this script: on sys.path when it runs
 
 CONFIGS = {
     "t": dict(z_dim=32, c_dim=0, w_dim=32, img_resolution=32, img_channels=3,
@@ -63,15 +63,6 @@ CONFIGS = {
 FLRELU_LAYERS = (2, 5, 6)
 CLAMP = 0.3
 TRANSLATE, ROTATE = (0.3, -0.2), 25.0
-
-
-def make_transform(translate, angle):
-    # gen_images.py's matrix (a rotation by ``angle`` degrees and a translation), as a user sets it.
-    m = np.eye(3)
-    s, c = np.sin(angle / 360.0 * np.pi * 2), np.cos(angle / 360.0 * np.pi * 2)
-    m[0][0], m[0][1], m[0][2] = c, s, translate[0]
-    m[1][0], m[1][1], m[1][2] = -s, c, translate[1]
-    return m
 
 
 def _perturb(G, seed):
@@ -201,14 +192,7 @@ def main():
     ap.add_argument("--official", required=True, help="an extracted copy of github.com/NVlabs/stylegan3")
     ap.add_argument("--out", default=str(Path(__file__).with_name("stylegan3_reference.pt")))
     args = ap.parse_args()
-    try:
-        import pkg_resources  # noqa: F401
-    except ImportError:
-        # conv2d_gradfix imports parse_version at the top; packaging's is the same function.
-        from packaging.version import parse
-
-        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
-    sys.path.insert(0, args.official)
+    put_on_path(args.official)
     torch.set_grad_enabled(True)
     data = {"translate": torch.tensor(TRANSLATE), "rotate": torch.tensor(ROTATE)}
     for i, (name, kwargs) in enumerate(CONFIGS.items()):
