@@ -14,9 +14,10 @@ import attrs
 import torch
 from torch import nn
 
-from gan_kit import Architecture, batch_randn, mean_over_processes, option
+from gan_kit import Architecture, mean_over_processes, option
 from gan_kit.builtin.architectures.conditioning import check_labels
 from gan_kit.builtin.architectures.stylegan2 import Discriminator, MappingNetwork
+from gan_kit.builtin.architectures.stylegan2 import Generator as StyleGAN2Generator
 from gan_kit.builtin.architectures.stylegan3.schedule import layer_schedule, num_ws
 from gan_kit.builtin.architectures.stylegan3.synthesis_input import SynthesisInput, user_transform
 from gan_kit.builtin.architectures.stylegan3.synthesis_layer import ModConv, SynthesisLayer
@@ -104,16 +105,9 @@ class Generator(nn.Module):
             raise ValueError(f"synthesis: expected ws[N, {self.num_ws}, {self.w_dim}], got {tuple(ws.shape)}")
         return self.synthesis_network(ws, update_emas=update_emas, transform=transform)
 
-    def mix_styles(self, ws: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        """Style mixing (StyleGAN sec. 3.1), as stylegan2's G: with probability
-        ``style_mixing_prob`` the Ws from a random layer on come from a second z."""
-        z2 = batch_randn(ws.shape[0], self.latent_dim, device=ws.device)  # drawn for the global batch
-        w2 = self.mapping(z2, labels).to(ws.dtype)
-        cutoff = torch.randint(1, self.num_ws, (), device=ws.device)
-        mix = torch.rand((), device=ws.device) < self.style_mixing_prob
-        cutoff = torch.where(mix, cutoff, torch.full_like(cutoff, self.num_ws))
-        layer = torch.arange(self.num_ws, device=ws.device).reshape(1, -1, 1)
-        return torch.where(layer >= cutoff, w2, ws)
+    # Style mixing (StyleGAN sec. 3.1) exactly as stylegan2's G: it reads only mapping, latent_dim,
+    # num_ws and style_mixing_prob, which this G has under the same names.
+    mix_styles = StyleGAN2Generator.mix_styles
 
     def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None, *, truncation_psi: float = 1.0,
                 noise_mode: str = "const", update_emas: bool | None = None,
