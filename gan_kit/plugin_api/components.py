@@ -219,6 +219,16 @@ class Penalty(ComponentBase):
         ``interval`` option return it."""
         return 1
 
+    def attach(self, G: nn.Module, D: nn.Module) -> None:
+        """Add the modules this penalty trains to G or D (``D.add_module(name, head)``: an
+        auxiliary classifier's head), or keep a reference to the plain networks. Called once
+        when a run is built, right after the architecture built G and D and before the recipe's
+        initializer, spectral norm, the move to the run's device, the DDP / compile wrappers,
+        G_ema and the optimizers: what it adds is then initialised, normalised, trained,
+        averaged and checkpointed as a part of that network. Raise ``GankitError`` (one line)
+        for networks it cannot work with. The default does nothing."""
+        return None
+
     def __call__(self, inputs: Any, ctx: "StepContext") -> torch.Tensor:
         raise NotImplementedError
 

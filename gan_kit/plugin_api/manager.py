@@ -33,6 +33,8 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.objectives.losses",
     "gan_kit.builtin.objectives.penalties",
     "gan_kit.builtin.objectives.logit_penalties",
+    "gan_kit.builtin.objectives.orthogonal",
+    "gan_kit.builtin.objectives.class_heads",
     "gan_kit.builtin.objectives.strategies",
     "gan_kit.builtin.architectures.growth",
     "gan_kit.builtin.architectures.initializers",

@@ -43,7 +43,9 @@ class DCGANGenerator(nn.Module):
 
 class DCGANDiscriminator(nn.Module):
     """D: ``images[N, C, r, r] -> logits[N]``; with ``num_classes`` > 0 ``D(images, labels[N])``,
-    a projection D (Miyato & Koyama 2018) on the spatially summed features before the last conv."""
+    a projection D (Miyato & Koyama 2018) on the spatially summed features before the last conv.
+    ``features(images) -> [N, feature_dim]``: those summed features (what the ``ac`` / ``d2d-ce``
+    penalties put their heads on)."""
 
     def __init__(self, resolution, channels, ndf, num_classes: int = 0):
         super().__init__()
@@ -56,6 +58,10 @@ class DCGANDiscriminator(nn.Module):
             width *= 2
         self.net = nn.Sequential(*layers, nn.Conv2d(width, 1, 4, 1, 0, bias=False))  # the last: the logit
         self.embed = projection_embedding(num_classes, width) if num_classes else None
+        self.feature_dim = width
+
+    def features(self, x):
+        return self.net[:-1](x).sum(dim=(2, 3))
 
     def forward(self, x, labels=None):
         check_labels(self, self.num_classes, labels, x.shape[0])

@@ -88,8 +88,12 @@ def build_run(recipe: Recipe, plugins: Plugins, out_dir: str | Path | None = Non
     context = BuildContext(resolution=recipe.resolution, channels=data.channels, recipe=recipe,
                            num_classes=data.num_classes)
     build = _builder(plugins, context)
-    nets = _networks(recipe, build, data.channels, device, world_size, is_main)
-    objectives = _objectives(recipe, plugins, build, context, data, is_main)
+    # The loss and penalties first: a penalty may add modules to G or D (Penalty.attach) before
+    # they are initialised, wrapped and given optimizers. Building them draws no random numbers,
+    # so G's and D's weights are those of a run without them.
+    loss, penalties = _loss_and_penalties(recipe, plugins, build, context)
+    nets = _networks(recipe, build, data.channels, device, world_size, is_main, penalties)
+    objectives = _objectives(recipe, build, data, is_main, loss, penalties)
     optimizers = Optimizers(recipe, nets.G, nets.D, objectives.lazy_penalties, device)
     components = {"loss": objectives.loss, "update": objectives.strategy, "augment": nets.augment,
                   "architecture": nets.arch}
@@ -118,7 +122,7 @@ def build_run(recipe: Recipe, plugins: Plugins, out_dir: str | Path | None = Non
 
 
 def _networks(recipe: Recipe, build: Build, channels: int, device: torch.device, world_size: int,
-              is_main: bool) -> Networks:
+              is_main: bool, penalties: list[WeightedPenalty] = ()) -> Networks:
     r = recipe
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = r.run.tf32
@@ -129,6 +133,10 @@ def _networks(recipe: Recipe, build: Build, channels: int, device: torch.device,
     growth = build(r.growth)
     arch = build(r.architecture)
     G, D = arch.build(r.resolution, channels)
+    for wp in penalties:  # heads a penalty adds (an auxiliary classifier's) are a part of G or D from here on
+        attach = getattr(wp.penalty, "attach", None)
+        if attach is not None:
+            attach(G, D)
     initializer = build(r.init)
     owns = bool(getattr(arch, "owns_init", False))
     if owns and "init" in r.raw and r.init.name not in ("equalized-lr", "none") and is_main:
@@ -182,14 +190,20 @@ def _freeze_d_blocks(recipe: Recipe, arch: Any, D: torch.nn.Module) -> None:
             p.requires_grad_(False)
 
 
-def _objectives(recipe: Recipe, plugins: Plugins, build: Build, context: BuildContext, data: RunData,
-                is_main: bool) -> Objectives:
-    r = recipe
-    loss = build(r.loss)
-    penalties = [WeightedPenalty(s.name, build(s), s.slot.weight) for s in r.penalties]
+def _loss_and_penalties(recipe: Recipe, plugins: Plugins, build: Build,
+                        context: BuildContext) -> tuple[Any, list[WeightedPenalty]]:
+    """The loss and every penalty: the recipe's ``[[penalty]]`` in order, then those the loss implies."""
+    loss = build(recipe.loss)
+    penalties = [WeightedPenalty(s.name, build(s), s.slot.weight) for s in recipe.penalties]
     for name, weight, opts in loss.implied_penalties():
         comp = plugins.registry.get("penalty", name)
         penalties.append(WeightedPenalty(name, comp.factory(comp.Options(**opts), context), weight))
+    return loss, penalties
+
+
+def _objectives(recipe: Recipe, build: Build, data: RunData, is_main: bool, loss: Any,
+                penalties: list[WeightedPenalty]) -> Objectives:
+    r = recipe
     strategy = build(r.update)
     metrics = [(s, build(s)) for s in r.metrics]
     trackers = [(s, build(s)) for s in r.trackers]  # the ``trackers`` plugin drives them, on rank 0
