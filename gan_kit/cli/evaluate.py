@@ -10,6 +10,7 @@ import json
 import click
 
 from gan_kit.cli.errors import user_errors
+from gan_kit.cli.tricks import trick_options
 from gan_kit.tools.evaluate import evaluate_checkpoint, protocol_line, write_reference_stats
 
 __all__ = ["eval_command"]
@@ -79,20 +80,22 @@ _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lowe
                    "in its N px phase reads them (default: the data's resolution).")
 @click.option("--overwrite", is_flag=True, help="--write-stats: replace an existing OUT.npz.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@trick_options
 @user_errors
 def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, baselines: bool,
                  overrides: tuple[str, ...], device: str | None, against: str | None, write_stats: str | None,
                  backbone: str | None, resize: str | None, weights: str | None, resolution: int | None,
-                 overwrite: bool,
-                 as_json: bool) -> None:
+                 overwrite: bool, as_json: bool, truncation_normal: float | None, standing_stats: int,
+                 standing_batch: int) -> None:
     """Print the metrics of CHECKPOINT's G_ema against the recipe's data. CHECKPOINT is a
     checkpoint file or a run directory (its checkpoints/latest.pt); with --write-stats, the
-    source of the data whose statistics are written."""
+    source of the data whose statistics are written. --truncation-normal and --standing-stats
+    draw the trained G_ema with BigGAN's sampling tricks (the baselines' untrained one without)."""
     features = {"feature_extractor": backbone, "resize": resize, "weights": weights}
     if write_stats is not None:
-        if len(metrics) > 1 or baselines or against or num:
-            raise click.UsageError("--write-stats takes one --metric (an FID protocol) and no --baselines, --against "
-                                   "or --n")
+        if len(metrics) > 1 or baselines or against or num or truncation_normal is not None or standing_stats:
+            raise click.UsageError("--write-stats takes one --metric (an FID protocol) and no --baselines, --against, "
+                                   "--n, --truncation-normal or --standing-stats")
         meta = write_reference_stats(checkpoint, write_stats, metrics[0] if metrics else "fid50k_full", overrides,
                                      device, overwrite, progress=not as_json, features=features,
                                      resolution=resolution)
@@ -106,7 +109,8 @@ def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, bas
     if overwrite or resolution is not None:
         raise click.UsageError("--overwrite and --resolution go with --write-stats")
     out = evaluate_checkpoint(checkpoint, metrics, num, overrides, device, baselines, against, progress=not as_json,
-                              features=features)
+                              features=features, truncation_normal=truncation_normal, standing_stats=standing_stats,
+                              standing_batch=standing_batch)
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return

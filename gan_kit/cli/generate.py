@@ -10,6 +10,7 @@ from gan_kit.base.errors import GankitError
 from gan_kit.cli.errors import user_errors
 from gan_kit.cli.paths import OutputPath
 from gan_kit.cli.transform import output_transform, transform_options
+from gan_kit.cli.tricks import trick_options
 
 __all__ = ["generate"]
 
@@ -33,10 +34,12 @@ __all__ = ["generate"]
               help="Draw from the W vectors of this file instead of seeds (gankit project's output: key w, "
                    "[N, num_ws, w_dim]); one PNG each, projNN.png.")
 @transform_options
+@trick_options
 @click.option("--device", default="auto", show_default=True, metavar="DEVICE", help="auto (CUDA when present), cpu, cuda or cuda:N.")
 @user_errors
 def generate(checkpoint: str, seeds: str | None, outdir: Path, psi: float, class_: str | None, noise_mode: str,
-             w_path: Path | None, translate: str | None, rotate: str | None, device: str) -> None:
+             w_path: Path | None, translate: str | None, rotate: str | None, truncation_normal: float | None,
+             standing_stats: int, standing_batch: int, device: str) -> None:
     """Write one PNG per seed, seedNNNN.png (or per W vector of --w FILE.npz, projNN.png), from
     CHECKPOINT's G_ema at its resolution, lossless. Seed N's image is the one `gankit sample
     --seed N -n 1` draws and the exported model.ts / model.onnx make from seed N's z. CHECKPOINT
@@ -44,7 +47,10 @@ def generate(checkpoint: str, seeds: str | None, outdir: Path, psi: float, class
     `gankit export`. A model trained elsewhere works too: a network-snapshot .pkl of
     stylegan2-ada-pytorch, StyleGAN3 or R3GAN, or a TF-era StyleGAN2 pickle (read without
     running it), and hf://OWNER/REPO/FILE. --translate / --rotate move a StyleGAN3 G's output
-    through its input transform (the inverse matrix, as gen_images.py)."""
+    through its input transform (the inverse matrix, as gen_images.py). --truncation-normal T
+    draws each seed's z from the normal truncated to [-T, T] (BigGAN's truncation trick: entries
+    beyond T redrawn from the seed's generator); --standing-stats N recomputes a BatchNorm G's
+    running statistics from N batches first (BigGAN's standing statistics)."""
     from gan_kit.tools.generate import generate_from_w, generate_seeds, load_ws
     from gan_kit.tools.outputs import check_folder
     from gan_kit.tools.seeds import SEED_LIMIT, parse_numbers
@@ -56,13 +62,15 @@ def generate(checkpoint: str, seeds: str | None, outdir: Path, psi: float, class
         raise GankitError("--seeds / --w: give one of them (--w draws the file's W vectors, which no seed makes)")
     if w_path is not None and psi != 1.0:
         raise GankitError("--truncation: --w draws the file's W vectors as they are; leave --truncation out")
+    if w_path is not None and truncation_normal is not None:
+        raise GankitError("--truncation-normal: --w draws the file's W vectors, which no z makes; leave it out")
     if w_path is not None and class_ is not None:
         raise GankitError("--class: --w draws the file's W vectors, whose class the mapping network already put "
                           "in; leave --class out")
     moved = output_transform(translate, rotate)
     numbers = parse_numbers(seeds, "--seeds", limit=SEED_LIMIT) if seeds is not None else []
     check_folder(outdir, "--outdir")  # before the generator is read and any image drawn
-    trained = open_generator(checkpoint, device=device)
+    trained = open_generator(checkpoint, device=device).with_tricks(truncation_normal, standing_stats, standing_batch)
     trained.check(psi, noise_mode)
     if moved is not None:
         trained.set_output_transform(*moved)

@@ -10,6 +10,7 @@ from gan_kit.cli.errors import user_errors
 from gan_kit.base.errors import GankitError
 from gan_kit.cli.paths import OutputPath
 from gan_kit.cli.transform import output_transform, transform_options
+from gan_kit.cli.tricks import trick_options
 from gan_kit.tools.sampling import GIF_MAX_FPS
 from gan_kit.tools.seeds import SEED_LIMIT
 
@@ -52,12 +53,14 @@ __all__ = ["sample"]
               help="Class-conditional runs: every image of class K, an index or a class name (image-folder's "
                    "sub-folder); default: one row per class.")
 @transform_options
+@trick_options
 @click.option("--device", default="auto", show_default=True, metavar="DEVICE",
               help="auto (CUDA when present), cpu, cuda or cuda:N.")
 @user_errors
 def sample(checkpoint: str, num: int | None, seed: int | None, seeds: str | None, out: Path, psi: float,
            steps: int | None, points: int | None, space: str, loop: bool, fps: float | None, class_: str | None,
-           translate: str | None, rotate: str | None, device: str) -> None:
+           translate: str | None, rotate: str | None, truncation_normal: float | None, standing_stats: int,
+           standing_batch: int, device: str) -> None:
     """Write a grid of images from the checkpoint's G_ema at its resolution (cells upscaled to at least
     32 px, like the run's own grids), or a latent interpolation strip, GIF or MP4. CHECKPOINT is
     a checkpoint file, a run directory (its checkpoints/latest.pt) or a folder written by
@@ -72,7 +75,9 @@ def sample(checkpoint: str, num: int | None, seed: int | None, seeds: str | None
     network-snapshot .pkl of stylegan2-ada-pytorch, StyleGAN3 or R3GAN, or a TF-era StyleGAN2
     pickle (read without running it), and hf://OWNER/REPO/FILE. --translate / --rotate move a
     StyleGAN3 G's output (every image and frame) through its input transform, as `gankit
-    generate`."""
+    generate`. --truncation-normal T draws z from the normal truncated to [-T, T] (BigGAN's
+    truncation trick); --standing-stats N recomputes a BatchNorm G's running statistics from N
+    batches first (BigGAN's standing statistics)."""
     import torch
 
     from gan_kit.tools.grids import save_grid
@@ -106,7 +111,7 @@ def sample(checkpoint: str, num: int | None, seed: int | None, seeds: str | None
     numbers = parse_numbers(seeds, "--seeds", limit=SEED_LIMIT) if seeds is not None else None
     walks, per_walk = _walk_shape(numbers, num, steps, points)
     check_file(out, "--out")  # before the generator is read and any image drawn
-    trained = open_generator(checkpoint, device=device)
+    trained = open_generator(checkpoint, device=device).with_tricks(truncation_normal, standing_stats, standing_batch)
     trained.check(psi)
     if moved is not None:
         trained.set_output_transform(*moved)

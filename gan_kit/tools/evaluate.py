@@ -28,23 +28,25 @@ __all__ = ["evaluate_checkpoint", "evaluate", "image_batches", "batch_seed", "wr
            "protocol_line"]
 
 
-def evaluate(run, metric, num_images: int | None = None) -> dict[str, float]:
+def evaluate(run, metric, num_images: int | None = None, *, truncation: float | None = None) -> dict[str, float]:
     """Run ``metric`` on ``run``'s G_ema at the current phase against real images drawn with the
     metric's seed and faded exactly as during training (the same figure as metrics.jsonl): a
     function of G_ema's weights and the metric's seed only.
 
     A streamed metric (``metric.streamed``: fid, kid, precision-recall, is) reads both sets batch
     by batch (``image_batches``) on every process - a collective, called by all of them; rank 0
-    gets the values, the others ``{}``. Any other metric gets the sets as tensors (rank 0 only)."""
+    gets the values, the others ``{}``. Any other metric gets the sets as tensors (rank 0 only).
+    ``truncation``: G_ema's latents from the normal truncated to ``[-truncation, truncation]``
+    (BigGAN's truncation trick, ``gan_kit.tools.seeds.truncated_randn``); None: the standard normal."""
     from gan_kit.base.allocator import ordinary_allocation
 
     # Training's kept blocks (run.retain_cpu_memory) go back to the kernel, and this pass's
     # tensors, of other shapes, are not kept after it.
     with ordinary_allocation():
-        return _evaluate(run, metric, num_images)
+        return _evaluate(run, metric, num_images, truncation)
 
 
-def _evaluate(run, metric, num_images: int | None) -> dict[str, float]:
+def _evaluate(run, metric, num_images: int | None, truncation: float | None) -> dict[str, float]:
     import torch
 
     from gan_kit.base.phase import fade_real
@@ -59,7 +61,7 @@ def _evaluate(run, metric, num_images: int | None) -> dict[str, float]:
     else:
         n = min(num_images or metric.num_images, len(run.metric_dataset))
     if getattr(metric, "streamed", False):
-        fakes, reals = image_batches(run, metric, n)
+        fakes, reals = image_batches(run, metric, n, truncation=truncation)
         return metric.compute_streamed(fakes, reals, run.device)
     reals = run.real_images(n, seed=metric.seed)
     reals = fade_real(reals, run.phase.resolution, run.phase.alpha)
@@ -67,11 +69,11 @@ def _evaluate(run, metric, num_images: int | None) -> dict[str, float]:
     calls = iter(range(1 << 62))
 
     def generate(k: int) -> torch.Tensor:
-        return _fakes(run, k, g, batch_seed(metric.seed, 2, next(calls)))
+        return _fakes(run, k, g, batch_seed(metric.seed, 2, next(calls)), truncation=truncation)
 
     out = metric.compute(generate, reals, run.device)
     if run.num_classes and getattr(getattr(metric, "options", None), "per_class", False):
-        out.update(_per_class(run, metric, reals, run.real_labels(reals.shape[0], seed=metric.seed), g))
+        out.update(_per_class(run, metric, reals, run.real_labels(reals.shape[0], seed=metric.seed), g, truncation))
     return out
 
 
@@ -106,16 +108,17 @@ def batch_seed(seed: int, stream: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, stream, index]).generate_state(1, np.uint64)[0] >> 1)
 
 
-def _fakes(run, k: int, g, noise_seed: int, labels_from=None):
+def _fakes(run, k: int, g, noise_seed: int, labels_from=None, truncation: float | None = None):
     """``k`` images of G_ema: latents (and, conditional, classes drawn with the data's
     frequencies) from ``g``, G's own draws from ``noise_seed``. ``labels_from``: the data set whose
     items' labels a conditional G gets (a protocol's, ``realsets.protocol_labels``), else the
-    metric data set's."""
+    metric data set's. ``truncation``: z from the truncated normal (``truncated_randn``)."""
     import torch
 
     from gan_kit.tools.realsets import protocol_labels
+    from gan_kit.tools.seeds import truncated_randn
 
-    z = torch.randn(k, run.latent_dim, generator=g)
+    z = truncated_randn(k, run.latent_dim, g, truncation)
     labels = None
     if run.num_classes and labels_from is not None:
         labels = protocol_labels(labels_from, k, g)
@@ -130,11 +133,12 @@ def _fakes(run, k: int, g, noise_seed: int, labels_from=None):
     return run.generate(z, labels=labels, seed=noise_seed, batch=max(1, k))
 
 
-def image_batches(run, metric, n: int):
+def image_batches(run, metric, n: int, *, truncation: float | None = None):
     """``(fakes, reals)``: this process's share of G_ema's ``n`` images and of ``n`` real images
     (drawn with the metric's seed, faded as in training), as ``ImageBatches`` of the metric's
     ``batch_size`` (64 without one). Batch ``i`` of the generated set has latents and noise from
-    ``batch_seed(metric.seed, ., i)``, so every process count gives the same set."""
+    ``batch_seed(metric.seed, ., i)``, so every process count gives the same set. ``truncation``:
+    G_ema's latents from the truncated normal (``evaluate``)."""
     import hashlib
 
     import torch
@@ -161,7 +165,7 @@ def image_batches(run, metric, n: int):
     def fake(i: int) -> torch.Tensor:
         k = min(size, n - i * size)
         g = torch.Generator().manual_seed(batch_seed(metric.seed, 1, i))
-        return _fakes(run, k, g, batch_seed(metric.seed, 2, i), labels_from)
+        return _fakes(run, k, g, batch_seed(metric.seed, 2, i), labels_from, truncation)
 
     # The generated set is known by G_ema's weights and how it was drawn (it cannot be read
     # twice for a digest); the metrics of one tick on one extractor share its features.
@@ -172,7 +176,7 @@ def image_batches(run, metric, n: int):
         weights = hashlib.sha256(torch.cat(sums + squares).cpu().numpy().tobytes()).hexdigest()
     labels = None if rule is None else ("protocol labels", rule.keep_xflip)
     key = ("G_ema", weights, metric.seed, n, size, phase.resolution, float(phase.alpha), run.num_classes,
-           run.rank, run.world_size, labels)
+           run.rank, run.world_size, labels, truncation)
     return (ImageBatches(n, size, watched("generated images", fake, n, size), run.rank, run.world_size, key=key),
             ImageBatches(n_real, size, watched("real images", real, n_real, size), run.rank, run.world_size))
 
@@ -186,12 +190,14 @@ def images_at(dataset, indices) -> "torch.Tensor":
     return torch.stack([it[0] if isinstance(it, (tuple, list)) else it for it in items])
 
 
-def _per_class(run, metric, reals, real_labels, g) -> dict[str, float]:
+def _per_class(run, metric, reals, real_labels, g, truncation: float | None = None) -> dict[str, float]:
     """The metric's main value for each class of a conditional run - the class's real images
     against G_ema's images of that class - as ``<key>/class-<c>``, and their mean as
     ``<key>/class-mean``. Classes with fewer real images than the metric's ``min_images`` are
     left out."""
     import torch
+
+    from gan_kit.tools.seeds import truncated_randn
 
     if real_labels is None:
         return {}
@@ -203,7 +209,7 @@ def _per_class(run, metric, reals, real_labels, g) -> dict[str, float]:
             continue
 
         def generate(k: int, c: int = c) -> torch.Tensor:
-            z = torch.randn(k, run.latent_dim, generator=g)
+            z = truncated_randn(k, run.latent_dim, g, truncation)
             return run.generate(z, labels=torch.full((k,), c, dtype=torch.int64), seed=batch_seed(metric.seed, 3, c))
 
         result = metric.compute(generate, mine, run.device)
@@ -282,7 +288,9 @@ def _features_from_stats(stats, features: dict[str, Any]) -> dict[str, Any]:
 def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: int | None = None,
                         overrides: tuple[str, ...] = (), device: str | None = None,
                         baselines: bool = False, against: str | Path | None = None,
-                        progress: bool = False, features: dict[str, Any] | None = None) -> dict[str, Any]:
+                        progress: bool = False, features: dict[str, Any] | None = None,
+                        truncation_normal: float | None = None, standing_stats: int = 0,
+                        standing_batch: int = 64) -> dict[str, Any]:
     """Evaluate ``path``'s G_ema: a checkpoint file, or a run directory (its
     ``checkpoints/latest.pt``).
 
@@ -299,6 +307,10 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     (``_features_from_stats``). ``features``: ``feature_extractor`` / ``resize`` / ``weights``
     for every feature metric (``gankit eval --backbone / --resize / --weights``).
     ``progress``: a progress bar on a terminal (``gan_kit.tools.progress``).
+    ``truncation_normal``: the trained G_ema's latents from the normal truncated to [-t, t]
+    (BigGAN's truncation trick); ``standing_stats``: the trained G_ema's BatchNorm statistics
+    recomputed first from that many batches of ``standing_batch`` (``gan_kit.tools.standing``,
+    seed 0); the baselines' untrained G_ema is drawn as it is.
     Raises ``GankitError`` (bad checkpoint, recipe problems, unknown metric, missing data/weights,
     a statistics file that does not fit).
     """
@@ -310,8 +322,12 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
     from gan_kit.base.phase import Phase, fade_real
     from gan_kit.recipe import load_recipe
 
+    from gan_kit.tools.seeds import check_truncation
+    from gan_kit.tools.standing import check_standing
     from gan_kit.tools.trained import checkpoint_file
 
+    check_truncation(truncation_normal)
+    check_standing(standing_stats, standing_batch)
     path = checkpoint_file(path, "gankit eval")  # a run directory: its checkpoints/latest.pt
     state = ckpt.load(path, map_location="cpu")
     recipe, plugins = load_recipe(Path(f"{path}[recipe]"), list(overrides), text=state["recipe"])
@@ -373,13 +389,19 @@ def evaluate_checkpoint(path: str | Path, metrics: tuple[str, ...] = (), num: in
         raise GankitError(f"{path}: {written_by(state)}; its G_ema does not fit the recipe's networks ({detail}); "
                           f"--set may change the data and metrics, not the architecture") from None
     run.set_phase(phase)
+    if standing_stats:
+        from gan_kit.tools.standing import standing_statistics
+
+        standing_statistics(run.G_ema, standing_stats, standing_batch, run.latent_dim, run.num_classes,
+                            device=run.device, who=f"{path}'s G_ema (architecture {recipe.architecture.name!r})")
     with showing_progress(progress):
         for name, metric in built.items():
             if stats is not None:
-                fakes, _ = image_batches(run, metric, metric.num_images)
+                fakes, _ = image_batches(run, metric, metric.num_images, truncation=truncation_normal)
                 results[name]["trained"] = metric.compute_against(fakes, stats, run.device)
             else:
-                results[name]["trained"] = evaluate(run, metric, results[name].get("num_images"))
+                results[name]["trained"] = evaluate(run, metric, results[name].get("num_images"),
+                                                    truncation=truncation_normal)
     return {
         **({"against": stats.path} if stats is not None else {}),
         "checkpoint": str(path),

@@ -50,6 +50,8 @@ from gan_kit.tools.grids import save_grid
 from gan_kit.tools.shareable import shareable_recipe, strip_onnx_stack_traces, without_source_paths
 from gan_kit.tools.outputs import check_folder, staged_outputs
 from gan_kit.tools.trained import check_finite_psi, checkpoint_file
+from gan_kit.tools.seeds import check_truncation, truncated_randn
+from gan_kit.tools.standing import check_standing, standing_statistics
 from gan_kit.base.version import __version__
 
 __all__ = ["FORMATS", "ExportedGenerator", "export_model"]
@@ -85,13 +87,19 @@ class ExportedGenerator(nn.Module):
 
 
 def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str] = FORMATS,
-                 truncation_psi: float = 1.0, *, seed: int = 0) -> dict:
+                 truncation_psi: float = 1.0, *, seed: int = 0, truncation_normal: float | None = None,
+                 standing_stats: int = 0, standing_batch: int = 64) -> dict:
     """Write the export folder ``out`` from ``checkpoint``'s G_ema (a checkpoint file, or a run
     directory: its ``checkpoints/latest.pt``); return its ``config.json``.
 
     ``formats``: any of ``FORMATS`` (config.json, README.md and samples.png are always written).
     ``truncation_psi`` is baked into the TorchScript and ONNX files and recorded in config.json;
-    values other than 1 need an architecture with a mapping network (StyleGAN2). Raises
+    values other than 1 need an architecture with a mapping network (StyleGAN2).
+    ``standing_stats``: G_ema's BatchNorm running statistics recomputed first from that many
+    batches of ``standing_batch`` latents (seed 0; ``gan_kit.tools.standing``), so the weights,
+    model.ts and model.onnx carry them. ``truncation_normal``: the latents the model is meant
+    for are the normal truncated to [-t, t] (BigGAN's truncation trick): config.json's ``z``
+    input says so and samples.png is drawn from them; the traced model takes any z. Raises
     ``GankitError`` for an unknown format or a truncation the architecture cannot apply, and
     ``CheckpointError`` / ``RecipeError`` for an unreadable checkpoint.
     """
@@ -103,6 +111,8 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
     if "onnx" in formats:
         _require_onnx()  # before anything is written: no half-written folder that reads as foreign
     check_finite_psi(truncation_psi)
+    check_truncation(truncation_normal)
+    check_standing(standing_stats, standing_batch)
     checkpoint, out = checkpoint_file(checkpoint, "gankit export"), Path(out)  # a run directory: its latest.pt
     _check_out(out, checkpoint)
     state = load_checkpoint(checkpoint)
@@ -111,14 +121,19 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
         raise GankitError(f"--truncation: architecture {recipe.architecture.name!r} has no mapping network to "
                           f"truncate (use 1, or export a stylegan2 checkpoint)")
     num_classes = int(arch.context.num_classes)
+    if standing_stats:
+        standing_statistics(G, standing_stats, standing_batch, int(arch.latent_dim), num_classes,
+                            who=f"{checkpoint}'s G_ema (architecture {recipe.architecture.name!r})")
     kwargs = {"truncation_psi": float(truncation_psi), "noise_mode": "const"} if arch.supports_truncation else {}
     transform_input = hasattr(arch, "set_output_transform")
     model = ExportedGenerator(arch.export_view(G), conditional=num_classes > 0, kwargs=kwargs,
                               transform_input=transform_input).eval()
-    config = _config(state, recipe, arch, phase, truncation_psi, formats, checkpoint)
+    config = _config(state, recipe, arch, phase, truncation_psi, formats, checkpoint, truncation_normal,
+                     standing_stats and {"batches": standing_stats, "batch_size": standing_batch, "seed": 0})
     identity = (torch.eye(3),) if transform_input else ()
     example = _example_inputs(arch.latent_dim, num_classes, batch=2, seed=seed) + identity
-    grid_inputs = _example_inputs(arch.latent_dim, num_classes, batch=_grid_count(num_classes), seed=seed) + identity
+    grid_inputs = _example_inputs(arch.latent_dim, num_classes, batch=_grid_count(num_classes), seed=seed,
+                                  truncation=truncation_normal) + identity
     # Every file under a temporary name beside its own, all renamed once the last is written: a
     # failed or interrupted export leaves the folder as it was (a previous export whole).
     with staged_outputs("--out") as staged:
@@ -177,9 +192,9 @@ def _check_out(out: Path, checkpoint: Path) -> None:
     check_folder(out, "--out")
 
 
-def _example_inputs(latent_dim: int, num_classes: int, *, batch: int, seed: int):
+def _example_inputs(latent_dim: int, num_classes: int, *, batch: int, seed: int, truncation: float | None = None):
     gen = torch.Generator().manual_seed(seed)
-    z = torch.randn(batch, latent_dim, generator=gen)
+    z = truncated_randn(batch, latent_dim, gen, truncation)
     labels = torch.arange(batch, dtype=torch.int64) % num_classes if num_classes else None
     return (z, labels) if num_classes else (z,)
 
@@ -224,11 +239,14 @@ def _export_onnx(model: nn.Module, example: tuple, path: Path, conditional: bool
 
 
 def _config(state: dict, recipe: Any, arch: Any, phase: Any, psi: float, formats: Sequence[str],
-            checkpoint: Path) -> dict:
+            checkpoint: Path, truncation_normal: float | None = None, standing: Any = None) -> dict:
     saved = tomllib.loads(state["recipe"])
     num_classes = int(arch.context.num_classes)
-    inputs = [{"name": "z", "shape": ["batch", arch.latent_dim], "dtype": "float32",
-               "distribution": "standard normal"}]
+    z_input = {"name": "z", "shape": ["batch", arch.latent_dim], "dtype": "float32",
+               "distribution": "standard normal"}
+    if truncation_normal is not None:
+        z_input["distribution"] = f"standard normal truncated to [-{truncation_normal:g}, {truncation_normal:g}]"
+    inputs = [z_input]
     if num_classes:
         inputs.append({"name": "labels", "shape": ["batch"], "dtype": "int64", "range": [0, num_classes - 1]})
     if hasattr(arch, "set_output_transform"):
@@ -251,6 +269,10 @@ def _config(state: dict, recipe: Any, arch: Any, phase: Any, psi: float, formats
         "num_classes": num_classes,
         "class_names": [str(n) for n in state.get("class_names") or []],
         "truncation_psi": float(psi),
+        # BigGAN's sampling tricks the export was made with: z's truncation (None: none) and the
+        # standing statistics baked into G's BatchNorm buffers (None: the trained ones)
+        "truncation_normal": None if truncation_normal is None else float(truncation_normal),
+        "standing_stats": standing or None,
         "supports_truncation": bool(arch.supports_truncation),
         "noise_mode": "const" if arch.supports_truncation else None,
         "inputs": inputs,

@@ -137,6 +137,9 @@ class TrainedGenerator:
     device: torch.device
     seeds: str = "torch"
     imported: dict | None = None
+    #: BigGAN's truncation trick: z drawn from the normal truncated to [-t, t] (``with_tricks``);
+    #: None: the plain standard normal.
+    truncation_normal: float | None = None
 
     def seed_latents(self, seeds: list[int]) -> torch.Tensor:
         """``z[len(seeds), latent_dim]`` for these seeds by this model's rule (``seeds``:
@@ -144,14 +147,42 @@ class TrainedGenerator:
         imported from stylegan2-ada-pytorch, StyleGAN3 or R3GAN, as their scripts draw it)."""
         from gan_kit.tools.seeds import seed_latents
 
-        return seed_latents(seeds, self.latent_dim, self.seeds)
+        return seed_latents(seeds, self.latent_dim, self.seeds, self.truncation_normal)
 
     def latent_rows(self, seed: int, num: int) -> torch.Tensor:
         """``z[num, latent_dim]`` of one generator seeded ``seed`` by this model's rule, row 0
         seed ``seed``'s z (``gankit sample --seed``; ``gan_kit.tools.seeds.latent_rows``)."""
         from gan_kit.tools.seeds import latent_rows
 
-        return latent_rows(seed, num, self.latent_dim, self.seeds)
+        return latent_rows(seed, num, self.latent_dim, self.seeds, self.truncation_normal)
+
+    def with_tricks(self, truncation_normal: float | None = None, standing_stats: int = 0,
+                    standing_batch: int = 64, seed: int = 0) -> "TrainedGenerator":
+        """This generator with BigGAN's sampling tricks (Brock et al. 2019): z from the normal
+        truncated to ``[-truncation_normal, truncation_normal]`` in ``seed_latents`` /
+        ``latent_rows`` (``gan_kit.tools.seeds.resample_beyond``; apart from StyleGAN's psi,
+        which ``draw`` applies in W), and, when ``standing_stats`` > 0, G's BatchNorm running
+        statistics recomputed in place from that many batches of ``standing_batch`` latents
+        drawn from ``seed`` (``gan_kit.tools.standing``). Raises ``GankitError`` (one line) for a
+        threshold below ``MIN_TRUNCATION`` or not finite, and standing statistics for a G
+        without BatchNorm layers."""
+        from gan_kit.tools.seeds import check_truncation
+        from gan_kit.tools.standing import check_standing, standing_statistics
+
+        check_truncation(truncation_normal)
+        check_standing(standing_stats, standing_batch)
+        if standing_stats:
+            standing_statistics(self.G, standing_stats, standing_batch, self.latent_dim, self.num_classes, seed=seed,
+                                device=self.device, forward=self._forward,
+                                who=f"{self.source} (architecture {self.architecture!r})")
+        return attrs.evolve(self, truncation_normal=truncation_normal)
+
+    def _forward(self, z: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+        """G's forward as ``draw`` runs it, without truncation, constant noise."""
+        args = (z,) if labels is None else (z, labels)
+        if self.arch.supports_truncation:
+            return self.G(*args, truncation_psi=1.0, noise_mode="const")
+        return self.G(*args)
 
     @property
     def architecture(self) -> str:

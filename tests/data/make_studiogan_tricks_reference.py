@@ -10,6 +10,8 @@ commit its checkout names, or ``--commit``) is run, not copied: point ``--offici
     git -C PyTorch-StudioGAN archive HEAD src | tar -x -C /tmp/studiogan
     python tests/data/make_studiogan_tricks_reference.py --official /tmp/studiogan/src
 
+``seaborn``, which ``utils/misc.py`` imports at the top for its plots, is stood in for when absent.
+
 What it records:
 
 - ``ortho``: a tiny G (a linear layer, a conv, a class embedding, a BatchNorm) with seeded
@@ -19,7 +21,7 @@ What it records:
   that is; StudioGAN returns no value).
 - ``ac``: class logits and labels, and ``utils.losses.CrossEntropyLoss`` on them.
 - ``d2dce``: embeddings, proxies and labels (classes repeated, so the false-negative removal
-  acts), and ``utils.losses.Data2DataCrossEntropyLoss`` (two temperature / margin pairs) with its
+  acts; two embeddings on their proxy's direction, so the positive term's relu acts), and ``utils.losses.Data2DataCrossEntropyLoss`` (two temperature / margin pairs) with its
   gradients with respect to the embeddings and the proxies.
 """
 
@@ -83,6 +85,8 @@ def d2dce_case(losses) -> dict:
     embed = torch.randn(10, 7, generator=g)
     proxy = torch.randn(10, 7, generator=g)
     labels = torch.tensor([0, 1, 2, 0, 1, 3, 3, 0, 2, 1])
+    # Two samples on their proxy's direction (cosine 1 > m_p): the positive term's relu clips them.
+    embed[0], embed[3] = 2 * proxy[0], proxy[3]
     out = {"embed": embed, "proxy": proxy, "labels": labels, "num_classes": 4, "cases": []}
     for temperature, m_p in ((0.5, 0.98), (0.25, 0.9)):
         e, p = embed.clone().requires_grad_(True), proxy.clone().requires_grad_(True)
