@@ -11,7 +11,7 @@ zero images in eval mode when the run is built). Nothing else: the heads are thi
 
 How the terms reach the networks. ``ac`` / ``d2d-ce`` (D side) add their head to D when the run
 builds the networks (``Penalty.attach``: ``D.ac_head`` / ``D.d2dce_head``, before the recipe's
-initializer, spectral norm, the DDP wrapper, G_ema and the optimizers), so D's optimizer trains
+initializer, spectral norm, the training wrappers, G_ema and the optimizers), so D's optimizer trains
 it, D's checkpoint holds it and ``architecture.spectral_norm`` normalises it, as StudioGAN's
 ``linear2`` / ``embedding`` are layers of its D. Each D objective adds ``weight * CE(head(h(x)),
 y)`` on the reals (``weight`` = StudioGAN's ``cond_lambda``); ``ac-g`` / ``d2d-ce-g`` (G side)
@@ -22,10 +22,9 @@ same weight (StudioGAN: AC 1.0, ReACGAN 0.5 on CIFAR10).
 The features come from a D forward of the penalty's own (through the run's augmentation and
 autocast, a fresh augmentation draw), not from the forward of D's adversarial logits as in
 StudioGAN, where one forward serves both: the same expectation, one more D forward per term.
-That forward runs D itself, not its DDP wrapper: under several processes with a progressive
-``growth`` (DDP's ``find_unused_parameters``) set ``run.grad_sync = "all-reduce"``. Under
-several processes D2D-CE is taken over each process's batch (StudioGAN gathers the global batch
-first).
+That forward runs the plain D the run built (docs/regularisers.md says what that means for
+several processes); D2D-CE is taken over each process's batch (StudioGAN gathers the global
+batch first).
 """
 
 from __future__ import annotations
