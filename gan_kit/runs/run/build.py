@@ -122,7 +122,7 @@ def build_run(recipe: Recipe, plugins: Plugins, out_dir: str | Path | None = Non
 
 
 def _networks(recipe: Recipe, build: Build, channels: int, device: torch.device, world_size: int,
-              is_main: bool, penalties: list[WeightedPenalty] = ()) -> Networks:
+              is_main: bool, penalties: tuple[WeightedPenalty, ...] | list[WeightedPenalty] = ()) -> Networks:
     r = recipe
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = r.run.tf32
