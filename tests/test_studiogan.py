@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from gan_kit.base.errors import RecipeError
 from gan_kit.builtin.architectures.studiogan import SelfAttention
 from gan_kit.cli.group import cli
+from gan_kit.runs.checkpoint import load_generator
 from gan_kit.testing import make_run, train_steps
 
 RECIPE = """\
@@ -69,7 +70,12 @@ def test_a_recipe_builds_and_trains_the_studiogan_networks(tmp_path, name):
     assert all(torch.isfinite(torch.tensor(v)) for k, v in stats.items() if k.startswith("Loss/"))
     assert any(not torch.equal(before[k], v) for k, v in run.G.state_dict().items())
     assert sum(isinstance(m, SelfAttention) for m in run.G.modules()) == 1
-    assert run.arch.joint_d_forward
+    assert not run.arch.joint_d_forward  # one power iteration per D forward, as StudioGAN's loop
+    latest = tmp_path / "run" / "checkpoints" / "latest.pt"
+    G, _, _, _ = load_generator(latest)  # the checkpoint rebuilds G_ema (spectral norm's u, v included)
+    with torch.no_grad():
+        images = G(torch.randn(3, 20), torch.tensor([0, 1, 2]))
+    assert images.shape == (3, 1, 32, 32) and torch.isfinite(images).all()
 
 
 def test_recipe_spectral_norm_and_a_latent_that_does_not_split_are_refused(tmp_path):

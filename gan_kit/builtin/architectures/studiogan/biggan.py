@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import attrs
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from gan_kit import Architecture, option
 from gan_kit.builtin.architectures.conditioning import check_labels
 from gan_kit.builtin.architectures.studiogan.layers import (D_DOWNSAMPLE, D_MULTIPLIERS, G_MULTIPLIERS, SelfAttention,
                                                             spectral_norm)
-from gan_kit.builtin.architectures.studiogan.resnet import (BN_EPS, Discriminator, GBlock, d_widths, g_widths,
-                                                            multipliers_help, resnet_problems)
+from gan_kit.builtin.architectures.studiogan.resnet import (BN_EPS, Discriminator, GBlock, d_widths, g_synthesis,
+                                                            g_widths, multipliers_help, resnet_problems)
 
 __all__ = ["BigGANGenerator", "BigGAN"]
 
@@ -69,11 +68,7 @@ class BigGANGenerator(nn.Module):
     def forward(self, z, labels=None):
         check_labels(self, self.num_classes, labels, z.shape[0])
         z0, ys = self.conditions(z, labels)
-        x = self.linear(z0).view(-1, self.width, 4, 4)
-        ys = iter(ys)
-        for block in self.blocks:
-            x = block(x) if isinstance(block, SelfAttention) else block(x, next(ys))
-        return torch.tanh(self.to_rgb(F.relu(self.bn(x))))
+        return g_synthesis(self, self.linear(z0).view(-1, self.width, 4, 4), ys)
 
 
 class BigGAN(Architecture):
@@ -107,9 +102,10 @@ class BigGAN(Architecture):
     spectral_norm_reason = ("it normalises its own layers as StudioGAN does (options g_spectral_norm and "
                             "d_spectral_norm)")
 
-    @property
-    def joint_d_forward(self) -> bool:  # every D layer is per sample unless D has batch norm
-        return bool(self.options.d_spectral_norm)
+    #: D's real and fake batches take a forward each, as StudioGAN's loop runs them: each
+    #: training forward runs one power iteration of every spectral norm, so one joint forward
+    #: would not give the same numbers as two.
+    joint_d_forward = False
 
     @property
     def latent_dim(self) -> int:
@@ -118,10 +114,10 @@ class BigGAN(Architecture):
     @classmethod
     def problems(cls, o, recipe):
         yield from resnet_problems(o, recipe, "biggan")
-        mult = o.g_channel_multipliers or G_MULTIPLIERS.get(recipe.resolution)
-        if mult and o.latent_dim % len(mult):
-            yield "latent_dim", (f"{o.latent_dim} does not split into {len(mult)} equal chunks (G's "
-                                 f"{len(mult) - 1} blocks + 1); use a multiple of {len(mult)}")
+        chunks = len(G_MULTIPLIERS.get(recipe.resolution, ()))  # G's blocks + 1 at a resolution StudioGAN defines
+        if chunks and o.latent_dim >= 1 and o.latent_dim % chunks:
+            yield "latent_dim", (f"{o.latent_dim} does not split into {chunks} equal chunks (G's {chunks - 1} "
+                                 f"blocks + 1 at {recipe.resolution} px); use a multiple of {chunks}")
 
     def build(self, resolution, channels):
         o, k = self.options, self.context.num_classes

@@ -38,7 +38,7 @@ from gan_kit.builtin.architectures.studiogan.layers import (D_DOWNSAMPLE, D_MULT
                                                             SelfAttention, spectral_norm)
 
 __all__ = ["GBlock", "DBlock", "Generator", "Discriminator", "SNGANResNet", "SAGAN", "g_widths", "d_widths",
-           "resnet_problems", "multipliers_help", "BN_EPS"]
+           "resnet_problems", "multipliers_help", "g_synthesis", "BN_EPS"]
 
 #: The eps of every batch norm in StudioGAN's ResNets (``ops.batchnorm_2d``).
 BN_EPS = 1e-4
@@ -157,7 +157,7 @@ class Generator(nn.Module):
     def forward(self, z, labels=None):
         check_labels(self, self.num_classes, labels, z.shape[0])
         y = None if labels is None else F.one_hot(labels, self.num_classes).to(z.dtype)
-        return _g_tail(self, self.linear(z).view(-1, self.width, 4, 4), [y] * len(self.blocks))
+        return g_synthesis(self, self.linear(z).view(-1, self.width, 4, 4), [y] * len(self.blocks))
 
 
 def _g_blocks(widths: list[int], cond_dim: int, attention: tuple[int, ...], sn: bool) -> nn.ModuleList:
@@ -169,8 +169,9 @@ def _g_blocks(widths: list[int], cond_dim: int, attention: tuple[int, ...], sn: 
     return nn.ModuleList(blocks)
 
 
-def _g_tail(G: nn.Module, x: torch.Tensor, ys: list) -> torch.Tensor:
-    """The blocks (GBlock ``i`` conditioned on ``ys[i]``), BN, ReLU, the 3x3 conv to the image, tanh."""
+def g_synthesis(G: nn.Module, x: torch.Tensor, ys: list) -> torch.Tensor:
+    """G's layers after the 4x4 input ``x``: ``G.blocks`` (residual block ``i`` conditioned on
+    ``ys[i]``, self-attention layers between), then ``G.bn``, ReLU, ``G.to_rgb`` and tanh."""
     ys = iter(ys)
     for block in G.blocks:
         x = block(x) if isinstance(block, SelfAttention) else block(x, next(ys))
@@ -220,7 +221,7 @@ class Discriminator(nn.Module):
             return out
         return out + (self.embed(labels).to(h.dtype) * h).sum(dim=1)
 
-    def forward(self, img, labels=None, splits: int = 1):
+    def forward(self, img, labels=None):
         check_labels(self, self.num_classes, labels, img.shape[0])
         return self.head(self.features(img), labels)
 
@@ -253,7 +254,9 @@ def resnet_problems(o, recipe, name: str):
         conv = o.g_conv_dim if offset else o.d_conv_dim
         blocks = len(mult) - offset
         for i in getattr(o, attn_key):
-            if not 1 <= i <= blocks:
+            if i < 1 or conv < 1:
+                continue  # the option's range check says it
+            if i > blocks:
                 yield attn_key, f"block {i} does not exist: {res} px has blocks 1 to {blocks}"
             elif (mult[i - 1 + offset] * conv) % 8:
                 yield attn_key, (f"self-attention after block {i} needs its {mult[i - 1 + offset] * conv} channels "
@@ -289,9 +292,10 @@ class SNGANResNet(Architecture):
     spectral_norm_reason = ("it normalises its own layers as StudioGAN does (options g_spectral_norm and "
                             "d_spectral_norm)")
 
-    @property
-    def joint_d_forward(self) -> bool:  # every D layer is per sample unless D has batch norm
-        return bool(self.options.d_spectral_norm)
+    #: D's real and fake batches take a forward each, as StudioGAN's loop runs them: each
+    #: training forward runs one power iteration of every spectral norm, so one joint forward
+    #: would not give the same numbers as two.
+    joint_d_forward = False
 
     @property
     def latent_dim(self) -> int:
