@@ -315,13 +315,17 @@ class StudioGANCheckpoint(Importer):
         if net is None:
             return None
         files = sibling_files(source.path) or {net: source.path}
-        states = {net: data["state_dict"]}
+        role = next((k for k, p in files.items() if p == source.path), net)
+        if ("D" if role == "D" else "G") != net:
+            raise GankitError(f"{source.path}: named as StudioGAN's {role} file but holds a {net}")
+        datas = {role: data}
         for other, path in files.items():
-            if other not in states:
+            if other not in datas:
                 more = read_studiogan_file(path)
                 if more is None or network_of(more["state_dict"]) != ("D" if other == "D" else "G"):
                     raise GankitError(f"{path}: not a StudioGAN {other} checkpoint beside {source.path.name}")
-                states[other] = more["state_dict"]
+                datas[other] = more
+        states = {k: v["state_dict"] for k, v in datas.items()}
         if "G" not in states and "G_ema" not in states:
             raise GankitError(f"{source.path}: StudioGAN's D alone; gankit imports G with it (put the save's "
                               f"model=G-*.pth or model=G_ema-*.pth beside it, or name that file)")
@@ -334,7 +338,8 @@ class StudioGANCheckpoint(Importer):
         recipe = imported_recipe(config["architecture"], resolution=config["resolution"],
                                  num_classes=config["num_classes"], data="your-data", family=config["name"],
                                  source=source.path.name)
-        step = data.get("step") if isinstance(data.get("step"), int) else None
+        step = datas.get("D", {}).get("step")  # D's file holds the run's numbers
+        step = step if isinstance(step, int) else None
         return ImportedModel(
             format="studiogan", recipe=recipe, resolution=config["resolution"], channels=config["channels"],
             num_classes=config["num_classes"], G_ema=nets.get("G_ema", nets.get("G")), G=nets.get("G"),
