@@ -42,6 +42,7 @@ BUILTIN_PLUGINS = (
     "gan_kit.builtin.architectures.dcgan",
     "gan_kit.builtin.architectures.stylegan2",
     "gan_kit.builtin.architectures.r3gan",
+    "gan_kit.builtin.architectures.studiogan",
     "gan_kit.builtin.architectures.stylegan3",
     "gan_kit.builtin.data.datasets",
     "gan_kit.builtin.data.torchvision_sets",

@@ -180,11 +180,12 @@ class ArchitectureSlot:
     conditional: bool = option(
         False, help="Class-conditional G and D on the data set's labels: G takes a learned class embedding with z, "
                     "D is a projection discriminator (Miyato & Koyama 2018). Needs a data set with labels and an "
-                    "architecture that supports it (pggan, dcgan, stylegan2).")
+                    "architecture that supports it (pggan, dcgan, stylegan2, r3gan, sngan-resnet, sagan, "
+                    "biggan: these three condition G's batch norms on the class, cBN).")
     freeze_d_blocks: int = option(
         0, help="FreezeD (Mo et al. 2020): freeze D's first N blocks from the input side (requires_grad False: "
                 "never stepped), for fine-tuning with --init-from; 0 = train all of D. Architectures that say "
-                "which blocks D has: pggan, stylegan2, r3gan.", min=0, max=64)
+                "which blocks D has: pggan, stylegan2, r3gan, sngan-resnet, sagan, biggan.", min=0, max=64)
 
 
 @attrs.frozen

@@ -72,8 +72,10 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict:
 
 
 def is_foreign(path: str | Path) -> bool:
-    """True when ``path`` is a file that is not a gankit checkpoint (a zip archive, as
-    ``torch.save`` writes) but a plain pickle, as other codebases' network snapshots are."""
+    """True when ``path`` is a file that is not a gankit checkpoint but another codebase's model
+    file: a plain pickle (NVIDIA's network snapshots, R3GAN's), or a ``torch.save`` zip archive
+    whose pickle does not start with gankit's marker (StudioGAN's ``model=G-*.pth``). A zip that
+    cannot be opened (a truncated checkpoint) is not foreign: ``load`` says what is wrong."""
     from gan_kit.plugin_api.pickles import is_pickle
 
     try:
@@ -81,7 +83,21 @@ def is_foreign(path: str | Path) -> bool:
             head = f.read(8)
     except OSError:
         return False
-    return is_pickle(head)
+    if is_pickle(head):
+        return True
+    if head[:4] != b"PK\x03\x04":
+        return False
+    try:
+        with zipfile.ZipFile(path) as archive:
+            name = next((n for n in archive.namelist() if n == "data.pkl" or n.endswith("/data.pkl")), None)
+            if name is None:
+                return False
+            with archive.open(name) as f:
+                start = f.read(512)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+        return False
+    # save_atomic writes the marker as the dict's first entry, so it is in the pickle's first bytes
+    return MAGIC.encode() not in start
 
 
 def _mapped(state: dict, map_location: Any) -> dict:

@@ -74,8 +74,8 @@ def import_model(source: str | Path, out: str | Path) -> tuple[dict, str]:
     if not path.is_file():
         raise CheckpointError(f"{source}: no such file (name a network-snapshot .pkl or another model file)")
     if not ckpt.is_foreign(path):
-        raise CheckpointError(f"{source}: not a pickle of another codebase (a gankit checkpoint is a zip archive: "
-                              f"every command reads it as it is, no import needed)")
+        raise CheckpointError(f"{source}: not another codebase's model file (a network-snapshot pickle, a StudioGAN "
+                              f"model=G-*.pth); a gankit checkpoint is read by every command as it is, no import needed")
     check_destination(out)
     state, name = import_file(path, build_plugins().registry)
     try:

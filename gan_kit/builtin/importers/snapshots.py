@@ -15,9 +15,13 @@ gankit's ``stylegan2`` / ``r3gan`` networks.
 * ``r3gan``: brownvc/R3GAN's snapshots (Huang et al. 2024, arXiv:2501.05441): plain
   ``training.networks.Generator`` / ``Discriminator`` modules wrapping ``R3GAN.Networks``; the
   configuration is read from the tensors' shapes and the modules' attributes.
+* ``studiogan``: PyTorch-StudioGAN's ResNet GAN checkpoints (``model=G-*.pth``, ``model=G_ema-*``,
+  ``model=D-*``: ``torch.save`` zip files, read with ``weights_only=True``), converted into
+  gankit's ``sngan-resnet`` / ``biggan``; the files of one save beside the one named are read too.
 
-Seeds: each of these codebases draws seed S's z as ``np.random.RandomState(S).randn(1, z_dim)``
-(generate.py, gen_images.py), so an imported model keeps that rule (``ImportedModel.seeds``).
+Seeds: NVIDIA's codebases and R3GAN draw seed S's z as ``np.random.RandomState(S).randn(1, z_dim)``
+(generate.py, gen_images.py), so an imported model keeps that rule (``ImportedModel.seeds``);
+StudioGAN draws z with torch (``"torch"``).
 """
 
 from __future__ import annotations
@@ -31,17 +35,22 @@ import tomli_w
 from gan_kit import CheckpointError, GankitError, ImportedModel, Importer, PickledModule, hookimpl
 from gan_kit.builtin.importers.ada_official import ada_options_from_official
 from gan_kit.builtin.importers.r3gan_official import r3gan_options, r3gan_state_dict
+from gan_kit.builtin.importers.studiogan_official import (network_of, read_studiogan_file, sibling_files,
+                                                          studiogan_options, studiogan_state_dict)
 from gan_kit.builtin.importers.stylegan2_official import stylegan2_options, stylegan2_state_dict
 from gan_kit.builtin.importers.stylegan2_tf import convert_tf_snapshot, is_tf_snapshot
 from gan_kit.builtin.importers.stylegan3_official import (stylegan3_d_as_stylegan2, stylegan3_d_options,
                                                           stylegan3_networks, stylegan3_options)
 
-__all__ = ["StyleGAN2Snapshot", "StyleGAN3Snapshot", "StyleGAN2TFSnapshot", "R3GANSnapshot", "imported_recipe"]
+__all__ = ["StyleGAN2Snapshot", "StyleGAN3Snapshot", "StyleGAN2TFSnapshot", "R3GANSnapshot", "StudioGANCheckpoint",
+           "imported_recipe"]
 
 #: The licence NVIDIA publishes StyleGAN2-ADA / StyleGAN3 code and models under.
 NVIDIA_LICENSE = ("NVIDIA Source Code License for StyleGAN2 with Adaptive Discriminator Augmentation (ADA) / "
                   "StyleGAN3: non-commercial use only (research and evaluation)")
 TF_LICENSE = "NVIDIA Source Code License-NC for StyleGAN2: non-commercial use only"
+STUDIOGAN_LICENSE = ("PyTorch-StudioGAN's code is MIT-licensed; the weights are under the terms their publisher "
+                     "states")
 R3GAN_LICENSE = "as published by the R3GAN authors (brownvc/R3GAN; its code builds on NVIDIA's non-commercial code)"
 
 
@@ -61,7 +70,9 @@ def imported_recipe(architecture: dict, *, resolution: int, num_classes: int, da
     (``architecture``: the ``[architecture]`` table) and fine-tunes them the way its codebase
     trains (``family``: "stylegan2" - non-saturating loss, lazy R1 and path length, Adam(0.0025,
     0, 0.99), EMA half-life 10 kimg; "stylegan3" - the same without path length, G's lr 0.0025
-    and D's 0.002 (the StyleGAN3 repository's train.py); or "r3gan" - RpGAN + R1 + R2, its Adam settings). ``data``
+    and D's 0.002 (the StyleGAN3 repository's train.py); "r3gan" - RpGAN + R1 + R2, its Adam settings; or
+    "sngan-resnet" / "biggan" - StudioGAN's defaults: hinge loss, 5 D steps per G step,
+    Adam(0.0002, 0.5, 0.999), batch 64, orthogonal init, G_ema decay 0.9999). ``data``
     names the data set (an image folder or zip) the user points it at; ``augment``: the
     ``[augment]`` table (ADA with the file's pipeline and p)."""
     arch = {"name": family, **({"conditional": True} if num_classes else {}), **architecture}
@@ -87,6 +98,15 @@ def imported_recipe(architecture: dict, *, resolution: int, num_classes: int, da
             "optim": ({"lr": 0.0025, "betas": [0.0, 0.99]} if family == "stylegan2" else
                       {"lr": 0.0025, "d_lr": 0.002, "betas": [0.0, 0.99]}),
             "ema": {"half_life_kimg": 10, "rampup": 0.05},
+        })
+    elif family in ("sngan-resnet", "biggan"):
+        recipe.update({
+            "init": {"name": "orthogonal"},
+            "loss": {"name": "hinge"},
+            "update": {"name": "d-then-g", "d_steps": 5},
+            "growth": {"name": "static", "batch_size": 64},
+            "optim": {"lr": 0.0002, "betas": [0.5, 0.999]},
+            "ema": {"decay": 0.9999},
         })
     else:
         recipe.update({
@@ -282,9 +302,57 @@ class R3GANSnapshot(Importer):
                    "attributes; weights renamed to gankit's layout, values unchanged.",))
 
 
+class StudioGANCheckpoint(Importer):
+    """PyTorch-StudioGAN's ResNet GAN checkpoints (model=G-*.pth / model=G_ema-*.pth / model=D-*.pth, SNGAN, SAGAN, BigGAN) as sngan-resnet or biggan, read with weights_only=True; the configuration inferred from the tensors."""
+
+    def read(self, source):
+        if source.is_pickle:
+            return None
+        data = read_studiogan_file(source.path)
+        if data is None:
+            return None
+        net = network_of(data["state_dict"])
+        if net is None:
+            return None
+        files = sibling_files(source.path) or {net: source.path}
+        role = next((k for k, p in files.items() if p == source.path), net)
+        if ("D" if role == "D" else "G") != net:
+            raise GankitError(f"{source.path}: named as StudioGAN's {role} file but holds a {net}")
+        datas = {role: data}
+        for other, path in files.items():
+            if other not in datas:
+                more = read_studiogan_file(path)
+                if more is None or network_of(more["state_dict"]) != ("D" if other == "D" else "G"):
+                    raise GankitError(f"{path}: not a StudioGAN {other} checkpoint beside {source.path.name}")
+                datas[other] = more
+        states = {k: v["state_dict"] for k, v in datas.items()}
+        if "G" not in states and "G_ema" not in states:
+            raise GankitError(f"{source.path}: StudioGAN's D alone; gankit imports G with it (put the save's "
+                              f"model=G-*.pth or model=G_ema-*.pth beside it, or name that file)")
+        G_state = states.get("G", states.get("G_ema"))
+        try:
+            config = studiogan_options(G_state, states.get("D"))
+            nets = {k: studiogan_state_dict(v, "D" if k == "D" else "G", config) for k, v in states.items()}
+        except GankitError as e:
+            raise GankitError(f"{source.path}: {e}") from None
+        recipe = imported_recipe(config["architecture"], resolution=config["resolution"],
+                                 num_classes=config["num_classes"], data="your-data", family=config["name"],
+                                 source=source.path.name)
+        step = datas.get("D", {}).get("step")  # D's file holds the run's numbers
+        step = step if isinstance(step, int) else None
+        return ImportedModel(
+            format="studiogan", recipe=recipe, resolution=config["resolution"], channels=config["channels"],
+            num_classes=config["num_classes"], G_ema=nets.get("G_ema", nets.get("G")), G=nets.get("G"),
+            D=nets.get("D"), seeds="torch", license=STUDIOGAN_LICENSE,
+            notes=(f"PyTorch-StudioGAN {config['name']} networks ({', '.join(sorted(states))} files"
+                   + (f", step {step}" if step is not None else "") + "), configuration inferred from the tensors; "
+                   "weights renamed to gankit's layout, values unchanged.",))
+
+
 @hookimpl
 def register_importers(register):
     register("stylegan2-ada-pytorch", StyleGAN2Snapshot)
     register("stylegan3", StyleGAN3Snapshot)
     register("stylegan2-tf", StyleGAN2TFSnapshot)
     register("r3gan", R3GANSnapshot)
+    register("studiogan", StudioGANCheckpoint)
