@@ -153,13 +153,19 @@ SG2 = textwrap.dedent("""
 """)
 
 
-def test_init_from_fine_tunes_a_stylegan2_run_on_another_data_set(tmp_path):
-    """stylegan2 trained on digits, then ``--init-from`` its checkpoint onto an image folder: the
-    new run starts from its G, D and G_ema, with fresh optimizers and counters."""
+#: The same run with a tiny StyleGAN3-T (4 synthesis layers; magnitude EMAs, w_avg in G's buffers).
+SG3 = SG2.replace('name = "stylegan2"', 'name = "stylegan3"\nnum_layers = 4')
+
+
+@pytest.mark.parametrize("arch", ["stylegan2", "stylegan3"])
+def test_init_from_fine_tunes_a_stylegan_run_on_another_data_set(tmp_path, arch):
+    """stylegan2 / stylegan3 trained on digits, then ``--init-from`` its checkpoint onto an image
+    folder: the new run starts from its G, D and G_ema (buffers too), with fresh optimizers and
+    counters."""
     from gan_kit.runs.resume import init_from
     from gan_kit.runs.run import build_run
 
-    (tmp_path / "sg2.toml").write_text(SG2, encoding="utf-8")
+    (tmp_path / "sg2.toml").write_text(SG2 if arch == "stylegan2" else SG3, encoding="utf-8")
     assert invoke("run", tmp_path / "sg2.toml", "--out", tmp_path / "digits").exit_code == 0
     source = ckpt.load(tmp_path / "digits" / "checkpoints" / "latest.pt")
     write_images(tmp_path / "faces")
@@ -190,7 +196,7 @@ def test_init_from_fine_tunes_a_stylegan2_run_on_another_data_set(tmp_path):
     tiny = tmp_path / "tiny.toml"
     tiny.write_text(TINY_RECIPE.format(out_dir=(tmp_path / "pg").as_posix()), encoding="utf-8")
     r = invoke("run", tiny, "--init-from", tmp_path / "digits", "--dry-run")
-    assert r.exit_code == 2 and '"stylegan2", this recipe builds "pggan"' in r.output, r.output
+    assert r.exit_code == 2 and f'"{arch}", this recipe builds "pggan"' in r.output, r.output
 
 
 def test_a_run_directory_is_locked_while_a_run_writes_it(tmp_path, tiny_recipe):

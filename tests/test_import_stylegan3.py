@@ -169,8 +169,9 @@ FINE_TUNE = ["run.total_kimg=0.016", "run.tick_kimg=0.008", "run.device='cpu'",
 
 @pytest.mark.parametrize("name", CASES)
 def test_gankit_import_writes_a_recipe_that_trains_from_the_files_weights(name, tmp_path):
-    """`gankit import` writes a stylegan3 folder; its recipe with --init-from the file starts
-    from the file's G, D and G_ema and takes a training step that moves G."""
+    """`gankit import` writes a stylegan3 folder; its recipe (data.channels the file's: 1 for the
+    grey R) with --init-from the file starts from the file's G, D and G_ema and takes a training
+    step that moves G."""
     from gan_kit.recipe import load_recipe
     from gan_kit.runs.resume import init_from
     from gan_kit.runs.run import build_run
@@ -195,9 +196,9 @@ def test_gankit_import_writes_a_recipe_that_trains_from_the_files_weights(name, 
         labels.append([f"img{i}.png", i % max(1, source["num_classes"])])
     if source["num_classes"]:
         (images / "dataset.json").write_text(json.dumps({"labels": labels}))
-    gray = ["data.channels=1"] if source["channels"] == 1 else []  # image-folder reads 3 channels by default
-    recipe, plugins = load_recipe(recipe_file, FINE_TUNE + gray + [f"data.path='{images}'",
-                                                                   f"run.out_dir='{tmp_path / 'tune'}'"])
+    # a grey file's recipe reads its images grey (image-folder reads RGB unless told)
+    assert table["data"]["channels"] == source["channels"]
+    recipe, plugins = load_recipe(recipe_file, FINE_TUNE + [f"data.path='{images}'", f"run.out_dir='{tmp_path / 'tune'}'"])
     run = build_run(recipe, plugins)
     init_from(run, path)
     for net in ("G", "D", "G_ema"):
@@ -239,3 +240,17 @@ def test_what_gankit_does_not_compute_the_same_way_is_refused_in_one_line(net, e
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert r.exit_code == 2 and len(lines) == 1, r.output
     assert all(w in lines[0] for w in words) and str(path) in lines[0], lines
+
+
+@pytest.mark.parametrize("channels, data", [(1, {"channels": 1}), (3, {"channels": 3}),
+                                            (4, {"channels": 3, "alpha": "keep"})])
+@pytest.mark.parametrize("family", ["stylegan2", "stylegan3", "r3gan"])
+def test_an_imported_recipe_reads_the_images_with_the_models_channels(channels, data, family):
+    """Grey (1), RGB (3) and RGBA (4: RGB with alpha kept) networks get an image folder that
+    reads that many channels, whatever the codebase."""
+    from gan_kit.builtin.importers.snapshots import imported_recipe
+
+    text = imported_recipe({"latent_dim": 8}, resolution=16, num_classes=0, data="digits", family=family,
+                           channels=channels)
+    table = tomllib.loads(text)["data"]
+    assert {k: table[k] for k in table if k in ("channels", "alpha")} == data

@@ -68,3 +68,31 @@ def test_style_mixing_replaces_the_ws_from_one_layer_on(tmp_path):
     same = (mixed == ws).all(dim=2).all(dim=0)
     cut = int((~same).nonzero()[0])
     assert 1 <= cut < G.num_ws and same[:cut].all() and not same[cut:].any()
+
+
+@pytest.mark.parametrize("config", ["t", "r"])
+def test_resume_is_bit_identical_with_the_fading_d_blur_and_magnitude_emas(tmp_path, tiny_recipe_text, config):
+    """A run stopped after 3 of 6 iterations and resumed ends where the uninterrupted run ends:
+    G, D, G_ema (w_avg, every layer's magnitude EMA), both optimizers, and D's blur, whose sigma
+    fades over the split (lazy R1 every 2nd iteration, on its own step)."""
+    from test_checkpoint import assert_same_state
+
+    path = sg3_recipe(tmp_path, tiny_recipe_text, config)
+    blur = "architecture.d_blur_sigma={schedule='linear', start=2.0, end=0.0, kimg=0.04}"
+
+    def run_for(out, kimg, resume=False, steps=None):
+        recipe, plugins = load_recipe(path, [f"run.out_dir='{out}'", f"run.total_kimg={kimg}", blur,
+                                             "penalty.0.interval=2"])
+        run = build_run(recipe, plugins)
+        train(run, resume=resume, max_steps=steps)
+        return run
+
+    straight = run_for(tmp_path / "straight", 0.048)
+    first = run_for(tmp_path / "split", 0.048, steps=3)
+    first.save_checkpoint()
+    assert first.D.blurs and 0 < first.D.blur_sigma < 2
+    resumed = run_for(tmp_path / "split", 0.048, resume=True)
+    assert first.step == 3 and resumed.step == straight.step == 6
+    assert_same_state(straight, resumed)
+    assert resumed.D.blur_sigma == straight.D.blur_sigma
+    assert resumed.schedule_values == straight.schedule_values

@@ -65,7 +65,7 @@ def _data_name(training_set_kwargs: Any) -> str:
 
 
 def imported_recipe(architecture: dict, *, resolution: int, num_classes: int, data: str, family: str,
-                    augment: dict | None = None, source: str = "") -> str:
+                    augment: dict | None = None, source: str = "", channels: int = 3) -> str:
     """The TOML text of a gankit recipe that builds an imported model's networks
     (``architecture``: the ``[architecture]`` table) and fine-tunes them the way its codebase
     trains (``family``: "stylegan2" - non-saturating loss, lazy R1 and path length, Adam(0.0025,
@@ -74,13 +74,15 @@ def imported_recipe(architecture: dict, *, resolution: int, num_classes: int, da
     "sngan-resnet" / "biggan" - StudioGAN's defaults: hinge loss, 5 D steps per G step,
     Adam(0.0002, 0.5, 0.999), batch 64, orthogonal init, G_ema decay 0.9999). ``data``
     names the data set (an image folder or zip) the user points it at; ``augment``: the
-    ``[augment]`` table (ADA with the file's pipeline and p)."""
+    ``[augment]`` table (ADA with the file's pipeline and p); ``channels``: the networks' image
+    channels, which the image folder must read (1: ``channels = 1``, grey; 4: RGB with
+    ``alpha = "keep"``; else RGB)."""
     arch = {"name": family, **({"conditional": True} if num_classes else {}), **architecture}
     recipe: dict[str, Any] = {
         "run": {"seed": 0, "device": "auto", "precision": "auto",
                 "out_dir": f"runs/{PurePosixPath(source).stem or 'imported'}-tuned", "total_kimg": 100, "tick_kimg": 4,
                 "snapshot_ticks": 5},
-        "data": {"name": "image-folder", "path": data, "resolution": int(resolution),
+        "data": {"name": "image-folder", "path": data, "resolution": int(resolution), **_folder_channels(channels),
                  **({"labels": "dataset.json"} if num_classes else {})},
         "architecture": arch,
     }
@@ -124,6 +126,16 @@ def imported_recipe(architecture: dict, *, resolution: int, num_classes: int, da
             f"# file's configuration - keep it to start from the file's weights (gankit run RECIPE --init-from FILE).\n"
             f"# Point data.path at your images; the other tables are the codebase's usual training settings.\n\n")
     return head + tomli_w.dumps(_toml_keys(recipe))
+
+
+def _folder_channels(channels: int) -> dict:
+    """The image-folder options that read images with ``channels`` channels: without them a grey
+    model's recipe would read RGB and its networks would not fit the data."""
+    if channels == 1:
+        return {"channels": 1}
+    if channels == 4:
+        return {"channels": 3, "alpha": "keep"}
+    return {"channels": 3}
 
 
 def _toml_keys(value: Any) -> Any:
@@ -180,6 +192,7 @@ class StyleGAN2Snapshot(Importer):
         components: dict[str, Any] = {}
         augment = _augment(data, source, components)
         recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
+                                 channels=config["channels"],
                                  data=_data_name(data.get("training_set_kwargs")), family="stylegan2", augment=augment,
                                  source=source.path.name)
         return ImportedModel(
@@ -220,6 +233,7 @@ class StyleGAN3Snapshot(Importer):
         components: dict[str, Any] = {}
         augment = _augment(data, source, components)
         recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
+                                 channels=config["channels"],
                                  data=_data_name(data.get("training_set_kwargs")), family="stylegan3",
                                  augment=augment, source=source.path.name)
         return ImportedModel(
@@ -259,6 +273,7 @@ class StyleGAN2TFSnapshot(Importer):
             # is compared in float32 (force_fp32), which is what the CPU draws here
             arch["fp16_devices"] = "cuda"
         recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
+                                 channels=config["channels"],
                                  data="your-data", family="stylegan2", source=source.path.name)
         return ImportedModel(
             format="stylegan2-tf", recipe=recipe, resolution=config["resolution"], channels=config["channels"],
@@ -288,6 +303,7 @@ class R3GANSnapshot(Importer):
         config = r3gan_options(G_ema.state_dict(), G_ema.attributes_by_path(), D.state_dict(), D.attributes_by_path())
         arch = config["architecture"]
         recipe = imported_recipe(arch, resolution=config["resolution"], num_classes=config["num_classes"],
+                                 channels=config["channels"],
                                  data=_data_name(data.get("training_set_kwargs")), family="r3gan",
                                  source=source.path.name)
         cur_nimg = data.get("cur_nimg") if isinstance(data, dict) else 0

@@ -21,6 +21,7 @@ from torch import nn
 from gan_kit import Architecture, batch_randn, mean_over_processes, option
 from gan_kit.builtin.architectures.conditioning import check_labels
 from gan_kit.builtin.architectures.pggan import mbstd_batch_problem, MinibatchStddev
+from gan_kit.builtin.architectures.stylegan2.d_blur import blur_images, blur_taps
 from gan_kit.builtin.architectures.stylegan2.fir import downsample2d, setup_filter, upsample2d
 from gan_kit.builtin.architectures.stylegan2.layers import EqualizedConv2d, EqualizedLinear, ModulatedConv, NoiseMode, Resample
 
@@ -319,6 +320,11 @@ class Discriminator(nn.Module):
     and computes in float32 (stylegan2-ada-pytorch's ``DiscriminatorBlock`` /
     ``DiscriminatorEpilogue``). On the devices ``fp16_devices`` names, with no autocast active and
     ``force_fp32`` False, as the Generator's.
+
+    ``set_blur_sigma(sigma)`` (pixels; 0 = none, the default): every input image is first
+    blurred by ``d_blur.blur_images`` (StyleGAN3-R's fading blur of D's inputs; the architecture
+    sets it from its scheduled ``d_blur_sigma`` before every iteration). Plain attributes, not
+    buffers, so checkpoints and imported state dicts are unchanged.
     """
 
     def __init__(self, resolution: int, channels: int, nf, mbstd_group_size: int = 4, *,
@@ -335,6 +341,7 @@ class Discriminator(nn.Module):
         self.num_fp16_res, self.fp16_devices = num_fp16_res, fp16_devices
         self.fp16_resolution = fp16_resolution(resolution, num_fp16_res)
         self.force_fp32 = False  # as Generator.force_fp32
+        self.blur_sigma, self.blurs = 0.0, False
         self.from_rgb = EqualizedConv2d(channels, nf(resolution), 1, activation=True, clamp=conv_clamp)
         res = [2 ** i for i in range(int(math.log2(resolution)), 2, -1)]
         self.block_resolutions = res  # each block's input resolution
@@ -356,6 +363,12 @@ class Discriminator(nn.Module):
                         if num_classes else None)
         self.out = EqualizedLinear(c4, self.cmap_dim or 1)
 
+    def set_blur_sigma(self, sigma: float) -> None:
+        """Blur every input image by ``sigma`` pixels from now on (``d_blur``; 0 = no blur)."""
+        self.blur_sigma = float(sigma)
+        # A compiled forward guards on this bool only (two graphs at most), never on sigma.
+        self.blurs = blur_taps(self.blur_sigma) is not None
+
     def input_blocks(self) -> list[nn.Module]:
         """FreezeD's blocks from the input side: fromRGB with the top block, the other blocks
         (with their fromRGBs), then the 4x4 epilogue (its fromRGB, mbstd, conv, fc, out, label
@@ -372,6 +385,8 @@ class Discriminator(nn.Module):
 
     def forward(self, img, labels=None):
         check_labels(self, self.num_classes, labels, img.shape[0])
+        if self.blurs:
+            img = _blurred(self, img)
         half = _fp16_enabled(self.num_fp16_res, self.fp16_devices, self.force_fp32, img.device)
         dtype = img.dtype
         if half and self.block_resolutions and self.block_resolutions[0] >= self.fp16_resolution:
@@ -396,6 +411,13 @@ class Discriminator(nn.Module):
             return x.squeeze(1)
         cmap = self.mapping(None, labels).to(x.dtype)
         return (x * cmap).sum(dim=1) * (1.0 / math.sqrt(self.cmap_dim))
+
+
+@torch.compiler.disable
+def _blurred(D: Discriminator, img: torch.Tensor) -> torch.Tensor:
+    # Outside any compiled graph: sigma changes every iteration while the blur fades, and so does
+    # the filter's length; inside a graph each value would be a recompilation.
+    return blur_images(img, D.blur_sigma)
 
 
 # -------------------------------------------------------------------------------- architecture --

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 from typing import Literal
 
 import attrs
@@ -167,10 +168,21 @@ class StyleGAN3(Architecture):
                                                   'convolution with groups=N, the paper\'s code\'s) or "scaled" '
                                                   '(the input scaled by the styles around one shared-weight '
                                                   'convolution, the output by the demodulation; exports use it).')
+        d_blur_sigma: float = option(0.0, help="Blur every image D sees (reals and fakes) by a Gaussian of this many "
+                                               "pixels, 2 ** -(x / sigma) ** 2 on floor(3 sigma) taps each side "
+                                               "(StyleGAN3-R: a linear schedule from 10 to 0 over the first "
+                                               "batch * 200 / 32 kimg; 0 = none, the T config's).",
+                                     min=0, max=1000, schedulable=True)
 
     supports_truncation = True
     supports_conditional = True
     supports_spectral_norm = False
+
+    def __init__(self, options=None, context=None):
+        super().__init__(options, context)
+        # The Ds built, for a scheduled d_blur_sigma; weak, so a D its run (or an importer)
+        # dropped is not kept alive here.
+        self._discriminators: weakref.WeakSet = weakref.WeakSet()
 
     @classmethod
     def problems(cls, o, recipe):
@@ -207,6 +219,14 @@ class StyleGAN3(Architecture):
         sets it). (0, 0), 0 restores the identity."""
         G.synthesis_network.input.transform.copy_(user_transform(translate, rotate))
 
+    def set_option(self, name: str, value) -> None:
+        """A schedule's new value of option ``name`` (before every iteration); ``d_blur_sigma``
+        reaches every D this component built."""
+        self.options = attrs.evolve(self.options, **{name: value})
+        if name == "d_blur_sigma":
+            for D in self._discriminators:
+                D.set_blur_sigma(value)
+
     def export_view(self, G: nn.Module) -> nn.Module:
         # The "scaled" modulated convolution: the same function without a convolution whose
         # groups are the batch size, so ONNX and TorchScript graphs keep the batch free.
@@ -225,6 +245,8 @@ class StyleGAN3(Architecture):
         base, top = o.channel_base, o.channel_max
         D = Discriminator(resolution, channels, lambda res: int(min(base // res, top)), o.mbstd_group_size,
                           num_classes=k, conv_clamp=o.conv_clamp)
+        D.set_blur_sigma(o.d_blur_sigma)
+        self._discriminators.add(D)
         return G, D
 
 
