@@ -13,7 +13,7 @@ from torch import nn
 
 from gan_kit import mean_over_processes
 from gan_kit.builtin.architectures.stylegan2.layers import EqualizedLinear
-from gan_kit.builtin.architectures.stylegan3.filtered_lrelu import filtered_lrelu
+from gan_kit.builtin.architectures.stylegan3.filtered_lrelu import filtered_lrelu, lrelu_matrices
 from gan_kit.builtin.architectures.stylegan3.filters import lowpass_filter
 from gan_kit.builtin.architectures.stylegan3.schedule import LayerSpec
 
@@ -90,6 +90,12 @@ class SynthesisLayer(nn.Module):
         self.register_buffer("down_filter", down, persistent=False)
         self.gain = 1.0 if spec.is_torgb else math.sqrt(2.0)
         self.slope = 1.0 if spec.is_torgb else 0.2
+        # The filtered leaky ReLU's resampling matrices for this layer's fixed sizes (built once).
+        conv_size = spec.in_size + spec.conv_kernel - 1
+        mats = lrelu_matrices(up, down, (conv_size, conv_size), up=spec.up_factor, down=spec.down_factor,
+                              padding=spec.padding, gain=self.gain)
+        for name, m in zip(("up_x", "up_y", "down_x", "down_y"), mats or (None,) * 4):
+            self.register_buffer(name, m, persistent=False)
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, update_emas: bool = False) -> torch.Tensor:
         s = self.spec
@@ -103,7 +109,8 @@ class SynthesisLayer(nn.Module):
         x = modulated_conv2d(x, self.weight, styles, padding=s.conv_kernel - 1, demodulate=not s.is_torgb,
                              input_gain=self.magnitude_ema.rsqrt(), modconv=self.modconv)
         return filtered_lrelu(x, self.up_filter, self.down_filter, self.bias, up=s.up_factor, down=s.down_factor,
-                              padding=s.padding, gain=self.gain, slope=self.slope, clamp=self.conv_clamp)
+                              padding=s.padding, gain=self.gain, slope=self.slope, clamp=self.conv_clamp,
+                              matrices=None if self.up_x is None else (self.up_x, self.up_y, self.down_x, self.down_y))
 
     def extra_repr(self):
         s = self.spec
