@@ -139,14 +139,9 @@ def _clamp_binds(x: torch.Tensor, matrices: tuple[torch.Tensor, ...], slope: flo
     if x.device.type != "cpu" or torch.jit.is_tracing() or torch.compiler.is_compiling():
         return True
     ux, uy = matrices[0], matrices[1]
-    bound = float(x.detach().abs().amax()) * _operator_bound(ux) * _operator_bound(uy) * max(1.0, abs(slope))
+    lo, hi = torch.aminmax(x.detach())
+    bound = max(-float(lo), float(hi)) * _operator_bound(ux) * _operator_bound(uy) * max(1.0, abs(slope))
     return not bound * (1 + 1e-4) < limit
-
-
-#: Samples per piece when ``filtered_lrelu`` runs without autograd: the upsampled maps of that many
-#: samples (this many elements at most) stay in the CPU's caches between the resampling products
-#: and the nonlinearity (1.5x faster than the whole batch at once, measured at 82x82 x 31 maps).
-CHUNK_ELEMENTS = 1 << 20
 
 
 def filtered_lrelu(x: torch.Tensor, fu: torch.Tensor | None, fd: torch.Tensor | None, b: torch.Tensor, *,
@@ -162,7 +157,7 @@ def filtered_lrelu(x: torch.Tensor, fu: torch.Tensor | None, fd: torch.Tensor | 
     when the caller keeps them (a layer does); None computes them. Computed as: separable filters
     as one matrix product per axis and direction; the gain applied after the filtering (it
     commutes with the clamp scaled by 1 / gain); the clamp skipped where it provably changes
-    nothing (``_clamp_binds``); without autograd, the batch in pieces of ``CHUNK_ELEMENTS``."""
+    nothing (``_clamp_binds``)."""
     x = x + b.to(x.dtype).reshape(1, -1, 1, 1)
     if matrices is None:
         matrices = lrelu_matrices(fu, fd, x.shape[2:], up=up, down=down, padding=padding, gain=gain)
@@ -174,15 +169,6 @@ def filtered_lrelu(x: torch.Tensor, fu: torch.Tensor | None, fd: torch.Tensor | 
     if limit is not None and not _clamp_binds(x, matrices, slope, limit):
         limit = None
     ux, uy, dx, dy = (None if m is None else m.to(x.dtype) for m in matrices)
-    n = x.shape[0]
-    piece = max(1, CHUNK_ELEMENTS // (x.shape[1] * uy.shape[1] * ux.shape[1]))
-    if torch.is_grad_enabled() or n <= piece or torch.jit.is_tracing() or torch.compiler.is_compiling():
-        return _resample(x, ux, uy, dx, dy, fd, down, gain, slope, limit)
-    return torch.cat([_resample(p, ux, uy, dx, dy, fd, down, gain, slope, limit) for p in x.split(piece)])
-
-
-def _resample(x, ux, uy, dx, dy, fd, down, gain, slope, limit):
-    """``filtered_lrelu``'s body after the bias, with its matrices (``dx`` None: ``fd`` is 2-D)."""
     y = uy.t() @ (x @ ux)
     y = _lrelu_clamp(y, slope, limit)
     if dx is None:

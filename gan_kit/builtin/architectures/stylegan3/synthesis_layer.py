@@ -40,9 +40,16 @@ def modulated_conv2d(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor
     if demodulate:
         weight = weight * weight.square().mean(dim=(1, 2, 3), keepdim=True).rsqrt()
         styles = styles * styles.square().mean().rsqrt()
+    # A 1x1 kernel without padding is a matrix product per sample: one (batched) matmul, not a
+    # convolution (a grouped 1x1 convolution runs as N small convolutions on the CPU).
+    pointwise = kh == kw == 1 and padding == 0
     if modconv == "scaled":
         scale = styles if input_gain is None else styles * input_gain
-        out = F.conv2d(x * scale.to(x.dtype).reshape(n, cin, 1, 1), weight.to(x.dtype), padding=padding)
+        x = x * scale.to(x.dtype).reshape(n, cin, 1, 1)
+        if pointwise:
+            out = (weight.reshape(cout, cin).to(x.dtype) @ x.reshape(n, cin, h * w_)).reshape(n, cout, h, w_)
+        else:
+            out = F.conv2d(x, weight.to(x.dtype), padding=padding)
         if demodulate:
             dcoefs = (styles.square() @ weight.square().sum(dim=(2, 3)).t() + 1e-8).rsqrt()
             out = out * dcoefs.to(x.dtype).reshape(n, cout, 1, 1)
@@ -52,6 +59,8 @@ def modulated_conv2d(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor
         w = w * (w.square().sum(dim=(2, 3, 4), keepdim=True) + 1e-8).rsqrt()
     if input_gain is not None:
         w = w * input_gain
+    if pointwise:
+        return torch.bmm(w.reshape(n, cout, cin).to(x.dtype), x.reshape(n, cin, h * w_)).reshape(n, cout, h, w_)
     out = F.conv2d(x.reshape(1, n * cin, h, w_), w.reshape(n * cout, cin, kh, kw).to(x.dtype), padding=padding,
                    groups=n)
     return out.reshape(n, cout, out.shape[2], out.shape[3])
