@@ -2,12 +2,13 @@
 side (run by hand, not a test).
 
     python benchmarks/stylegan3_speed.py [--rounds 5] [--iterations 4] [--threads 1] [--profile N]
-                                         [--num-layers 8] [--modconv scaled]
+                                         [--num-layers 8] [--modconv scaled|grouped]
 
 The stylegan2 case is ``recipes/stylegan2.toml``; the stylegan3 cases are the same recipe with
 ``[architecture]`` replaced by stylegan3 (config "t" / "r", the same latent_dim and w_dim, the
-given ``--num-layers``) whose ``channel_max`` is chosen so G's parameter count is closest to
-stylegan2's (both counts printed). Penalties are off in every case, so a training iteration is one
+given ``--num-layers`` and ``--modconv``: "scaled" by default, as the stylegan2 recipe sets)
+whose ``channel_max`` is chosen so G's parameter count is closest to stylegan2's (both counts
+printed). Penalties are off in every case, so a training iteration is one
 D step and one G step (G + D forward and backward), nothing lazy. Every round times, per case,
 ``--iterations`` G forwards of one batch (no grad, eval mode) and ``--iterations`` training
 iterations (``d-then-g``), the cases in an order rotated by one each round, after a warm-up round.
@@ -86,7 +87,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--num-layers", type=int, default=8, help="stylegan3's num_layers (channel_max is matched)")
-    ap.add_argument("--modconv", default=None, help="stylegan3's modconv (default: the architecture's)")
+    ap.add_argument("--modconv", default="scaled", choices=("grouped", "scaled"),
+                    help="stylegan3's modconv (default scaled: what recipes/stylegan2.toml sets for stylegan2)")
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -94,7 +96,7 @@ def main(argv=None) -> int:
     cases = [base]
     for config in ("t", "r"):
         cm = matching_channel_max(config, args.num_layers, base.params[0])
-        extra = f', modconv="{args.modconv}"' if args.modconv else ""
+        extra = f', modconv="{args.modconv}"'
         cases.append(Case(f"stylegan3-{config}", [
             f'architecture={{name="stylegan3", config="{config}", latent_dim=64, w_dim=64, channel_max={cm}, '
             f'num_layers={args.num_layers}, mbstd_group_size=4{extra}}}']))

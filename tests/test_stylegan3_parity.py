@@ -185,6 +185,43 @@ def test_upfirdn2d_equals_its_definition_for_asymmetric_filters(ndim, up, down, 
     torch.testing.assert_close(ours, upfirdn2d_direct(x, f, up, down, padding, up ** 2), atol=1e-5, rtol=1e-5)
 
 
+def filtered_lrelu_direct(x, fu, fd, b, up, down, padding, gain, slope, clamp):
+    """The definition's order (the paper's code's reference path): bias, ``upfirdn2d_direct`` up,
+    leaky ReLU, times gain, clamp, ``upfirdn2d_direct`` down."""
+    y = upfirdn2d_direct(x + b.reshape(1, -1, 1, 1), fu, up, 1, padding, up ** 2)
+    y = torch.nn.functional.leaky_relu(y, slope) * gain
+    return upfirdn2d_direct(y.clamp(-clamp, clamp), fd, 1, down, (0, 0, 0, 0), 1)
+
+
+@pytest.mark.parametrize("radial", [False, True])
+@pytest.mark.parametrize("binds", [False, True])
+def test_filtered_lrelu_and_its_gradients_equal_the_definition(radial, binds):
+    """filtered_lrelu (matrices, gain moved after the filter, the clamp skipped when a bound
+    shows it cannot bind) gives the definition's output and gradients for x and b (to 1e-5), with
+    a clamp far above every value and one just below the largest, which must change the output."""
+    g = torch.Generator().manual_seed(5 + radial)
+    x = torch.randn(2, 3, 12, 12, generator=g) * 4
+    b = torch.randn(3, generator=g)
+    fu = lowpass_filter(12, 3.0, 4.0, 32.0)
+    fd = lowpass_filter(12, 3.0, 4.0, 32.0, radial=radial)
+    kw = dict(up=2, down=2, padding=(9, 8, 9, 8), gain=2 ** 0.5, slope=0.2)
+    free = filtered_lrelu_direct(x, fu, fd, b, clamp=1e9, **kw)
+    top = (torch.nn.functional.leaky_relu(upfirdn2d_direct(x + b.reshape(1, -1, 1, 1), fu, 2, 1, kw["padding"], 4),
+                                          0.2) * kw["gain"]).abs().max()
+    clamp = float(top) * 0.99 if binds else 1e9
+    outs, grads = [], []
+    for fn in (filtered_lrelu_direct, filtered_lrelu):
+        xg, bg = x.clone().requires_grad_(), b.clone().requires_grad_()
+        y = fn(xg, fu, fd, bg, clamp=clamp, **kw)
+        (y * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum().backward()
+        outs.append(y.detach())
+        grads.append((xg.grad, bg.grad))
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+    for ours, theirs in zip(grads[1], grads[0]):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    assert ((outs[0] - free).abs().max() > 1e-4) == binds
+
+
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_filtered_lrelu_clamp_equals_official(cfg):
     """With a clamp the activations reach (the recorded layer's call again, clamp 0.3), our op

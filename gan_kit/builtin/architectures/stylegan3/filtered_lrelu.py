@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["upfirdn2d", "filtered_lrelu", "resampling_matrix"]
+__all__ = ["upfirdn2d", "filtered_lrelu", "resampling_matrix", "lrelu_matrices"]
 
 
 def upfirdn2d(x: torch.Tensor, f: torch.Tensor | None, *, up: int = 1, down: int = 1,
@@ -42,8 +42,9 @@ def upfirdn2d(x: torch.Tensor, f: torch.Tensor | None, *, up: int = 1, down: int
     if up > 1:
         y = _upsample(x, f, up, (x0, x1, y0, y1), gain)
         return y[:, :, ::down, ::down] if down > 1 else y
-    x = F.pad(x, (max(x0, 0), max(x1, 0), max(y0, 0), max(y1, 0)))
-    x = x[:, :, max(-y0, 0):x.shape[2] - max(-y1, 0), max(-x0, 0):x.shape[3] - max(-x1, 0)]
+    if any((x0, x1, y0, y1)):  # (F.pad copies even when it pads nothing)
+        x = F.pad(x, (max(x0, 0), max(x1, 0), max(y0, 0), max(y1, 0)))
+        x = x[:, :, max(-y0, 0):x.shape[2] - max(-y1, 0), max(-x0, 0):x.shape[3] - max(-x1, 0)]
     # A convolution, i.e. the flipped filter correlated (the low-pass filters are symmetric).
     f = (f * gain).flip([0, 1]).to(x.dtype)
     return F.conv2d(x, f.expand(c, 1, *f.shape), groups=c, stride=down)
@@ -96,20 +97,88 @@ def _upsample(x: torch.Tensor, f: torch.Tensor, up: int, padding: tuple[int, int
     return _window(t, -2, k - 1 - y0, h * up + y0 + y1 - k + 1)
 
 
+def lrelu_matrices(fu: torch.Tensor | None, fd: torch.Tensor | None, size: Sequence[int], *, up: int, down: int,
+                   padding: Sequence[int], gain: float = 1.0) -> tuple[torch.Tensor | None, ...] | None:
+    """The resampling matrices of ``filtered_lrelu`` for an input of ``size = [H, W]``: ``(ux, uy,
+    dx, dy)`` with ``ux[W, Wt]``, ``uy[H, Ht]`` (``fu`` upsampling by ``up`` with the padding,
+    gain ``up`` each) and ``dx[Wt, Wout]``, ``dy[Ht, Hout]`` (``fd`` and downsampling by
+    ``down``, ``dy`` times ``gain``: the leaky ReLU's gain, moved after the nonlinearity; both
+    None for a 2-D ``fd``, which a convolution applies). None for a 2-D ``fu``. A layer computes
+    them once (its input size is fixed), so no forward rebuilds them."""
+    if fu is not None and fu.ndim != 1:
+        return None
+    h, w = (int(v) for v in size)
+    x0, x1, y0, y1 = (int(v) for v in padding)
+    ux = resampling_matrix(_taps(fu, fd), w, up=up, padding=(x0, x1), gain=float(up))
+    uy = resampling_matrix(_taps(fu, fd), h, up=up, padding=(y0, y1), gain=float(up))
+    if fd is not None and fd.ndim != 1:
+        return ux, uy, None, None
+    dx = resampling_matrix(_taps(fd, fu), ux.shape[1], down=down)
+    dy = resampling_matrix(_taps(fd, fu), uy.shape[1], down=down, gain=gain)
+    return ux, uy, dx, dy
+
+
+def _taps(f: torch.Tensor | None, other: torch.Tensor | None) -> torch.Tensor:
+    """``f``, or the 1-tap identity filter for None (on ``other``'s device)."""
+    if f is not None:
+        return f
+    return torch.ones(1, dtype=torch.float32, device=None if other is None else other.device)
+
+
+def _operator_bound(m: torch.Tensor) -> float:
+    """The largest ``|x @ m|`` entry for ``|x| <= 1``: the largest column sum of ``|m|``."""
+    return float(m.abs().sum(dim=0).amax())
+
+
+def _clamp_binds(x: torch.Tensor, matrices: tuple[torch.Tensor, ...], slope: float, limit: float) -> bool:
+    """False when no entry of the upsampled, leaky-ReLU'd ``x`` can exceed ``limit``: the bound
+    ``max|x| * ||ux|| * ||uy|| * max(1, |slope|)`` (with slack for rounding) is below it, so the
+    clamp would return its input and is skipped (with its backward), an exact shortcut. Only on
+    the CPU in eager mode (reading the maximum back is a device sync; a trace must keep the
+    clamp)."""
+    if x.device.type != "cpu" or torch.jit.is_tracing() or torch.compiler.is_compiling():
+        return True
+    ux, uy = matrices[0], matrices[1]
+    lo, hi = torch.aminmax(x.detach())
+    bound = max(-float(lo), float(hi)) * _operator_bound(ux) * _operator_bound(uy) * max(1.0, abs(slope))
+    return not bound * (1 + 1e-4) < limit
+
+
 def filtered_lrelu(x: torch.Tensor, fu: torch.Tensor | None, fd: torch.Tensor | None, b: torch.Tensor, *,
                    up: int, down: int, padding: Sequence[int], gain: float, slope: float,
-                   clamp: float | None) -> torch.Tensor:
+                   clamp: float | None, matrices: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
     """``x[N, C, H, W]`` plus the bias ``b[C]``, upsampled by ``up`` with ``fu`` (gain ``up ** 2``
     keeps a constant image's value) and padded by ``padding = [x0, x1, y0, y1]``, then leaky ReLU
     (``slope``; 1 = linear) times ``gain``, clamped to [-clamp, +clamp] (None: not clamped), then
     filtered with ``fd`` and downsampled by ``down``. Returns ``[N, C, (H * up + x0 + x1 - kfu -
-    kfd + 2) // down + 1, ...]`` (the paper's code's ``filtered_lrelu`` reference path)."""
+    kfd + 2) // down + 1, ...]`` (the paper's code's ``filtered_lrelu`` reference path).
+
+    ``matrices``: ``lrelu_matrices(fu, fd, [H, W], up=up, down=down, padding=padding, gain=gain)``
+    when the caller keeps them (a layer does); None computes them. Computed as: separable filters
+    as one matrix product per axis and direction; the gain applied after the filtering (it
+    commutes with the clamp scaled by 1 / gain); the clamp skipped where it provably changes
+    nothing (``_clamp_binds``)."""
     x = x + b.to(x.dtype).reshape(1, -1, 1, 1)
-    x = upfirdn2d(x, fu, up=up, padding=padding, gain=up ** 2)
+    if matrices is None:
+        matrices = lrelu_matrices(fu, fd, x.shape[2:], up=up, down=down, padding=padding, gain=gain)
+    limit = None if clamp is None else clamp / gain
+    if matrices is None:  # a 2-D up filter: the general path
+        x = upfirdn2d(x, fu, up=up, padding=padding, gain=up ** 2)
+        x = _lrelu_clamp(x, slope, limit)
+        return upfirdn2d(x, fd, down=down, gain=gain)
+    if limit is not None and not _clamp_binds(x, matrices, slope, limit):
+        limit = None
+    ux, uy, dx, dy = (None if m is None else m.to(x.dtype) for m in matrices)
+    y = uy.t() @ (x @ ux)
+    y = _lrelu_clamp(y, slope, limit)
+    if dx is None:
+        return upfirdn2d(y, fd, down=down, gain=gain)
+    return dy.t() @ (y @ dx)
+
+
+def _lrelu_clamp(y: torch.Tensor, slope: float, limit: float | None) -> torch.Tensor:
+    """Leaky ReLU of ``y`` (a fresh product nothing else holds: in place where autograd allows it,
+    a positive slope) clamped to [-limit, limit] (None: not clamped)."""
     if slope != 1:
-        x = F.leaky_relu(x, slope)
-    if gain != 1:
-        x = x * gain
-    if clamp is not None:
-        x = x.clamp(-clamp, clamp)
-    return upfirdn2d(x, fd, down=down)
+        y = F.leaky_relu_(y, slope) if slope > 0 else F.leaky_relu(y, slope)
+    return y if limit is None else y.clamp(-limit, limit)

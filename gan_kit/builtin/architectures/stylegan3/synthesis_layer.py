@@ -13,7 +13,7 @@ from torch import nn
 
 from gan_kit import mean_over_processes
 from gan_kit.builtin.architectures.stylegan2.layers import EqualizedLinear
-from gan_kit.builtin.architectures.stylegan3.filtered_lrelu import filtered_lrelu
+from gan_kit.builtin.architectures.stylegan3.filtered_lrelu import filtered_lrelu, lrelu_matrices
 from gan_kit.builtin.architectures.stylegan3.filters import lowpass_filter
 from gan_kit.builtin.architectures.stylegan3.schedule import LayerSpec
 
@@ -40,9 +40,16 @@ def modulated_conv2d(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor
     if demodulate:
         weight = weight * weight.square().mean(dim=(1, 2, 3), keepdim=True).rsqrt()
         styles = styles * styles.square().mean().rsqrt()
+    # A 1x1 kernel without padding is a matrix product per sample: one (batched) matmul, not a
+    # convolution (a grouped 1x1 convolution runs as N small convolutions on the CPU).
+    pointwise = kh == kw == 1 and padding == 0
     if modconv == "scaled":
         scale = styles if input_gain is None else styles * input_gain
-        out = F.conv2d(x * scale.to(x.dtype).reshape(n, cin, 1, 1), weight.to(x.dtype), padding=padding)
+        x = x * scale.to(x.dtype).reshape(n, cin, 1, 1)
+        if pointwise:
+            out = (weight.reshape(cout, cin).to(x.dtype) @ x.reshape(n, cin, h * w_)).reshape(n, cout, h, w_)
+        else:
+            out = F.conv2d(x, weight.to(x.dtype), padding=padding)
         if demodulate:
             dcoefs = (styles.square() @ weight.square().sum(dim=(2, 3)).t() + 1e-8).rsqrt()
             out = out * dcoefs.to(x.dtype).reshape(n, cout, 1, 1)
@@ -52,6 +59,8 @@ def modulated_conv2d(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor
         w = w * (w.square().sum(dim=(2, 3, 4), keepdim=True) + 1e-8).rsqrt()
     if input_gain is not None:
         w = w * input_gain
+    if pointwise:
+        return torch.bmm(w.reshape(n, cout, cin).to(x.dtype), x.reshape(n, cin, h * w_)).reshape(n, cout, h, w_)
     out = F.conv2d(x.reshape(1, n * cin, h, w_), w.reshape(n * cout, cin, kh, kw).to(x.dtype), padding=padding,
                    groups=n)
     return out.reshape(n, cout, out.shape[2], out.shape[3])
@@ -90,6 +99,12 @@ class SynthesisLayer(nn.Module):
         self.register_buffer("down_filter", down, persistent=False)
         self.gain = 1.0 if spec.is_torgb else math.sqrt(2.0)
         self.slope = 1.0 if spec.is_torgb else 0.2
+        # The filtered leaky ReLU's resampling matrices for this layer's fixed sizes (built once).
+        conv_size = spec.in_size + spec.conv_kernel - 1
+        mats = lrelu_matrices(up, down, (conv_size, conv_size), up=spec.up_factor, down=spec.down_factor,
+                              padding=spec.padding, gain=self.gain)
+        for name, m in zip(("up_x", "up_y", "down_x", "down_y"), mats or (None,) * 4):
+            self.register_buffer(name, m, persistent=False)
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, update_emas: bool = False) -> torch.Tensor:
         s = self.spec
@@ -103,7 +118,8 @@ class SynthesisLayer(nn.Module):
         x = modulated_conv2d(x, self.weight, styles, padding=s.conv_kernel - 1, demodulate=not s.is_torgb,
                              input_gain=self.magnitude_ema.rsqrt(), modconv=self.modconv)
         return filtered_lrelu(x, self.up_filter, self.down_filter, self.bias, up=s.up_factor, down=s.down_factor,
-                              padding=s.padding, gain=self.gain, slope=self.slope, clamp=self.conv_clamp)
+                              padding=s.padding, gain=self.gain, slope=self.slope, clamp=self.conv_clamp,
+                              matrices=None if self.up_x is None else (self.up_x, self.up_y, self.down_x, self.down_y))
 
     def extra_repr(self):
         s = self.spec
