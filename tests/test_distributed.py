@@ -217,7 +217,7 @@ SG2_TINY = ["architecture={name='stylegan2', latent_dim=8, w_dim=8, mapping_laye
 
 
 #: A tiny StyleGAN3-R on the same digits (4 synthesis layers), D's blur fading over the run; "all-reduce"
-#: as recipes/stylegan3.toml (a lazy R1 step leaves D's last bias without a gradient, which DDP refuses).
+#: as recipes/stylegan3.toml.
 SG3_TINY = ["architecture={name='stylegan3', config='r', latent_dim=8, w_dim=8, channel_base=64, channel_max=8, "
             "num_layers=4, d_blur_sigma={schedule='linear', start=1.0, end=0.0, kimg=0.06}}",
             "growth={name='static', batch_size=8}", "loss.name='bce'", "run.grad_sync='all-reduce'"]
@@ -234,7 +234,9 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
     class-conditional one with both penalties in the step's objectives) ends within the same 1e-5
     of one process, with the same path-length running mean; stopped at 0.048 kimg and resumed
     under two processes it ends bit-identical to the uninterrupted two-process run. StyleGAN3-R
-    (magnitude EMAs and w_avg over the global batch, D's fading blur) ends within 1e-5 too."""
+    (magnitude EMAs and w_avg over the global batch, D's fading blur) ends within 1e-5 too, and
+    so does a lazy R1 under DDP (a step of its own, whose input gradient leaves D's last bias
+    out)."""
     from gan_kit.runs.run import build_run
     from gan_kit.runs.session import train
     from gan_kit.recipe import load_recipe
@@ -271,6 +273,8 @@ def test_every_strategy_and_both_sync_modes_match_one_process(tiny_recipe, tmp_p
                                   "penalty=[{name='r1', weight=1.0}, {name='path-length', weight=2.0, interval=1}]"],
         # StyleGAN3-R: magnitude EMAs and w_avg over the global batch, D's blur fading, lazy R1
         "stylegan3": [*SG3_TINY, "penalty=[{name='r1', weight=1.0, interval=2}]"],
+        # lazy R1 under DDP: its step of its own reaches D's last bias only through the logits
+        "lazy-r1-ddp": [*SG2_TINY[:-1], "penalty=[{name='r1', weight=1.0, interval=2}]"],
     }
     # stopped at 0.048 kimg (6 of 10 iterations, between two lazy path-length steps) and resumed
     sg2_split = [f"stylegan2-split={';'.join(configs['stylegan2'] + ['run.total_kimg=0.048'])}",

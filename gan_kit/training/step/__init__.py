@@ -316,11 +316,15 @@ class StepContext:
     def input_gradients(self, D: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """``d sum(D(x)) / dx``, float32, shape of ``x``, with a graph for the double backward
         a gradient penalty needs. ``x`` is detached and cast to float32 first; D runs under the
-        run's autocast."""
+        run's autocast. The logits join the result times zero (stylegan2-ada-pytorch's
+        ``real_logits * 0`` in its R1 phase): D's last bias, which the gradient does not depend
+        on, is then part of the graph, as a distributed wrapper needs every parameter to be in
+        a lazy penalty's own step; the values are unchanged."""
         x = x.detach().float().requires_grad_(True)
         with self.autocast():
             logits = D(x)
-        return self.gradients(logits.float().sum(), x)
+        grad = self.gradients(logits.float().sum(), x)
+        return grad + logits.float().sum() * 0
 
     def batch_rand(self, n: int, *shape: int, device: torch.device | None = None) -> torch.Tensor:
         """``torch.rand(n, *shape)`` for this process's ``n`` samples: drawn at the global batch
