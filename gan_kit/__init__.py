@@ -38,6 +38,7 @@ from gan_kit.plugin_api.hookspecs import Register, hookimpl
 from gan_kit.plugin_api.foreign import ForeignFile, ImportedModel
 from gan_kit.plugin_api.pickles import PickledModule, PickledTFNetwork, UnsafePickleError, read_pickle
 from gan_kit.training.imagesets import ImageBatches
+from gan_kit.base.conditional_norm import ConditionalBatchNorm2d
 from gan_kit.base.layers import fan_in, init_gain, set_init_gain, weight_layers
 from gan_kit.base.options import option, toml_value
 from gan_kit.plugin_api.ownership import FrozenFile, load_frozen, own_init
@@ -132,6 +133,8 @@ __all__ = [
     "fan_in",
     "init_gain",
     "set_init_gain",
+    # batch norm with gain and bias from a conditioning vector (SNGAN's / BigGAN's class-conditional G)
+    "ConditionalBatchNorm2d",
     # who owns which weights: the architecture's own initialisation, frozen sub-networks from files
     "own_init",
     "load_frozen",

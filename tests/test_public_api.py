@@ -155,6 +155,31 @@ def test_public_names_are_exported_and_internal_ones_are_not():
         assert internal not in gan_kit.__all__ and not hasattr(gan_kit, internal), internal
 
 
+def test_conditional_batch_norm_is_public_and_is_the_one_the_studiogan_nets_use():
+    """A plugin's class-conditional G builds ``gan_kit.ConditionalBatchNorm2d``: the class the
+    built-in ResNet Gs hold, normalising with batch statistics, then a per-class gain and bias
+    (zero maps leave the normalised input as it is)."""
+    import torch
+
+    from gan_kit.builtin.architectures import conditioning
+
+    assert "ConditionalBatchNorm2d" in gan_kit.__all__
+    assert conditioning.ConditionalBatchNorm2d is gan_kit.ConditionalBatchNorm2d
+    cbn = gan_kit.ConditionalBatchNorm2d(3, 10)
+    x = torch.randn(8, 3, 4, 4) * 5 + 2
+    y = torch.nn.functional.one_hot(torch.arange(8) % 10, 10).float()
+    torch.nn.init.zeros_(cbn.gain.weight)
+    torch.nn.init.zeros_(cbn.bias.weight)
+    out = cbn(x, y)
+    assert torch.allclose(out.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-5)
+    assert torch.allclose(out.std(dim=(0, 2, 3), unbiased=False), torch.ones(3), atol=1e-3)
+    with torch.no_grad():
+        cbn.bias.weight[:, 1] = 7.0  # class 1's bias
+    shifted = cbn(x, y)
+    assert torch.allclose(shifted[1] - out[1], torch.full_like(out[1], 7.0), atol=1e-5)
+    assert torch.allclose(shifted[0], out[0], atol=1e-6)
+
+
 # ------------------------------------------------------------ built-in strategies and penalties --
 
 #: What a strategy or penalty must leave to the StepContext verbs.

@@ -64,22 +64,26 @@ def refresh_batchnorm(G_ema: nn.Module, latent, autocast, batches: int = 16, bat
     forwards: ``batches`` batches of ``latent(batch_size)`` latents, averaged with equal weights
     (the same thing ``torch.optim.swa_utils.update_bn`` does for averaged weights, Izmailov et al.
     2018, sec. 3.2). G_ema's weights are an average of G's; G's running statistics, which the
-    per-step update copies, describe G's activations, not G_ema's. A no-op without BatchNorm."""
+    per-step update copies, describe G's activations, not G_ema's. A no-op without BatchNorm.
+
+    Only the BatchNorm layers run in train mode; every other layer keeps its mode (eval in
+    G_ema), so spectral norm's power iteration (``sngan-resnet``, ``biggan``) does not step its
+    ``u``, ``v`` during the refresh: the statistics are those of the very network that then
+    samples, whose sigma the stored vectors give."""
     norms = [m for m in G_ema.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if not norms:
         return
-    momenta = [m.momentum for m in norms]
+    saved = [(m.momentum, m.training) for m in norms]
     for m in norms:
         m.reset_running_stats()
         m.momentum = None  # cumulative average over the batches below
-    was_training = G_ema.training
-    G_ema.train()
+        m.train()
     try:
         for _ in range(batches):
             inputs = latent(batch_size)  # z, or a tuple (z, labels) for a conditional G
             with autocast():
                 G_ema(*(inputs if isinstance(inputs, tuple) else (inputs,)))
     finally:
-        for m, momentum in zip(norms, momenta):
+        for m, (momentum, training) in zip(norms, saved):
             m.momentum = momentum
-        G_ema.train(was_training)
+            m.train(training)

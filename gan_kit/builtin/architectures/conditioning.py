@@ -9,7 +9,7 @@ G side, inside the network: ``ConditionalBatchNorm2d`` - batch norm without its 
 whose per-channel gain and bias are linear maps of a conditioning vector (de Vries et al. 2017,
 "Modulating early visual processing by language", sec. 3.1; SNGAN, Miyato & Koyama 2018, sec. 4;
 BigGAN, Brock et al. 2019, sec. 3 and appendix B: the vector a shared class embedding joined to a
-chunk of z).
+chunk of z); defined in the public API (``gan_kit.ConditionalBatchNorm2d``), re-exported here.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import math
 
 import torch
 from torch import nn
+
+from gan_kit import ConditionalBatchNorm2d  # public: plugins use it too
 
 __all__ = ["ClassEmbedding", "ConditionalBatchNorm2d", "check_labels", "projection", "projection_embedding"]
 
@@ -28,27 +30,6 @@ class ClassEmbedding(nn.Embedding):
     def __init__(self, num_classes: int, dim: int, std: float = 1.0):
         super().__init__(num_classes, dim)
         nn.init.normal_(self.weight, std=std)
-
-
-class ConditionalBatchNorm2d(nn.Module):
-    """``(x[N, C, H, W], y[N, cond_dim]) -> bn(x) * (1 + gain(y)) + bias(y)``: ``bn`` a
-    ``BatchNorm2d`` without affine parameters (its running statistics in ``bn``), ``gain`` and
-    ``bias`` bias-free ``Linear(cond_dim, C)`` layers, so a zero map leaves the normalised input
-    as it is. ``y``: a one-hot class (SNGAN's cBN: each class's gain and bias are a column of the
-    weights, a class embedding), or BigGAN's shared class embedding joined to a chunk of z.
-    ``eps`` and ``momentum`` those of the batch norm (StudioGAN: 1e-4, 0.1). Any architecture may
-    use it; wrap ``gain`` / ``bias`` in a weight parametrization (spectral norm) after building."""
-
-    def __init__(self, channels: int, cond_dim: int, eps: float = 1e-4, momentum: float = 0.1):
-        super().__init__()
-        self.bn = nn.BatchNorm2d(channels, eps=eps, momentum=momentum, affine=False)
-        self.gain = nn.Linear(cond_dim, channels, bias=False)
-        self.bias = nn.Linear(cond_dim, channels, bias=False)
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        gain = (1 + self.gain(y)).view(y.shape[0], -1, 1, 1)
-        bias = self.bias(y).view(y.shape[0], -1, 1, 1)
-        return self.bn(x) * gain + bias
 
 
 def projection_embedding(num_classes: int, features: int) -> ClassEmbedding:

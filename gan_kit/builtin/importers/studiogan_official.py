@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from gan_kit.base.errors import GankitError
-from gan_kit.builtin.architectures.studiogan.layers import D_MULTIPLIERS, G_MULTIPLIERS
+from gan_kit.builtin.architectures.studiogan.layers import D_MULTIPLIERS, G_MULTIPLIERS, STUDIOGAN_RESOLUTIONS
 from gan_kit.builtin.architectures.studiogan.biggan import BigGAN
 from gan_kit.builtin.architectures.studiogan.resnet import SNGANResNet
 from gan_kit.plugin_api.components import BuildContext
@@ -197,9 +197,9 @@ def _read_g(state: dict) -> dict:
     kinds = _blocks(state)
     nblocks = kinds.count("block")
     resolution = 4 * 2 ** nblocks
-    if resolution not in G_MULTIPLIERS:
-        raise GankitError(f"G: {nblocks} residual blocks ({resolution} px); gankit's StudioGAN networks are defined "
-                          f"for {', '.join(map(str, G_MULTIPLIERS))} px")
+    if resolution not in STUDIOGAN_RESOLUTIONS:
+        raise GankitError(f"G: {nblocks} residual blocks ({resolution} px); StudioGAN's networks are defined "
+                          f"for {', '.join(map(str, STUDIOGAN_RESOLUTIONS))} px")
     linear = _weight(state, "linear0", "G")
     widths = [linear.shape[0] // 16]
     for i, kind in enumerate(kinds):

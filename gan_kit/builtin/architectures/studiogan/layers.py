@@ -22,23 +22,31 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 __all__ = ["SpectralNorm", "spectral_norm", "SelfAttention", "G_MULTIPLIERS", "D_MULTIPLIERS", "D_DOWNSAMPLE",
-           "RESOLUTIONS", "SN_EPS"]
+           "RESOLUTIONS", "STUDIOGAN_RESOLUTIONS", "SN_EPS"]
 
 #: The eps of StudioGAN's spectral norm (``ops.snconv2d`` & co.): the normalisation's guard.
 SN_EPS = 1e-6
 
 #: G's channels per block boundary as multiples of ``g_conv_dim`` (4 px first): block i maps
 #: ``m[i]`` to ``m[i + 1]`` channels (StudioGAN's ``g_in_dims_collection`` / ``g_out_dims_collection``).
-G_MULTIPLIERS = {32: (4, 4, 4, 4), 64: (16, 8, 4, 2, 1), 128: (16, 16, 8, 4, 2, 1), 256: (16, 16, 8, 8, 4, 2, 1),
+G_MULTIPLIERS = {16: (4, 4, 4), 32: (4, 4, 4, 4), 64: (16, 8, 4, 2, 1), 128: (16, 16, 8, 4, 2, 1),
+                 256: (16, 16, 8, 8, 4, 2, 1),
                  512: (16, 16, 8, 8, 4, 2, 1, 1)}
 #: D's output channels per block as multiples of ``d_conv_dim`` (input side first; StudioGAN's
 #: ``d_out_dims_collection``), and which blocks halve the resolution (``d_down``).
-D_MULTIPLIERS = {32: (2, 2, 2, 2), 64: (1, 2, 4, 8, 16), 128: (1, 2, 4, 8, 16, 16), 256: (1, 2, 4, 8, 8, 16, 16),
+D_MULTIPLIERS = {16: (2, 2, 2), 32: (2, 2, 2, 2), 64: (1, 2, 4, 8, 16), 128: (1, 2, 4, 8, 16, 16),
+                 256: (1, 2, 4, 8, 8, 16, 16),
                  512: (1, 1, 2, 4, 8, 8, 16, 16)}
-D_DOWNSAMPLE = {32: (True, True, False, False), 64: (True,) * 4 + (False,), 128: (True,) * 5 + (False,),
+D_DOWNSAMPLE = {16: (True, False, False), 32: (True, True, False, False), 64: (True,) * 4 + (False,),
+                128: (True,) * 5 + (False,),
                 256: (True,) * 6 + (False,), 512: (True,) * 7 + (False,)}
-#: The image sizes StudioGAN's ResNet backbones are defined for.
+#: The image sizes the ResNet backbones are defined for: StudioGAN's 32 to 512 px, and 16 px, which
+#: StudioGAN does not define: its 32 px networks with one block fewer (G's last, at 32 px; D's
+#: first, 32 -> 16 px), so small images (the 8x8 digits) need not be upscaled to 32
+#: (docs/architectures.md, choices that differ on purpose).
 RESOLUTIONS = tuple(G_MULTIPLIERS)
+#: The sizes of StudioGAN's own tables (its checkpoints come in these).
+STUDIOGAN_RESOLUTIONS = (32, 64, 128, 256, 512)
 
 
 class SpectralNorm(nn.Module):

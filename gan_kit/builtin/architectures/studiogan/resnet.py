@@ -12,8 +12,8 @@ affine map. D: residual down-blocks (the first convolves before its ReLU, as SNG
 block; the others are pre-activation; 2x2 average pooling where they halve the resolution), a
 ReLU, a sum over positions (``features``), then a linear layer to the logit plus the projection
 term ``embed(y) . h`` (Miyato & Koyama 2018, eq. 3; ``head``). Widths per block come from
-StudioGAN's tables for 32 to 512 px (``layers.G_MULTIPLIERS`` / ``D_MULTIPLIERS``) times
-``g_conv_dim`` / ``d_conv_dim``. Self-attention (``layers.SelfAttention``) after the G and D
+StudioGAN's tables for 32 to 512 px (``layers.G_MULTIPLIERS`` / ``D_MULTIPLIERS``; 16 px, not
+StudioGAN's: its 32 px networks less one block) times ``g_conv_dim`` / ``d_conv_dim``. Self-attention (``layers.SelfAttention``) after the G and D
 blocks named in ``g_attention`` / ``d_attention`` (1-based, StudioGAN's ``attn_g_loc`` /
 ``attn_d_loc``). Spectral norm (``layers.SpectralNorm``) on every conv, linear and embedding
 layer of G (``g_spectral_norm``; the cBN maps included) and of D (``d_spectral_norm``); a D
@@ -242,7 +242,8 @@ def resnet_problems(o, recipe, name: str):
                             f"rate meaningless; use [init] name = \"orthogonal\" (StudioGAN's default)")
     res = recipe.resolution
     if res not in RESOLUTIONS:
-        yield "", f"{name} is defined for data.resolution {', '.join(map(str, RESOLUTIONS))} (StudioGAN's), got {res}"
+        yield "", (f"{name} is defined for data.resolution {', '.join(map(str, RESOLUTIONS))} (StudioGAN's 32 to "
+                   f"512, and 16), got {res}")
         return
     for key, table, attn_key, offset in (("g_channel_multipliers", G_MULTIPLIERS, "g_attention", 1),
                                          ("d_channel_multipliers", D_MULTIPLIERS, "d_attention", 0)):
