@@ -10,7 +10,9 @@ column), so upsampling, padding, filtering and downsampling together are one mat
 axis with ``resampling_matrix`` (the inserted zeros and the dropped outputs never computed; dense
 products of matrices of some 10-100 entries a side run far faster on CPUs than per-channel
 convolutions). A 2-D filter: a transposed convolution with stride ``up`` (it skips the inserted
-zeros), cut to the padded window, and a strided convolution for ``down``.
+zeros), cut to the padded window, and a strided convolution for ``down``. ``filtered_lrelu``
+also moves the leaky ReLU's gain into the downsampling (a product's factor, not a pass over the
+upsampled maps) and skips the clamp where a bound shows it changes nothing.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def modulated_conv2d(x: torch.Tensor, weight: torch.Tensor, styles: torch.Tensor
     ``groups=N`` of the per-sample weights, the paper's code's form) or "scaled" (the input times
     the styles, one convolution with the shared weight, the output times the demodulation
     coefficients: the same sums in another order, and a graph whose batch size stays free for
-    export)."""
+    export). Either way a 1x1 kernel without padding runs as a matrix product per sample."""
     n, cin, h, w_ = x.shape
     cout, _, kh, kw = weight.shape
     if demodulate:
@@ -76,8 +76,10 @@ class SynthesisLayer(nn.Module):
     (bias initialised to 1); ToRGB divides them by ``sqrt(in_channels * k^2)`` and does not
     demodulate. The convolution (``conv_kernel``, ToRGB 1x1) pads ``k - 1`` on each side; then
     ``filtered_lrelu`` with the layer's Kaiser filters (non-persistent buffers ``up_filter``,
-    ``down_filter``, None for 1 tap), gain sqrt(2) and slope 0.2 (ToRGB: linear, gain 1), and the
-    output clamped to ``conv_clamp`` (None: not clamped). ``modconv``: see ``modulated_conv2d``."""
+    ``down_filter``, None for 1 tap; their resampling matrices ``up_x``, ``up_y``, ``down_x``,
+    ``down_y`` from ``lrelu_matrices``, non-persistent too, ``down_*`` None for a radial filter),
+    gain sqrt(2) and slope 0.2 (ToRGB: linear, gain 1), and the output clamped to ``conv_clamp``
+    (None: not clamped). ``modconv``: see ``modulated_conv2d``."""
 
     def __init__(self, spec: LayerSpec, w_dim: int, *, filter_size: int = 6, conv_clamp: float | None = 256.0,
                  magnitude_ema_beta: float = 0.999, modconv: ModConv = "grouped"):
