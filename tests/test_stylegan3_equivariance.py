@@ -68,6 +68,10 @@ def test_eq_metrics_through_gankit_eval_give_the_functions_value(tmp_path):
         want = equivariance_psnr(G, kind, 4, generator=torch.Generator().manual_seed(0))
         assert results[metric]["trained"][f"Metrics/{metric}"] == pytest.approx(want, abs=1e-9)
     assert case["eq"]["seed"] != 0  # the recorded official value is another draw: not compared here
+    r = CliRunner().invoke(cli, ["eval", str(path), "--metric", "eqr50k", "--n", "4", "--set", f"data.path='{images}'",
+                                 "--device", "cpu"])
+    value = results["eqr50k"]["trained"]["Metrics/eqr50k"]
+    assert r.exit_code == 0 and f"eqr50k (PSNR in dB, higher is better): {value:.4g}" in r.output, r.output
 
 
 def _images(folder: Path, n: int = 4) -> Path:

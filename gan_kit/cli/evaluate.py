@@ -43,7 +43,8 @@ def _protocol_value(values: dict[str, float], name: str) -> str:
 
 
 _UNITS = {"swd": "x1e3, lower is better", "fid": "lower is better", "kid": "lower is better",
-          "precision-recall": "each in [0, 1], higher is better", "is": "higher is better"}
+          "precision-recall": "each in [0, 1], higher is better", "is": "higher is better",
+          **dict.fromkeys(("eqt50k_int", "eqt50k_frac", "eqr50k"), "PSNR in dB, higher is better")}
 
 
 @click.command("eval")
@@ -133,4 +134,4 @@ def eval_command(checkpoint: str, metrics: tuple[str, ...], num: int | None, bas
             for label, values in rows:
                 click.echo(f"  {label:<{width}}  {_fmt(values, name)}")
         else:
-            click.echo(f"{name} ({unit}): {_fmt(res['trained'], name)}")
+            click.echo(f"{name}{f' ({unit})' if unit else ''}: {_fmt(res['trained'], name)}")
