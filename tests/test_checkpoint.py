@@ -118,6 +118,12 @@ def test_bad_checkpoints_give_one_line_errors(tmp_path):
     (tmp_path / "trunc.pt").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match=r"trunc\.pt: not a readable checkpoint \(truncated or foreign"):
         ckpt.load(tmp_path / "trunc.pt")
+    # a file that is not a pickle: torch's safe unpickler fails on its bytes with a KeyError
+    # (b"hello": 'h' reads a memo entry) or an IndexError (b"some ...": 's' pops an empty stack)
+    for name, text in (("text.pt", b"hello"), ("words.pt", b"some text file\n")):
+        (tmp_path / name).write_bytes(text)
+        with pytest.raises(CheckpointError, match=name.replace(".", r"\.") + r": not a readable checkpoint \(truncated or foreign file: its bytes are not a torch.save file\)$"):
+            ckpt.load(tmp_path / name)
     torch.save({"state_dict": {}}, tmp_path / "foreign.pt")
     with pytest.raises(CheckpointError, match="foreign.pt: not a gankit checkpoint"):
         ckpt.load(tmp_path / "foreign.pt")
@@ -126,7 +132,7 @@ def test_bad_checkpoints_give_one_line_errors(tmp_path):
         ckpt.load(tmp_path / "new.pt")
     with pytest.raises(CheckpointError, match="checkpoint not found"):
         ckpt.load(tmp_path / "missing.pt")
-    for name in ("trunc.pt", "foreign.pt", "new.pt"):
+    for name in ("trunc.pt", "text.pt", "foreign.pt", "new.pt"):
         r = subprocess.run([sys.executable, "-m", "gan_kit", "sample", str(tmp_path / name)],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2

@@ -115,6 +115,16 @@ def test_safetensors_load_into_a_freshly_built_g_bit_identically(tmp_path, arch)
                            loaded(*args, noise_mode="const") if config["supports_truncation"] else loaded(*args))
 
 
+def test_exporting_a_subset_into_an_earlier_export_leaves_no_stale_model_file(tmp_path):
+    # An export folder exported again with fewer formats kept the earlier model.ts and
+    # model.safetensors, another checkpoint's G, beside the new config.json.
+    export_model(trained_checkpoint(tmp_path / "a", ARCHS["dcgan"]), tmp_path / "export")
+    assert (tmp_path / "export" / "model.ts").exists() and (tmp_path / "export" / "model.safetensors").exists()
+    export_model(trained_checkpoint(tmp_path / "b", ARCHS["pggan"]), tmp_path / "export", formats=["onnx"])
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == [
+        "README.md", "config.json", "model.onnx", "samples.png"]
+
+
 def test_config_and_model_card_say_what_the_model_is(tmp_path):
     run = make_run(tmp_path, overrides=["run.total_kimg=0.1", "metric=[{name='swd', num_images=64, every_kimg=0.1}]"])
     train(run)

@@ -150,6 +150,7 @@ def test_translate_rotate_are_refused_in_one_line_for_other_architectures_and_ba
             (sg3, ["--translate", "0.1"], ["--translate", "'0.1'", "X,Y"]),
             (sg3, ["--translate", "a,b"], ["--translate", "'a,b'"]),
             (sg3, ["--translate", "0,nan"], ["--translate", "nan"]),
+            (sg3, ["--translate", "1e300,0"], ["--translate", "1e300"]),  # -inf in G's float32 transform
             (sg3, ["--rotate", "ten"], ["--rotate", "'ten'", "degrees"]),
             (sg3, ["--rotate", "1,2"], ["--rotate", "'1,2'"])):
         r = invoke("generate", path, "--seeds", "0", "--outdir", tmp_path / "out", *flags)

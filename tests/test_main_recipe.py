@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from gan_kit.cli import cli
@@ -77,3 +78,26 @@ def test_the_main_recipe_warns_once_naming_its_interpolation_and_the_key_that_si
     r, _ = load_recipe(ROOT / "recipes" / "pggan.toml", ["data.name=image-folder", f"data.path={tmp_path}",
                                                          "data.upscale=allow"])
     assert r.data.name == "image-folder" and r.data.slot.upscale == "allow"
+
+
+def _digits_recipes() -> list[str]:
+    import tomllib
+
+    return sorted(p.name for p in (ROOT / "recipes").glob("*.toml")
+                  if tomllib.loads(p.read_text()).get("data", {}).get("name") == "digits")
+
+
+@pytest.mark.parametrize("name", _digits_recipes())
+def test_every_digits_recipe_switches_data_set_with_one_set(tmp_path, name):
+    # The docs switch a recipe to your own images with --set data.name=image-folder; a
+    # digits-only key in the recipe's [data] table (data.interpolation) made that an 'unknown
+    # option' error, so the recipes say their upscaling is meant with data.upscale instead.
+    from PIL import Image
+
+    from gan_kit.recipe import load_recipe
+
+    (tmp_path / "c0").mkdir()
+    Image.new("L", (16, 16), color=128).save(tmp_path / "c0" / "a.png")
+    r, _ = load_recipe(ROOT / "recipes" / name,
+                       ["data.name=image-folder", f"data.path={tmp_path}", "data.labels=folders"])
+    assert r.data.name == "image-folder"

@@ -12,6 +12,8 @@ from gan_kit.base.errors import GankitError
 
 __all__ = ["transform_options", "output_transform"]
 
+_FLOAT32_MAX = 3.4028234663852886e38
+
 
 def transform_options(f):
     """The ``translate`` and ``rotate`` options (strings, None when not given) of a command."""
@@ -40,6 +42,8 @@ def _vector(text: str, flag: str, expected: str, size: int = 2) -> tuple[float, 
         values = tuple(float(p) for p in text.split(","))
     except ValueError:
         values = ()
-    if len(values) != size or not all(math.isfinite(v) for v in values):
+    # float32's range, not float64's: G's transform is float32, where 1e300 widths is -inf (a
+    # blank image, exit 0)
+    if len(values) != size or not all(math.isfinite(v) and abs(v) <= _FLOAT32_MAX for v in values):
         raise GankitError(f"{flag}: {text!r} is not {expected}")
     return values

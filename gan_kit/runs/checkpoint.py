@@ -57,9 +57,15 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict:
         return _mapped(state, map_location)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError, OSError) as e:
+    except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError, OSError,
+            KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        # torch's weights_only unpickler reads a file that is no pickle (a text file named .pt) byte
+        # by byte as opcodes, and fails with whatever the bytes lead to (a KeyError on its memo, an
+        # IndexError on its stack): every such failure means the file is not a checkpoint
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if first.startswith("Weights only load failed"):
+        if isinstance(e, (KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError)):
+            first = "its bytes are not a torch.save file"  # the unpickler's own words ('101') say nothing
+        elif first.startswith("Weights only load failed"):
             first = "it holds objects a safe (weights_only) load refuses"
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or foreign file: {clip(first)})") from None
     if not isinstance(state, dict) or state.get("magic") != MAGIC:

@@ -161,6 +161,12 @@ def export_model(checkpoint: str | Path, out: str | Path, formats: Sequence[str]
             # the recipe names its plugin files by their last part (shareable_recipe): they travel
             # with the export, so G rebuilds from the folder alone
             staged.path(out / plugin.name).write_bytes(plugin.read_bytes())
+    # A model file of a format not exported now is an earlier export's (another checkpoint's
+    # weights beside this config.json): removed once the new files are in place, so a failed
+    # export still leaves the previous one whole.
+    for name, file in {"safetensors": WEIGHTS_FILE, "torchscript": "model.ts", "onnx": "model.onnx"}.items():
+        if name not in formats:
+            (out / file).unlink(missing_ok=True)
     return config
 
 
