@@ -81,12 +81,12 @@ def resolve_path(value: str, recipe: Any, key: str = "data.path") -> Path:
     return _base_dir(recipe) / p
 
 
-def warn_upscaled(native: int, resolution: int, what: str, other_fix: str = "or use larger images",
+def warn_upscaled(native: int, resolution: int, what: str, other_fix: str | None = "or use larger images",
                   interpolation: str = "bicubic interpolation", recipe: Any = None) -> None:
     """One warning when ``data.resolution`` is above the images' own side ``native`` (pixels,
     the shorter side): they are upscaled with ``interpolation`` (named in the line, with the key
     that sets it if any), so G learns blurred, interpolated images (rank 0 only under several
-    processes). ``other_fix`` comes after "set data.resolution = N, "; every line also names
+    processes). ``other_fix`` (None: none) comes after "set data.resolution = N, "; every line also names
     ``data.upscale = "allow"``, the key every data set takes to say it is meant (``recipe``'s
     ``data.upscale = "allow"`` silences it)."""
     import os
@@ -96,9 +96,9 @@ def warn_upscaled(native: int, resolution: int, what: str, other_fix: str = "or 
         return
     if 0 < native < resolution and os.environ.get("RANK", "0") == "0":
         log.warning("warning: data.resolution: %d is above the %dpx of %s: the images are upscaled %.3gx by %s "
-                    "(G learns interpolated pixels); set data.resolution = %d, %s, or set data.upscale = \"allow\" "
+                    "(G learns interpolated pixels); set data.resolution = %d, %sor set data.upscale = \"allow\" "
                     "to upscale on purpose (silences this)", resolution, native, what, resolution / native,
-                    interpolation, native, other_fix)
+                    interpolation, native, f"{other_fix}, " if other_fix else "")
 
 
 # --------------------------------------------------------------------------------- digits --
@@ -144,8 +144,9 @@ class Digits(DatasetFactory):
         chosen = recipe is not None and "interpolation" in ((getattr(recipe, "raw", None) or {}).get("data") or {})
         if not chosen:
             mode = self.options.interpolation
-            warn_upscaled(8, resolution, "the digits' 8x8 images",
-                          f'or write data.interpolation = "{mode}" in the recipe to say the upscaling is meant',
+            # data.upscale, not data.interpolation: a recipe that names the digits' own key
+            # breaks `--set data.name=image-folder`, which takes no such key
+            warn_upscaled(8, resolution, "the digits' 8x8 images", None,
                           interpolation=f"{mode} interpolation (data.interpolation)", recipe=recipe)
         if resolution != 8:
             mode = self.options.interpolation
