@@ -180,3 +180,7 @@ def test_standing_stats_of_a_g_without_batchnorm_is_one_line(trained_pggan, tmp_
     result = invoke("generate", trained_pggan, "--seeds", "0", "--device", "cpu", "--outdir", tmp_path,
                     "--truncation-normal", "0")
     assert result.exit_code == 2 and "--truncation-normal: 0.0" in result.output
+    result = invoke("generate", trained_pggan, "--seeds", "0", "--device", "cpu", "--outdir", tmp_path,
+                    "--standing-batch", "4")  # alone it would do nothing: refused, not ignored
+    assert result.exit_code == 2 and "--standing-batch goes with --standing-stats" in result.output
+    assert not list(tmp_path.glob("*.png"))

@@ -6,14 +6,28 @@ from N batches of B latents (``gan_kit.tools.standing``)."""
 
 from __future__ import annotations
 
+import functools
+
 import click
+from click.core import ParameterSource
 
 __all__ = ["trick_options"]
 
 
 def trick_options(f):
     """The ``truncation_normal`` (float or None), ``standing_stats`` (int, 0 = none) and
-    ``standing_batch`` (int) options of a command."""
+    ``standing_batch`` (int) options of a command. ``--standing-batch`` given without
+    ``--standing-stats`` is a usage error (it would do nothing)."""
+    command = f
+
+    @functools.wraps(command)
+    def f(*args, **kwargs):
+        source = click.get_current_context().get_parameter_source("standing_batch")
+        if not kwargs.get("standing_stats") and source is ParameterSource.COMMANDLINE:
+            raise click.UsageError("--standing-batch goes with --standing-stats N (how many batches); "
+                                   "add --standing-stats or drop --standing-batch")
+        return command(*args, **kwargs)
+
     f = click.option("--standing-batch", type=click.IntRange(2), default=64, show_default=True, metavar="B",
                      help="With --standing-stats: latents per batch.")(f)
     f = click.option("--standing-stats", type=click.IntRange(0), default=0, show_default=True, metavar="N",
