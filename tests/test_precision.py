@@ -34,8 +34,10 @@ def test_penalty_gradients_are_unscaled_after_a_scaled_autograd_grad():
     assert scaled.dtype == torch.float32
     # and the penalty built on it backpropagates to D's weights identically (scaled total loss)
     (plain.square().sum()).backward()
-    ref = [p.grad.clone() if p.grad is not None else None for p in D.parameters()]
-    assert sum(r is not None for r in ref) == 3  # the last bias does not affect input gradients
+    ref = [p.grad.clone() for p in D.parameters()]
+    # the last bias does not affect input gradients: it joins the graph through logits * 0, grad 0
+    # (and the first bias only picks the leaky ReLU's slopes: zero too; the weights are not)
+    assert torch.count_nonzero(ref[-1]) == 0 and all(torch.count_nonzero(ref[i]) > 0 for i in (0, 2))
     D.zero_grad()
     scaled = input_gradients(D, x, scaler)
     scaler.scale(scaled.square().sum()).backward()

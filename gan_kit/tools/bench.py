@@ -228,7 +228,8 @@ def hand_written_step(G, D, opt_G, opt_D, *, latent_dim: int, loss: str, penalti
             out = D(x).float().sum()
         (g,) = torch.autograd.grad(scale(out), x, create_graph=True)
         g = g.float()
-        return g / scaler.get_scale() if scaler is not None else g
+        g = g / scaler.get_scale() if scaler is not None else g
+        return g + out * 0  # stylegan2-ada-pytorch's real_logits * 0: D's last bias in the graph, grad 0
 
     def step(reals):
         n = reals[0].shape[0]

@@ -319,7 +319,9 @@ class StepContext:
         run's autocast. The logits join the result times zero (stylegan2-ada-pytorch's
         ``real_logits * 0`` in its R1 phase): D's last bias, which the gradient does not depend
         on, is then part of the graph, as a distributed wrapper needs every parameter to be in
-        a lazy penalty's own step; the values are unchanged."""
+        a lazy penalty's own step. The values are unchanged; in a lazy step the optimizer then
+        steps that bias with a zero gradient, as the official R1 phase's (Adam with beta1 > 0
+        moves it by its momentum; with StyleGAN2's beta1 = 0 it stays)."""
         x = x.detach().float().requires_grad_(True)
         with self.autocast():
             logits = D(x)
