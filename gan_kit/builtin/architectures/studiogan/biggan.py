@@ -19,11 +19,11 @@ import attrs
 import torch
 from torch import nn
 
-from gan_kit import Architecture, option
+from gan_kit import option
 from gan_kit.builtin.architectures.conditioning import check_labels
-from gan_kit.builtin.architectures.studiogan.layers import (D_DOWNSAMPLE, D_MULTIPLIERS, G_MULTIPLIERS, SelfAttention,
+from gan_kit.builtin.architectures.studiogan.layers import (D_MULTIPLIERS, G_MULTIPLIERS, SelfAttention,
                                                             spectral_norm)
-from gan_kit.builtin.architectures.studiogan.resnet import (BN_EPS, Discriminator, GBlock, d_widths, g_synthesis,
+from gan_kit.builtin.architectures.studiogan.resnet import (BN_EPS, GBlock, ResNetGANArchitecture, g_synthesis,
                                                             g_widths, multipliers_help, resnet_problems)
 
 __all__ = ["BigGANGenerator", "BigGAN"]
@@ -71,7 +71,7 @@ class BigGANGenerator(nn.Module):
         return g_synthesis(self, self.linear(z0).view(-1, self.width, 4, 4), ys)
 
 
-class BigGAN(Architecture):
+class BigGAN(ResNetGANArchitecture):
     """BigGAN as StudioGAN builds it: shared class embedding, hierarchical z, cBN of [embedding, z chunk], spectral norm in G and D, self-attention, projection D; static resolution."""
 
     @attrs.frozen
@@ -97,20 +97,6 @@ class BigGAN(Architecture):
         d_spectral_norm: bool = option(True, help="Spectral norm on every D layer (apply_d_sn; BigGAN: true); "
                                                   "false puts batch norm in D's blocks.")
 
-    supports_conditional = True
-    supports_spectral_norm = False
-    spectral_norm_reason = ("it normalises its own layers as StudioGAN does (options g_spectral_norm and "
-                            "d_spectral_norm)")
-
-    #: D's real and fake batches take a forward each, as StudioGAN's loop runs them: each
-    #: training forward runs one power iteration of every spectral norm, so one joint forward
-    #: would not give the same numbers as two.
-    joint_d_forward = False
-
-    @property
-    def latent_dim(self) -> int:
-        return self.options.latent_dim
-
     @classmethod
     def problems(cls, o, recipe):
         yield from resnet_problems(o, recipe, "biggan")
@@ -124,7 +110,5 @@ class BigGAN(Architecture):
         G = BigGANGenerator(resolution, channels, o.latent_dim, o.shared_dim,
                             g_widths(resolution, o.g_conv_dim, o.g_channel_multipliers), tuple(o.g_attention),
                             o.g_spectral_norm, num_classes=k)
-        D = Discriminator(resolution, channels, d_widths(resolution, o.d_conv_dim, o.d_channel_multipliers),
-                          D_DOWNSAMPLE[resolution], tuple(o.d_attention), o.d_spectral_norm, num_classes=k)
-        return G, D
+        return G, self.discriminator(resolution, channels)
 

@@ -37,7 +37,8 @@ from gan_kit.builtin.architectures.conditioning import ConditionalBatchNorm2d, c
 from gan_kit.builtin.architectures.studiogan.layers import (D_DOWNSAMPLE, D_MULTIPLIERS, G_MULTIPLIERS, RESOLUTIONS,
                                                             SelfAttention, spectral_norm)
 
-__all__ = ["GBlock", "DBlock", "Generator", "Discriminator", "SNGANResNet", "SAGAN", "g_widths", "d_widths",
+__all__ = ["GBlock", "DBlock", "Generator", "Discriminator", "ResNetGANArchitecture", "SNGANResNet", "SAGAN",
+           "g_widths", "d_widths",
            "resnet_problems", "multipliers_help", "g_synthesis", "BN_EPS"]
 
 #: The eps of every batch norm in StudioGAN's ResNets (``ops.batchnorm_2d``).
@@ -264,7 +265,34 @@ def resnet_problems(o, recipe, name: str):
                                  f"to be a multiple of 8")
 
 
-class SNGANResNet(Architecture):
+class ResNetGANArchitecture(Architecture):
+    """What StudioGAN's ResNet GANs (``sngan-resnet``, ``sagan``, ``biggan``) share: their own
+    spectral norm, class conditioning, one D forward per batch, and D (``Discriminator``) built
+    from the options ``d_conv_dim``, ``d_channel_multipliers``, ``d_attention``, ``d_spectral_norm``."""
+
+    supports_conditional = True
+    supports_spectral_norm = False
+    spectral_norm_reason = ("it normalises its own layers as StudioGAN does (options g_spectral_norm and "
+                            "d_spectral_norm)")
+
+    #: D's real and fake batches take a forward each, as StudioGAN's loop runs them: each
+    #: training forward runs one power iteration of every spectral norm, so one joint forward
+    #: would not give the same numbers as two.
+    joint_d_forward = False
+
+    @property
+    def latent_dim(self) -> int:
+        return self.options.latent_dim
+
+    def discriminator(self, resolution: int, channels: int) -> "Discriminator":
+        """D for ``resolution`` px images of ``channels`` channels, from the options."""
+        o = self.options
+        return Discriminator(resolution, channels, d_widths(resolution, o.d_conv_dim, o.d_channel_multipliers),
+                             D_DOWNSAMPLE[resolution], tuple(o.d_attention), o.d_spectral_norm,
+                             num_classes=self.context.num_classes)
+
+
+class SNGANResNet(ResNetGANArchitecture):
     """StudioGAN's ResNet GAN (SNGAN): cBN residual G, spectrally normalised residual D with a projection head; optional self-attention; static resolution."""
 
     @attrs.frozen
@@ -288,20 +316,6 @@ class SNGANResNet(Architecture):
         d_spectral_norm: bool = option(True, help="Spectral norm on every D layer, the projection embedding "
                                                   "included (apply_d_sn); false puts batch norm in D's blocks.")
 
-    supports_conditional = True
-    supports_spectral_norm = False
-    spectral_norm_reason = ("it normalises its own layers as StudioGAN does (options g_spectral_norm and "
-                            "d_spectral_norm)")
-
-    #: D's real and fake batches take a forward each, as StudioGAN's loop runs them: each
-    #: training forward runs one power iteration of every spectral norm, so one joint forward
-    #: would not give the same numbers as two.
-    joint_d_forward = False
-
-    @property
-    def latent_dim(self) -> int:
-        return self.options.latent_dim
-
     @classmethod
     def problems(cls, o, recipe):
         yield from resnet_problems(o, recipe, "sngan-resnet")
@@ -310,9 +324,7 @@ class SNGANResNet(Architecture):
         o, k = self.options, self.context.num_classes
         G = Generator(resolution, channels, o.latent_dim, g_widths(resolution, o.g_conv_dim, o.g_channel_multipliers),
                       tuple(o.g_attention), o.g_spectral_norm, num_classes=k)
-        D = Discriminator(resolution, channels, d_widths(resolution, o.d_conv_dim, o.d_channel_multipliers),
-                          D_DOWNSAMPLE[resolution], tuple(o.d_attention), o.d_spectral_norm, num_classes=k)
-        return G, D
+        return G, self.discriminator(resolution, channels)
 
 
 class SAGAN(SNGANResNet):
