@@ -126,12 +126,7 @@ def seed_latents(seeds: list[int], latent_dim: int, rule: str = "torch",
         return torch.cat([_numpy_rows(np.random.RandomState(int(s)), 1, latent_dim, truncation) for s in seeds])
     if rule != "torch":
         raise ValueError(f"seed_latents: rule must be 'torch' or 'numpy', got {rule!r}")
-    return torch.cat([_torch_row(torch.Generator().manual_seed(int(s)), latent_dim, truncation) for s in seeds])
-
-
-def _torch_row(gen: torch.Generator, latent_dim: int, truncation: float | None) -> torch.Tensor:
-    """One z ``[1, latent_dim]`` from ``gen``, truncated (``resample_beyond``) from ``gen`` too."""
-    return resample_beyond(torch.randn(1, latent_dim, generator=gen), truncation, lambda k: torch.randn(k, generator=gen))
+    return torch.cat([truncated_randn(1, latent_dim, torch.Generator().manual_seed(int(s)), truncation) for s in seeds])
 
 
 def _numpy_rows(rs: np.random.RandomState, num: int, latent_dim: int, truncation: float | None) -> torch.Tensor:
@@ -159,4 +154,4 @@ def latent_rows(seed: int, num: int, latent_dim: int, rule: str = "torch",
     gen = torch.Generator().manual_seed(int(seed))
     if num <= 0:
         return torch.empty(0, latent_dim)
-    return torch.cat([_torch_row(gen, latent_dim, truncation) for _ in range(num)])
+    return torch.cat([truncated_randn(1, latent_dim, gen, truncation) for _ in range(num)])
