@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from gan_kit.base.errors import GankitError
+from gan_kit.training.ema import averaging_batchnorms
 
 __all__ = ["standing_statistics", "tracked_batchnorms", "check_standing"]
 
@@ -68,20 +69,10 @@ def standing_statistics(G: nn.Module, batches: int, batch_size: int, latent_dim:
     if device is None:
         p = next(iter(G.parameters()), None)
         device = p.device if p is not None else torch.device("cpu")
-    saved = [(m.momentum, m.training) for m in norms]
     gen = torch.Generator().manual_seed(int(seed))
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None  # a cumulative average over the batches below
-        m.train()
-    try:
-        with torch.no_grad():
-            for _ in range(batches):
-                z = torch.randn(batch_size, latent_dim, generator=gen)
-                labels = torch.randint(num_classes, (batch_size,), generator=gen) if num_classes else None
-                forward(z.to(device), labels.to(device) if labels is not None else None)
-    finally:
-        for m, (momentum, training) in zip(norms, saved):
-            m.momentum = momentum
-            m.train(training)
+    with averaging_batchnorms(norms), torch.no_grad():
+        for _ in range(batches):
+            z = torch.randn(batch_size, latent_dim, generator=gen)
+            labels = torch.randint(num_classes, (batch_size,), generator=gen) if num_classes else None
+            forward(z.to(device), labels.to(device) if labels is not None else None)
     return len(norms)

@@ -3,7 +3,9 @@ A.1: decay 0.999; StyleGAN2-ADA's half-life in kimg with ramp-up)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -73,16 +75,26 @@ def refresh_batchnorm(G_ema: nn.Module, latent, autocast, batches: int = 16, bat
     norms = [m for m in G_ema.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if not norms:
         return
-    saved = [(m.momentum, m.training) for m in norms]
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None  # cumulative average over the batches below
-        m.train()
-    try:
+    with averaging_batchnorms(norms):
         for _ in range(batches):
             inputs = latent(batch_size)  # z, or a tuple (z, labels) for a conditional G
             with autocast():
                 G_ema(*(inputs if isinstance(inputs, tuple) else (inputs,)))
+
+
+@contextlib.contextmanager
+def averaging_batchnorms(norms: list[nn.Module]) -> Iterator[None]:
+    """Inside: each BatchNorm layer of ``norms`` reset (running mean 0, var 1, count 0), in
+    train mode and with ``momentum = None``, so the forwards run inside leave as running
+    statistics the equal-weight average of their batch statistics; after (also on an error):
+    each layer's momentum and mode as before. Other layers are not touched."""
+    saved = [(m.momentum, m.training) for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the batches run inside
+        m.train()
+    try:
+        yield
     finally:
         for m, (momentum, training) in zip(norms, saved):
             m.momentum = momentum
